@@ -1,0 +1,101 @@
+"""The codec record and the registry of tensor codecs (stable string ids written into files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CorruptDataError, UnsupportedError
+
+# safetensors dtype names <-> numpy dtypes. bfloat16 has no numpy dtype: it travels as uint16 bits.
+DTYPES = {
+    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16,
+    "I32": np.int32, "U32": np.uint32, "I64": np.int64, "U64": np.uint64,
+    "F16": np.float16, "BF16": np.uint16, "F32": np.float32, "F64": np.float64,
+}
+FLOAT_DTYPES = ("BF16", "F16", "F32")
+
+
+def itemsize(dtype: str) -> int:
+    return np.dtype(DTYPES[dtype]).itemsize
+
+
+@dataclass
+class EncodedTensor:
+    """A tensor as one codec encoded it: everything needed to decode it, on the CPU or the GPU.
+
+    Attributes:
+        codec: registry id of the codec (e.g. ``"float"``), stored in the file.
+        dtype: safetensors dtype name of the decoded tensor (``"BF16"``, ``"F32"``, ``"I8"``...).
+        shape: shape of the decoded tensor.
+        params: JSON-serialisable codec parameters (stored in the container header).
+        sections: named 1-D numpy arrays (uint8/uint16/uint32/float32), stored as aligned sections.
+        info: statistics for reports (not needed to decode; e.g. ``snr_db`` of lossy codecs).
+    """
+
+    codec: str
+    dtype: str
+    shape: tuple
+    params: dict
+    sections: dict
+    info: dict = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Compressed size in bytes: all sections (the header's JSON is not counted)."""
+        return sum(int(a.nbytes) for a in self.sections.values())
+
+    @property
+    def raw_nbytes(self) -> int:
+        return self.numel * itemsize(self.dtype)
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / self.numel if self.numel else 0.0
+
+    def section(self, name: str, dtype, size: int | None = None) -> np.ndarray:
+        """A section checked for dtype and (optionally) size; raises CorruptDataError."""
+        arr = self.sections.get(name)
+        if arr is None:
+            raise CorruptDataError(f"codec {self.codec}: missing section '{name}'")
+        if arr.dtype != np.dtype(dtype) or arr.ndim != 1 or (size is not None and arr.size != size):
+            raise CorruptDataError(
+                f"codec {self.codec}: section '{name}' must be {np.dtype(dtype).name}[{size}], "
+                f"got {arr.dtype}[{arr.size}]")
+        return arr
+
+
+class Codec:
+    """Interface of a tensor codec. Subclasses set ``id`` and implement encode/decode."""
+
+    id: str = ""
+
+    def encode(self, array: np.ndarray, dtype: str, **options) -> EncodedTensor:
+        """array: numpy array holding the tensor (bfloat16 as uint16 bits), never modified."""
+        raise NotImplementedError
+
+    def decode(self, record: EncodedTensor) -> np.ndarray:
+        """Returns the tensor as a numpy array of the record's dtype and shape (bf16 as uint16)."""
+        raise NotImplementedError
+
+
+REGISTRY: dict[str, Codec] = {}
+
+
+def register(codec: Codec) -> Codec:
+    if codec.id in REGISTRY:
+        raise ValueError(f"codec id {codec.id!r} registered twice")
+    REGISTRY[codec.id] = codec
+    return codec
+
+
+def get_codec(codec_id: str) -> Codec:
+    try:
+        return REGISTRY[codec_id]
+    except KeyError:
+        raise UnsupportedError(f"unknown codec id {codec_id!r} (known: {sorted(REGISTRY)})") from None

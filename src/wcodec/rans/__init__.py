@@ -1,0 +1,249 @@
+"""Interleaved rANS over a byte alphabet, laid out for GPU decoding (see ``reference`` for the spec).
+
+A symbol plane (``uint8[n]``) is cut into chunks of ``32 * chunk_steps`` symbols. Each chunk is
+coded by 32 interleaved 32-bit states sharing one stream of 16-bit words, so chunks decode
+independently and in parallel (one GPU warp, or one CPU thread, per chunk). Chunks are grouped
+into table segments of ``chunks_per_table`` chunks that share one frequency table, which lets
+tensors whose statistics drift (embeddings) use several tables.
+
+Public entry points: :func:`encode` and :func:`decode` (numba by default, ``backend="reference"``
+for the pure-Python specification), and :class:`RansPlane`, the coded plane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CorruptDataError
+from . import reference
+from .tables import (
+    ALPHABET,
+    PROB_BITS_ALLOWED,
+    check_tables,
+    coded_cost_bits,
+    decode_lookup,
+    normalize_freqs,
+)
+
+LANES = reference.LANES
+STATE_LOWER = reference.STATE_LOWER
+DEFAULT_PROB_BITS = 12
+DEFAULT_CHUNK_STEPS = 512
+MAX_CHUNK_STEPS = 1 << 16
+TABLE_BITS = ALPHABET * 16  # a stored table: 256 uint16 frequencies
+#: candidate table segment lengths in symbols tried by ``tables="auto"`` (besides one table)
+SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16)
+
+__all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "LANES"]
+
+
+@dataclass(frozen=True)
+class RansPlane:
+    """One rANS-coded symbol plane.
+
+    Attributes:
+        n_symbols: number of symbols coded.
+        prob_bits: frequency precision; each table sums to ``2**prob_bits`` (11 or 12).
+        chunk_steps: decode steps per chunk; a chunk holds ``32 * chunk_steps`` symbols.
+        chunks_per_table: consecutive chunks sharing one frequency table.
+        freqs: [n_tables * 256] uint16, the normalised frequency tables.
+        states: [n_chunks * 32] uint32, the decoder's initial states (encoder's final ones).
+        offsets: [n_chunks + 1] uint32, start of each chunk's words in ``words``.
+        words: [total] uint16, the renormalisation words of all chunks, chunk after chunk.
+    """
+
+    n_symbols: int
+    prob_bits: int
+    chunk_steps: int
+    chunks_per_table: int
+    freqs: np.ndarray
+    states: np.ndarray
+    offsets: np.ndarray
+    words: np.ndarray
+
+    @property
+    def chunk_size(self) -> int:
+        return LANES * self.chunk_steps
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n_symbols // self.chunk_size)
+
+    @property
+    def n_tables(self) -> int:
+        return -(-max(self.n_chunks, 1) // self.chunks_per_table)
+
+    @property
+    def nbytes(self) -> int:
+        """Stored size in bytes of all arrays."""
+        return sum(a.nbytes for a in (self.freqs, self.states, self.offsets, self.words))
+
+    def params(self) -> dict:
+        return {
+            "n_symbols": self.n_symbols,
+            "prob_bits": self.prob_bits,
+            "chunk_steps": self.chunk_steps,
+            "chunks_per_table": self.chunks_per_table,
+        }
+
+    def sections(self, prefix: str) -> dict:
+        return {
+            f"{prefix}.freqs": self.freqs,
+            f"{prefix}.states": self.states,
+            f"{prefix}.offsets": self.offsets,
+            f"{prefix}.words": self.words,
+        }
+
+    @classmethod
+    def from_sections(cls, params: dict, sections: dict, prefix: str) -> "RansPlane":
+        """Rebuild a plane from stored params and sections; validates everything (see validate)."""
+        try:
+            plane = cls(
+                n_symbols=int(params["n_symbols"]),
+                prob_bits=int(params["prob_bits"]),
+                chunk_steps=int(params["chunk_steps"]),
+                chunks_per_table=int(params["chunks_per_table"]),
+                freqs=sections[f"{prefix}.freqs"],
+                states=sections[f"{prefix}.states"],
+                offsets=sections[f"{prefix}.offsets"],
+                words=sections[f"{prefix}.words"],
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptDataError(f"rANS plane '{prefix}': missing or bad field {e}") from None
+        plane.validate(prefix)
+        return plane
+
+    def validate(self, where: str = "rANS plane") -> None:
+        """Check every size and offset before decoding. Raises CorruptDataError."""
+        if not (0 <= self.n_symbols < (1 << 40)):
+            raise CorruptDataError(f"{where}: n_symbols {self.n_symbols} out of range")
+        if not (1 <= self.chunk_steps <= MAX_CHUNK_STEPS) or self.chunks_per_table < 1:
+            raise CorruptDataError(f"{where}: bad chunk_steps or chunks_per_table")
+        check_tables(self.freqs, self.prob_bits, where)
+        if self.freqs.size != self.n_tables * ALPHABET:
+            raise CorruptDataError(f"{where}: {self.freqs.size // ALPHABET} tables, expected {self.n_tables}")
+        for name, arr, dtype, size in (
+            ("states", self.states, np.uint32, self.n_chunks * LANES),
+            ("offsets", self.offsets, np.uint32, self.n_chunks + 1),
+            ("words", self.words, np.uint16, None),
+        ):
+            if arr.dtype != dtype or arr.ndim != 1 or (size is not None and arr.size != size):
+                raise CorruptDataError(f"{where}: {name} must be {np.dtype(dtype).name}[{size}], got {arr.dtype}{list(arr.shape)}")
+        offs = self.offsets.astype(np.int64)
+        if offs[0] != 0 or offs[-1] != self.words.size:
+            raise CorruptDataError(f"{where}: word offsets do not span the {self.words.size} words")
+        per_chunk = np.diff(offs)
+        if np.any(per_chunk < 0) or np.any(per_chunk > self.chunk_size):
+            raise CorruptDataError(f"{where}: word offsets are not monotone or exceed a chunk")
+
+
+def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
+    """Pick chunks_per_table minimising coded size + table storage. counts: [n_chunks, 256]."""
+    n_chunks = counts.shape[0]
+    candidates = {max(n_chunks, 1)}
+    for seg in SEGMENT_CANDIDATES:
+        candidates.add(max(1, min(n_chunks, seg // chunk_size)))
+    best = None
+    for cpt in sorted(candidates, reverse=True):
+        groups = np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks else counts
+        freqs = np.stack([normalize_freqs(g, prob_bits) for g in groups]) if n_chunks else None
+        cost = (coded_cost_bits(groups, freqs, prob_bits) if n_chunks else 0.0) + len(groups) * TABLE_BITS
+        if best is None or cost < best[0]:
+            best = (cost, cpt)
+    return best[1]
+
+
+def encode(
+    symbols: np.ndarray,
+    prob_bits: int = DEFAULT_PROB_BITS,
+    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    tables: str | int = "auto",
+    backend: str = "numba",
+) -> RansPlane:
+    """Encode a symbol plane with interleaved rANS.
+
+    symbols: [n] uint8 (any shape is flattened). prob_bits: 11 or 12. chunk_steps: steps per chunk
+    (chunk = 32 * chunk_steps symbols). tables: ``"auto"`` picks the number of chunks sharing a
+    frequency table by measured cost (one table, or one per 64K-1M symbols); an int fixes
+    chunks_per_table. backend: ``"numba"`` or ``"reference"`` (pure Python, tiny inputs only).
+    The input is not modified. Returns a RansPlane.
+    """
+    symbols = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
+    if prob_bits not in PROB_BITS_ALLOWED:
+        raise ValueError(f"prob_bits must be one of {PROB_BITS_ALLOWED}")
+    if not (1 <= chunk_steps <= MAX_CHUNK_STEPS):
+        raise ValueError(f"chunk_steps must be in [1, {MAX_CHUNK_STEPS}]")
+    chunk_size = LANES * chunk_steps
+    n = symbols.size
+    n_chunks = -(-n // chunk_size)
+    if backend == "reference":
+        counts = np.stack([np.bincount(symbols[c * chunk_size:(c + 1) * chunk_size], minlength=256)
+                           for c in range(n_chunks)]) if n_chunks else np.zeros((0, 256), np.int64)
+    else:
+        from . import cpu
+        counts = cpu.chunk_histograms(symbols, chunk_size)
+    cpt = _choose_tables(counts, chunk_size, prob_bits) if tables == "auto" else int(tables)
+    if cpt < 1:
+        raise ValueError("tables must be 'auto' or a positive number of chunks per table")
+    n_tables = -(-max(n_chunks, 1) // cpt)
+    freqs = np.zeros((n_tables, ALPHABET), dtype=np.uint16)
+    for t in range(n_tables):
+        freqs[t] = normalize_freqs(counts[t * cpt:(t + 1) * cpt].sum(axis=0), prob_bits)
+    if backend == "reference":
+        states, offsets, words = [], [0], []
+        for c in range(n_chunks):
+            st, ws = reference.encode_chunk(symbols[c * chunk_size:(c + 1) * chunk_size], freqs[c // cpt], prob_bits)
+            states += st
+            words += ws
+            offsets.append(len(words))
+        states = np.array(states, dtype=np.uint32)
+        offsets = np.array(offsets, dtype=np.uint32)
+        words = np.array(words, dtype=np.uint16)
+    elif backend == "numba":
+        states, offsets, words = cpu.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits)
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+    return RansPlane(n, prob_bits, chunk_steps, cpt, freqs.reshape(-1), states, offsets, words)
+
+
+_STATUS = {1: "reads past the end of its words", 2: "does not end in the initial state",
+           3: "has an initial state out of range"}
+
+
+def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = None,
+           where: str = "rANS plane") -> np.ndarray:
+    """Decode a RansPlane to [n_symbols] uint8 (written into ``out`` if given).
+
+    Validates the plane first; raises CorruptDataError (naming ``where`` and the chunk) on corrupt
+    data. Never reads or writes out of bounds.
+    """
+    plane.validate(where)
+    n = plane.n_symbols
+    if out is None:
+        out = np.empty(n, dtype=np.uint8)
+    elif out.dtype != np.uint8 or out.shape != (n,):
+        raise ValueError("out must be uint8 of shape (n_symbols,)")
+    tables = plane.freqs.reshape(-1, ALPHABET)
+    cs, cpt = plane.chunk_size, plane.chunks_per_table
+    if backend == "reference":
+        for c in range(plane.n_chunks):
+            lo, hi = int(plane.offsets[c]), int(plane.offsets[c + 1])
+            m = min(n, (c + 1) * cs) - c * cs
+            try:
+                out[c * cs:c * cs + m] = reference.decode_chunk(
+                    plane.states[c * LANES:(c + 1) * LANES], plane.words[lo:hi], m, tables[c // cpt], plane.prob_bits)
+            except CorruptDataError as e:
+                raise CorruptDataError(f"{where}: chunk {c}: {e}") from None
+        return out
+    if backend != "numba":
+        raise ValueError(f"unknown backend {backend!r}")
+    from . import cpu
+    lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
+    status = cpu.decode_chunks(plane.states, plane.offsets, plane.words, n, cs, cpt, lookup,
+                               plane.prob_bits, out)
+    if status.size and status.any():
+        c = int(np.argmax(status != 0))
+        raise CorruptDataError(f"{where}: chunk {c} {_STATUS.get(int(status[c]), 'is corrupt')}")
+    return out

