@@ -30,11 +30,10 @@ from .tables import (
 LANES = reference.LANES
 STATE_LOWER = reference.STATE_LOWER
 DEFAULT_PROB_BITS = 12
-DEFAULT_CHUNK_STEPS = 512
+DEFAULT_CHUNK_STEPS = 1024
 MAX_CHUNK_STEPS = 1 << 16
-TABLE_BITS = ALPHABET * 16  # a stored table: 256 uint16 frequencies
 #: candidate table segment lengths in symbols tried by ``tables="auto"`` (besides one table)
-SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16)
+SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16, 1 << 15)
 
 __all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "LANES"]
 
@@ -48,7 +47,8 @@ class RansPlane:
         prob_bits: frequency precision; each table sums to ``2**prob_bits`` (11 or 12).
         chunk_steps: decode steps per chunk; a chunk holds ``32 * chunk_steps`` symbols.
         chunks_per_table: consecutive chunks sharing one frequency table.
-        freqs: [n_tables * 256] uint16, the normalised frequency tables.
+        alphabet_size: symbols are < alphabet_size (1..256); tables store only these entries.
+        freqs: [n_tables * alphabet_size] uint16, the normalised frequency tables.
         states: [n_chunks * 32] uint32, the decoder's initial states (encoder's final ones).
         offsets: [n_chunks + 1] uint32, start of each chunk's words in ``words``.
         words: [total] uint16, the renormalisation words of all chunks, chunk after chunk.
@@ -58,6 +58,7 @@ class RansPlane:
     prob_bits: int
     chunk_steps: int
     chunks_per_table: int
+    alphabet_size: int
     freqs: np.ndarray
     states: np.ndarray
     offsets: np.ndarray
@@ -86,6 +87,7 @@ class RansPlane:
             "prob_bits": self.prob_bits,
             "chunk_steps": self.chunk_steps,
             "chunks_per_table": self.chunks_per_table,
+            "alphabet_size": self.alphabet_size,
         }
 
     def sections(self, prefix: str) -> dict:
@@ -105,6 +107,7 @@ class RansPlane:
                 prob_bits=int(params["prob_bits"]),
                 chunk_steps=int(params["chunk_steps"]),
                 chunks_per_table=int(params["chunks_per_table"]),
+                alphabet_size=int(params["alphabet_size"]),
                 freqs=sections[f"{prefix}.freqs"],
                 states=sections[f"{prefix}.states"],
                 offsets=sections[f"{prefix}.offsets"],
@@ -115,15 +118,25 @@ class RansPlane:
         plane.validate(prefix)
         return plane
 
+    def full_tables(self) -> np.ndarray:
+        """The frequency tables widened to [n_tables, 256] uint16 (absent symbols 0)."""
+        if self.freqs.dtype != np.uint16:
+            raise CorruptDataError("frequency tables must be uint16")
+        full = np.zeros((self.freqs.size // self.alphabet_size, ALPHABET), dtype=np.uint16)
+        full[:, :self.alphabet_size] = self.freqs.reshape(-1, self.alphabet_size)
+        return full.reshape(-1)
+
     def validate(self, where: str = "rANS plane") -> None:
         """Check every size and offset before decoding. Raises CorruptDataError."""
         if not (0 <= self.n_symbols < (1 << 40)):
             raise CorruptDataError(f"{where}: n_symbols {self.n_symbols} out of range")
         if not (1 <= self.chunk_steps <= MAX_CHUNK_STEPS) or self.chunks_per_table < 1:
             raise CorruptDataError(f"{where}: bad chunk_steps or chunks_per_table")
-        check_tables(self.freqs, self.prob_bits, where)
-        if self.freqs.size != self.n_tables * ALPHABET:
-            raise CorruptDataError(f"{where}: {self.freqs.size // ALPHABET} tables, expected {self.n_tables}")
+        if not (1 <= self.alphabet_size <= ALPHABET):
+            raise CorruptDataError(f"{where}: alphabet_size {self.alphabet_size} not in [1, 256]")
+        if not isinstance(self.freqs, np.ndarray) or self.freqs.size != self.n_tables * self.alphabet_size:
+            raise CorruptDataError(f"{where}: frequency tables must be uint16[{self.n_tables} * {self.alphabet_size}]")
+        check_tables(self.full_tables(), self.prob_bits, where)
         for name, arr, dtype, size in (
             ("states", self.states, np.uint32, self.n_chunks * LANES),
             ("offsets", self.offsets, np.uint32, self.n_chunks + 1),
@@ -142,6 +155,8 @@ class RansPlane:
 def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
     """Pick chunks_per_table minimising coded size + table storage. counts: [n_chunks, 256]."""
     n_chunks = counts.shape[0]
+    present = np.flatnonzero(counts.any(axis=0))
+    alphabet_size = int(present[-1]) + 1 if present.size else 1
     candidates = {max(n_chunks, 1)}
     for seg in SEGMENT_CANDIDATES:
         candidates.add(max(1, min(n_chunks, seg // chunk_size)))
@@ -149,7 +164,7 @@ def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
     for cpt in sorted(candidates, reverse=True):
         groups = np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks else counts
         freqs = np.stack([normalize_freqs(g, prob_bits) for g in groups]) if n_chunks else None
-        cost = (coded_cost_bits(groups, freqs, prob_bits) if n_chunks else 0.0) + len(groups) * TABLE_BITS
+        cost = (coded_cost_bits(groups, freqs, prob_bits) if n_chunks else 0.0) + len(groups) * 16 * alphabet_size
         if best is None or cost < best[0]:
             best = (cost, cpt)
     return best[1]
@@ -205,7 +220,9 @@ def encode(
         states, offsets, words = cpu.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits)
     else:
         raise ValueError(f"unknown backend {backend!r}")
-    return RansPlane(n, prob_bits, chunk_steps, cpt, freqs.reshape(-1), states, offsets, words)
+    alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1
+    compact = np.ascontiguousarray(freqs[:, :alphabet_size]).reshape(-1)
+    return RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words)
 
 
 _STATUS = {1: "reads past the end of its words", 2: "does not end in the initial state",
@@ -225,7 +242,7 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
         out = np.empty(n, dtype=np.uint8)
     elif out.dtype != np.uint8 or out.shape != (n,):
         raise ValueError("out must be uint8 of shape (n_symbols,)")
-    tables = plane.freqs.reshape(-1, ALPHABET)
+    tables = plane.full_tables().reshape(-1, ALPHABET)
     cs, cpt = plane.chunk_size, plane.chunks_per_table
     if backend == "reference":
         for c in range(plane.n_chunks):

@@ -1,0 +1,135 @@
+"""Lossless float codec (BF16, F16, F32): entropy-coded exponent, raw sign and mantissa.
+
+Each value's bits are split into (see docs/CODEC_LAYOUT.md):
+
+* the **head**: the exponent and the top ``head_bits`` mantissa bits, mapped through a per-tensor
+  alphabet (its distinct head values, at most 256) to a byte symbol and coded with interleaved
+  rANS. Conditioning the top mantissa bits on the exponent is where context modelling pays:
+  on all-MiniLM-L6-v2 in bf16, exponent alone 2.614 bits + 8 raw = 10.614 bits/weight (the
+  order-0 bound), exponent + 2 mantissa bits 4.548 + 6 raw = 10.548;
+* the **tail**: the sign and the mantissa bits below the head, packed raw at ``tail_bits`` each;
+* for F32 the two **low bytes** of the mantissa, each an rANS plane where that is smaller than
+  the raw bytes (real fp32 checkpoints have tensors whose low bytes are far from uniform).
+
+``head_bits`` is chosen per tensor by measured cost. Bit-exact for every pattern: NaN payloads,
+infinities, -0.0, subnormals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import rans
+from ..errors import CorruptDataError
+from . import _kernels as K
+from .base import Codec, EncodedTensor, register
+
+# dtype -> (total bits, exponent bits, mantissa bits, low byte planes)
+LAYOUT = {"BF16": (16, 8, 7, 0), "F16": (16, 5, 10, 0), "F32": (32, 8, 23, 2)}
+MAX_HEAD_BITS = 4
+UINT = {16: np.uint16, 32: np.uint32}
+
+
+def _entropy_bits(counts: np.ndarray) -> float:
+    c = counts[counts > 0].astype(np.float64)
+    return float(-(c * np.log2(c / c.sum())).sum()) if c.size else 0.0
+
+
+def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> int:
+    """Pick head_bits j minimising head entropy + raw tail bits, with an alphabet <= 256.
+
+    hist_max: histogram of the head with MAX_HEAD_BITS mantissa bits ([2**(E+3)] counts); the
+    histograms of smaller j are sums over its trailing bits.
+    """
+    n = int(hist_max.sum())
+    best = (np.inf, 0)
+    for j in range(0, MAX_HEAD_BITS + 1):
+        if tail_bits0 - j < 1:
+            break
+        h = hist_max.reshape(1 << (exp_bits + j), -1).sum(axis=1)
+        if np.count_nonzero(h) > 256:
+            break
+        cost = _entropy_bits(h) + n * (tail_bits0 - j)
+        if cost < best[0] - 1e-9 * n:
+            best = (cost, j)
+    return best[1]
+
+
+class FloatCodec(Codec):
+    id = "float"
+
+    def encode(self, array: np.ndarray, dtype: str, prob_bits: int = rans.DEFAULT_PROB_BITS,
+               chunk_steps: int = rans.DEFAULT_CHUNK_STEPS, head_bits: int | None = None,
+               tables: str | int = "auto", **options) -> EncodedTensor:
+        """array: float tensor of ``dtype`` (BF16 as uint16 bits), any shape; not modified."""
+        W, E, M, L = LAYOUT[dtype]
+        bits = np.ascontiguousarray(array).reshape(-1).view(UINT[W])
+        n = bits.size
+        tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
+        if head_bits is None:
+            hist = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
+            head_bits = choose_head_bits(hist, E, tail0)
+        j = int(head_bits)
+        R = tail0 - j
+        shift, mask = M - j, (1 << (E + j)) - 1
+        hist = K.head_histogram(bits, shift, mask)
+        alphabet = np.flatnonzero(hist).astype(np.uint16)
+        if alphabet.size > 256:
+            raise ValueError(f"head_bits={j} gives {alphabet.size} head values (> 256)")
+        symbol_of = np.zeros(mask + 1, dtype=np.uint8)
+        symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
+        head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
+                                        W - 1, R, L)
+        plane = rans.encode(head, prob_bits, chunk_steps, tables)
+        params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
+        sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
+        for k, name in enumerate(("low1", "low0")[:L]):
+            coded = rans.encode(low[k], prob_bits, chunk_steps, tables)
+            if coded.nbytes < n:
+                params["low"].append({"coded": True, **coded.params()})
+                sections.update(coded.sections(name))
+            else:
+                params["low"].append({"coded": False})
+                sections[f"{name}.raw"] = np.ascontiguousarray(low[k])
+        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
+                             info={"head_bits": j})
+
+    def decode(self, record: EncodedTensor) -> np.ndarray:
+        if record.dtype not in LAYOUT:
+            raise CorruptDataError(f"float codec: dtype {record.dtype} not supported")
+        W, E, M, L = LAYOUT[record.dtype]
+        p = record.params
+        n = record.numel
+        j, R = int(p["head_bits"]), int(p["tail_bits"])
+        if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
+            raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {record.dtype}")
+        alphabet = record.section("head.alphabet", np.uint16)
+        if not (1 <= alphabet.size <= 256) and n:
+            raise CorruptDataError("float codec: head alphabet must have 1..256 entries")
+        if alphabet.size and int(alphabet.max()) >= (1 << (E + j)):
+            raise CorruptDataError("float codec: head alphabet value out of range")
+        plane = rans.RansPlane.from_sections(p["head"], record.sections, "head")
+        if plane.n_symbols != n:
+            raise CorruptDataError(f"float codec: head plane has {plane.n_symbols} symbols, tensor {n}")
+        head = rans.decode(plane, where="head plane")
+        if n and int(head.max()) >= alphabet.size:
+            raise CorruptDataError("float codec: head symbol outside the alphabet")
+        tail = record.section("tail", np.uint8, (n * R + 7) // 8)
+        low = np.empty((L, n), dtype=np.uint8)
+        for k, name in enumerate(("low1", "low0")[:L]):
+            lp = p["low"][k]
+            if lp.get("coded"):
+                lplane = rans.RansPlane.from_sections(lp, record.sections, name)
+                if lplane.n_symbols != n:
+                    raise CorruptDataError(f"float codec: {name} plane has {lplane.n_symbols} symbols")
+                rans.decode(lplane, out=low[k], where=f"{name} plane")
+            else:
+                low[k] = record.section(f"{name}.raw", np.uint8, n)
+        out = np.empty(n, dtype=UINT[W])
+        K.merge_float(head, alphabet if alphabet.size else np.zeros(1, np.uint16), M - j, tail, R,
+                      8 * L, W - 1, low, out)
+        from .base import DTYPES
+        return out.view(DTYPES[record.dtype]).reshape(record.shape)
+
+
+register(FloatCodec())

@@ -1,0 +1,84 @@
+"""int8 quantization (lossy front end): symmetric per-output-channel scales, then lossless int8.
+
+scale[row] = max |w[row, :]| / 127 (one scale for 0-d and 1-d tensors), q = round-half-even(w /
+scale) clipped to [-127, 127], coded by the int8 codec (tiles + intra prediction + rANS).
+Decoding computes ``float32(q) * scale`` in float32 and rounds to the tensor's dtype (round to
+nearest even), so CPU and GPU decoders agree bit for bit. The record's ``info`` reports the
+error: ``snr_db`` (signal-to-noise ratio in dB) and ``max_abs_error``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CorruptDataError
+from .base import Codec, EncodedTensor, register
+from .int8 import Int8Codec, decode_int8, view_2d
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)
+    return rounded
+
+
+def to_f32(array: np.ndarray, dtype: str) -> np.ndarray:
+    return bf16_to_f32(array) if dtype == "BF16" else np.asarray(array, dtype=np.float32)
+
+
+def from_f32(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "BF16":
+        return f32_to_bf16(x)
+    return x.astype(np.float16 if dtype == "F16" else np.float32)
+
+
+def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.ndarray:
+    """q: [rows*cols] int8, scales: [rows] float32 -> [rows*cols] values of dtype (BF16 as uint16)."""
+    x = q.reshape(rows, -1).astype(np.float32) * scales.reshape(-1, 1)
+    return from_f32(x.reshape(-1), dtype)
+
+
+class QuantCodec(Codec):
+    id = "int8-quant"
+
+    def encode(self, array: np.ndarray, dtype: str, **options) -> EncodedTensor:
+        """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified."""
+        w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
+        if not np.all(np.isfinite(w)):
+            raise ValueError("int8 quantization needs finite weights (found NaN or inf)")
+        rows, cols = view_2d(array.shape)
+        w2 = w.reshape(rows, cols)
+        absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
+        scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+        q = np.clip(np.rint(w2 / scales[:, None]), -127, 127).astype(np.int8)
+        inner = Int8Codec().encode(q.reshape(array.shape), "I8", **options)
+        decoded = dequantize(q.reshape(-1), scales, rows, dtype)
+        err = to_f32(decoded, dtype).astype(np.float64) - w
+        signal = float(np.sum(w.astype(np.float64) ** 2))
+        noise = float(np.sum(err ** 2))
+        snr = float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-300) / noise))
+        info = {"snr_db": snr, "max_abs_error": float(np.abs(err).max()) if err.size else 0.0,
+                "modes": inner.info["modes"]}
+        return EncodedTensor(self.id, dtype, tuple(array.shape), {"q": inner.params},
+                             {**inner.sections, "scales": scales}, info=info)
+
+    def decode(self, record: EncodedTensor) -> np.ndarray:
+        if record.dtype not in ("BF16", "F16", "F32"):
+            raise CorruptDataError(f"int8-quant codec: dtype {record.dtype} not supported")
+        rows, _ = view_2d(record.shape)
+        scales = record.section("scales", np.float32, rows)
+        q = decode_int8(record, record.params["q"]).view(np.int8)
+        from .base import DTYPES
+        return dequantize(q, scales, rows, record.dtype).view(DTYPES[record.dtype]).reshape(record.shape)
+
+
+register(QuantCodec())
