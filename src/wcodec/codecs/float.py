@@ -66,13 +66,12 @@ class FloatCodec(Codec):
         bits = np.ascontiguousarray(array).reshape(-1).view(UINT[W])
         n = bits.size
         tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
-        if head_bits is None:
-            hist = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
-            head_bits = choose_head_bits(hist, E, tail0)
-        j = int(head_bits)
+        # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
+        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
+        j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)
         R = tail0 - j
         shift, mask = M - j, (1 << (E + j)) - 1
-        hist = K.head_histogram(bits, shift, mask)
+        hist = hist_max.reshape(mask + 1, -1).sum(axis=1)
         alphabet = np.flatnonzero(hist).astype(np.uint16)
         if alphabet.size > 256:
             raise ValueError(f"head_bits={j} gives {alphabet.size} head values (> 256)")

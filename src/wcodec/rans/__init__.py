@@ -258,7 +258,9 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
         raise ValueError(f"unknown backend {backend!r}")
     from . import cpu
     lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
-    status = cpu.decode_chunks(plane.states, plane.offsets, plane.words, n, cs, cpt, lookup,
+    # the branchless decoder always loads a word (clamped): give it one to load
+    words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
+    status = cpu.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
                                plane.prob_bits, out)
     if status.size and status.any():
         c = int(np.argmax(status != 0))

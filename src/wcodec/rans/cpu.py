@@ -70,10 +70,12 @@ def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
                 s = symbols[start + i]
                 f = np.int64(freqs[tab, s])
                 xl = x[lane]
-                if xl >= (f << shift_max):
-                    w -= 1
-                    scratch[w] = xl & 0xFFFF
-                    xl >>= 16
+                # branchless renormalisation: the store is harmless when nothing is emitted
+                # (the slot is overwritten later or lies outside the counted words)
+                emit = np.int64(xl >= (f << shift_max))
+                scratch[max(w - 1, start)] = xl & 0xFFFF
+                w -= emit
+                xl >>= 16 * emit
                 # floor(xl / f) through a float reciprocal: exact for f <= 2**12, xl < 2**32
                 q = np.int64(np.float64(xl) * inv[tab, s] + 6.103515625e-05)
                 x[lane] = (q << prob_bits) + (xl - q * f) + cums[tab, s]
@@ -113,6 +115,7 @@ def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, looku
         steps = (m + LANES - 1) // LANES
         pos = np.int64(offsets[c])
         end = np.int64(offsets[c + 1])
+        last = max(end - 1, 0) if words.size else 0
         x = np.empty(LANES, dtype=np.int64)
         bad = 0
         for lane in range(LANES):
@@ -130,14 +133,15 @@ def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, looku
                 e = np.int64(lookup[tab, xl & mask])
                 out[base + lane] = e & 0xFF
                 xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
-                if xl < STATE_LOWER:
-                    if pos >= end:
-                        bad = 1
-                        break
-                    xl = (xl << 16) | np.int64(words[pos])
-                    pos += 1
+                # branchless renormalisation (the branch is unpredictable); the word index is
+                # clamped, and reading past the chunk's words is flagged instead of followed
+                need = np.int64(xl < STATE_LOWER)
+                wd = np.int64(words[min(pos, last)])
+                xl = (xl << (16 * need)) | (wd * need)
+                pos += need
                 x[lane] = xl
-            if bad:
+            if pos > end:
+                bad = 1
                 break
         if bad == 0:
             if pos != end:
