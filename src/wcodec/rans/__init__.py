@@ -260,7 +260,8 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
     lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
     # the branchless decoder always loads a word (clamped): give it one to load
     words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
-    status = cpu.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
+    kernel = cpu.decode_chunks if plane.n_chunks > 1 else cpu.decode_chunks_serial
+    status = kernel(plane.states, plane.offsets, words, n, cs, cpt, lookup,
                                plane.prob_bits, out)
     if status.size and status.any():
         c = int(np.argmax(status != 0))

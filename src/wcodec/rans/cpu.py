@@ -98,56 +98,67 @@ def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
     return states, offsets, words
 
 
+@nb.njit(**_jit)
+def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
+    """Decode chunk c into ``out``; returns its status (see decode_chunks)."""
+    mask = (1 << prob_bits) - 1
+    tab = c // chunks_per_table
+    start = c * chunk_size
+    m = min(n, start + chunk_size) - start
+    steps = (m + LANES - 1) // LANES
+    pos = np.int64(offsets[c])
+    end = np.int64(offsets[c + 1])
+    last = max(end - 1, 0)
+    x = np.empty(LANES, dtype=np.int64)
+    for lane in range(LANES):
+        x[lane] = states[c * LANES + lane]
+        if x[lane] < STATE_LOWER:
+            return 3
+    for t in range(steps):
+        base = start + t * LANES
+        lanes = min(LANES, m - t * LANES)
+        for lane in range(lanes):
+            xl = x[lane]
+            e = np.int64(lookup[tab, xl & mask])
+            out[base + lane] = e & 0xFF
+            xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
+            # branchless renormalisation (the branch is unpredictable); the word index is
+            # clamped, and reading past the chunk's words is flagged instead of followed
+            need = np.int64(xl < STATE_LOWER)
+            wd = np.int64(words[min(pos, last)])
+            xl = (xl << (16 * need)) | (wd * need)
+            pos += need
+            x[lane] = xl
+        if pos > end:
+            return 1
+    if pos != end:
+        return 2
+    for lane in range(LANES):
+        if x[lane] != STATE_LOWER:
+            return 2
+    return 0
+
+
 @nb.njit(parallel=True, **_jit)
 def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
-    """Decode every chunk into ``out`` ([n] uint8). lookup: [n_tables, 2**prob_bits] uint32.
+    """Decode every chunk into ``out`` ([n] uint8), chunks in parallel.
 
-    Returns [n_chunks] int32 status: 0 ok, 1 reads past the chunk's words, 2 words left unread or
-    final state wrong, 3 initial state out of range.
+    lookup: [n_tables, 2**prob_bits] uint32; words must hold at least one word (the branchless
+    decoder always loads one). Returns [n_chunks] int32 status: 0 ok, 1 reads past the chunk's
+    words, 2 words left unread or final state wrong, 3 initial state out of range.
     """
     n_chunks = (n + chunk_size - 1) // chunk_size
     status = np.zeros(n_chunks, dtype=np.int32)
-    mask = (1 << prob_bits) - 1
     for c in nb.prange(n_chunks):
-        tab = c // chunks_per_table
-        start = c * chunk_size
-        m = min(n, start + chunk_size) - start
-        steps = (m + LANES - 1) // LANES
-        pos = np.int64(offsets[c])
-        end = np.int64(offsets[c + 1])
-        last = max(end - 1, 0) if words.size else 0
-        x = np.empty(LANES, dtype=np.int64)
-        bad = 0
-        for lane in range(LANES):
-            x[lane] = states[c * LANES + lane]
-            if x[lane] < STATE_LOWER:
-                bad = 3
-        if bad:
-            status[c] = bad
-            continue
-        for t in range(steps):
-            base = start + t * LANES
-            lanes = min(LANES, m - t * LANES)
-            for lane in range(lanes):
-                xl = x[lane]
-                e = np.int64(lookup[tab, xl & mask])
-                out[base + lane] = e & 0xFF
-                xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
-                # branchless renormalisation (the branch is unpredictable); the word index is
-                # clamped, and reading past the chunk's words is flagged instead of followed
-                need = np.int64(xl < STATE_LOWER)
-                wd = np.int64(words[min(pos, last)])
-                xl = (xl << (16 * need)) | (wd * need)
-                pos += need
-                x[lane] = xl
-            if pos > end:
-                bad = 1
-                break
-        if bad == 0:
-            if pos != end:
-                bad = 2
-            for lane in range(LANES):
-                if x[lane] != STATE_LOWER:
-                    bad = 2
-        status[c] = bad
+        status[c] = _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out)
+    return status
+
+
+@nb.njit(**_jit)
+def decode_chunks_serial(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
+    """decode_chunks on one thread: small planes skip the thread pool's start-up cost."""
+    n_chunks = (n + chunk_size - 1) // chunk_size
+    status = np.zeros(n_chunks, dtype=np.int32)
+    for c in range(n_chunks):
+        status[c] = _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out)
     return status
