@@ -1,11 +1,38 @@
 """wcodec: compress neural-network weights with video-codec techniques, decode them on the GPU.
 
-``import wcodec`` is light: numba, torch, triton and CUDA are imported only when used.
+``import wcodec`` is light: numba, torch, triton and CUDA are imported only when used. The API
+(``save_file``, ``load_file``, ``safe_open``, ...) is loaded on first attribute access.
 """
 
 __version__ = "0.1.0"
 
 from .errors import ChecksumError, CorruptDataError, FormatError, UnsupportedError, WcodecError
 
+# name -> module holding it; imported on first access (PEP 562) to keep `import wcodec` light
+_LAZY = {
+    "save_file": "wcodec.api", "load_file": "wcodec.api", "safe_open": "wcodec.api",
+    "encode_safetensors_to_wcodec": "wcodec.api", "load_wcodec_checkpoint": "wcodec.api",
+    "decode_to_safetensors": "wcodec.api",
+    "Reader": "wcodec.format", "Writer": "wcodec.format", "CheckpointReader": "wcodec.format",
+}
+_SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli")
+
 __all__ = ["WcodecError", "CorruptDataError", "FormatError", "ChecksumError", "UnsupportedError",
-           "__version__"]
+           "__version__", *_LAZY]
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"wcodec.{name}")
+    else:
+        raise AttributeError(f"module 'wcodec' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

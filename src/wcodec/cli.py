@@ -1,0 +1,241 @@
+"""The ``wcodec`` command line: thin argparse subcommands over the library.
+
+Exit status: 0 on success, 1 when the input is bad (a one-line ``wcodec: error: ...`` on
+stderr), 2 on a usage error (argparse). Heavy modules are imported inside the subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+EPILOG = """examples:
+  wcodec encode model.safetensors model.wcodec          lossless, bit-exact
+  wcodec encode ./hf-model ./hf-model-wcodec --mode int8  folder: shards + config/tokenizer copies
+  wcodec decode model.wcodec model.safetensors
+  wcodec info model.wcodec
+  wcodec verify model.wcodec
+  wcodec bench model.wcodec --repeat 3
+"""
+MODE_NAMES = ("NONE", "LEFT", "TOP", "AVG", "PLANAR")
+
+
+def _size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", text, re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 5GB, 500MiB, 1000000)")
+    unit = (m.group(2) or "").lower().rstrip("b").rstrip("i")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(unit or " "))
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+
+
+def cmd_encode(args) -> int:
+    from .api import encode_safetensors_to_wcodec
+
+    t = time.perf_counter()
+    paths = encode_safetensors_to_wcodec(args.src, args.dst, mode=args.mode, workers=args.workers,
+                                         max_shard_size=args.max_shard_size, progress=not args.quiet)
+    src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
+                                               else Path(args.src).rglob("*")) if p.is_file())
+    out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
+    print(f"wrote {len(paths)} file(s) to {args.dst}: {_fmt_bytes(out_size)} of .wcodec "
+          f"from {_fmt_bytes(src_size)} in {time.perf_counter() - t:.2f} s")
+    return 0
+
+
+def cmd_decode(args) -> int:
+    from .api import decode_to_safetensors
+
+    decode_to_safetensors(args.src, args.dst, progress=not args.quiet)
+    print(f"wrote {args.dst}")
+    return 0
+
+
+def _modes(rec) -> str:
+    """Prediction modes used by int8 codecs, from their ``modes`` section or params."""
+    import numpy as np
+
+    modes = rec.sections.get("modes")
+    if modes is not None and modes.size:
+        counts = np.bincount(np.minimum(modes, len(MODE_NAMES)), minlength=len(MODE_NAMES) + 1)
+        names = MODE_NAMES + ("?",)
+        return " ".join(f"{names[i]}:{100 * c / modes.size:.0f}%" for i, c in enumerate(counts) if c)
+    params = rec.params.get("q", rec.params) if isinstance(rec.params.get("q"), dict) else rec.params
+    return "NONE" if params.get("all_none") else ""
+
+
+def cmd_info(args) -> int:
+    from .format import CheckpointReader
+
+    with CheckpointReader(args.file) as r:
+        rows, raw_total, coded_total, numel_total = [], 0, 0, 0
+        for name in r.keys():
+            target = r.alias_of(name)
+            e = r.entry(name)
+            shape = "x".join(map(str, e["shape"])) or "()"
+            if target:
+                rows.append((name, e["dtype"], shape, "alias", "", "", f"= {target}"))
+                continue
+            rec = r.record(name, verify=False)
+            extra = [_modes(rec)] + [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                     for k, v in rec.info.items() if k in ("snr_db", "max_abs_err")]
+            rows.append((name, e["dtype"], shape, e["codec"], f"{rec.bits_per_weight:.3f}",
+                         f"{rec.raw_nbytes / rec.nbytes:.3f}" if rec.nbytes else "-", " ".join(x for x in extra if x)))
+            raw_total += rec.raw_nbytes
+            coded_total += rec.nbytes
+            numel_total += rec.numel
+        head = ("name", "dtype", "shape", "codec", "bits/w", "ratio", "modes / notes")
+        widths = [max(len(str(row[i])) for row in rows + [head]) for i in range(len(head))]
+        for row in [head] + rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        files = [r.path] if r.index is None else [r.path.parent / f for f in r.shard_files()]
+        fsize = sum(f.stat().st_size for f in files)
+        bpw = 8 * coded_total / numel_total if numel_total else 0.0
+        print(f"total: {len(rows)} tensors, {numel_total:,} weights, {_fmt_bytes(raw_total)} raw, "
+              f"{_fmt_bytes(coded_total)} coded ({bpw:.3f} bits/w, ratio "
+              f"{raw_total / max(coded_total, 1):.3f}), files {_fmt_bytes(fsize)} in {len(files)} shard(s)")
+        meta = r.metadata()
+        if meta:
+            print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from tqdm.auto import tqdm
+
+    from .errors import WcodecError
+    from .format import CheckpointReader
+
+    failed = 0
+    with CheckpointReader(args.file) as r:
+        names = [n for n in r.keys() if not r.alias_of(n)]
+        for name in tqdm(names, desc="verify", disable=args.quiet, unit="tensor"):
+            try:
+                r.verify(name)
+            except WcodecError as e:
+                failed += 1
+                print(f"FAIL {e}", file=sys.stderr)
+    if failed:
+        print(f"wcodec: error: {failed} of {len(names)} tensors failed verification", file=sys.stderr)
+        return 1
+    print(f"OK: {len(names)} tensors, checksums and full decode verified")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .codecs import decode_tensor
+    from .format import CheckpointReader
+    from .format.encode import map_in_threads
+
+    with CheckpointReader(args.file) as r:
+        recs = [(n, r.record(n, verify=False)) for n in r.keys() if not r.alias_of(n)]
+        raw = sum(rec.raw_nbytes for _, rec in recs)
+        coded = sum(rec.nbytes for _, rec in recs)
+        by_name = dict(recs)
+
+        def run():  # the way load_file decodes: tensors in pool threads
+            map_in_threads(lambda n: decode_tensor(by_name[n], n), list(by_name), args.workers)
+
+        run()  # warm-up: numba compiles (or loads its cache) on first use
+        best = float("inf")
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - t)
+    print(f"CPU decode: {_fmt_bytes(raw)} from {_fmt_bytes(coded)} in {best * 1e3:.1f} ms "
+          f"= {raw / best / 1e9:.3f} GB/s (best of {args.repeat}, {len(recs)} tensors)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    try:
+        from .demo.run import main as demo_main
+    except ImportError as e:
+        raise SystemExit(f"wcodec: error: the demo is not available ({e})")
+    return demo_main(args) or 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="wcodec", description="Compress neural-network weights; decode them on CPU or GPU.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"wcodec {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name, func, help_, examples=""):
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.set_defaults(func=func)
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        return sp
+
+    sp = add("encode", cmd_encode, "compress a checkpoint (.safetensors, .pt/.pth/.bin, or a model folder)",
+             "examples:\n  wcodec encode model.safetensors model.wcodec\n"
+             "  wcodec encode pytorch_model.bin out.wcodec --mode int8\n"
+             "  wcodec encode ./hf-model ./out --max-shard-size 2GB")
+    sp.add_argument("src", help="input file or model folder")
+    sp.add_argument("dst", help="output *.wcodec file, or a folder (shards, index, config files)")
+    sp.add_argument("--mode", choices=("lossless", "int8"), default="lossless",
+                    help="lossless (bit-exact, default) or int8 (lossy per-channel quantization of float tensors)")
+    sp.add_argument("--workers", type=int, default=None, help="encoding threads (default: up to 4)")
+    sp.add_argument("--max-shard-size", type=_size, default=None, help="folder output: bytes per shard (default 5GiB)")
+
+    sp = add("decode", cmd_decode, "decompress to one safetensors file",
+             "example:\n  wcodec decode model.wcodec model.safetensors")
+    sp.add_argument("src", help=".wcodec file, sharded folder or index")
+    sp.add_argument("dst", help="output .safetensors file")
+
+    sp = add("info", cmd_info, "per-tensor table: dtype, shape, codec, bits/weight, ratio, prediction modes")
+    sp.add_argument("file", help=".wcodec file, sharded folder or index")
+
+    sp = add("verify", cmd_verify, "check every checksum and decode every tensor")
+    sp.add_argument("file", help=".wcodec file, sharded folder or index")
+
+    sp = add("bench", cmd_bench, "measure CPU decode throughput (GB/s of decoded tensors)")
+    sp.add_argument("file", help=".wcodec file, sharded folder or index")
+    sp.add_argument("--repeat", type=int, default=3, help="timed passes, best reported (default 3)")
+    sp.add_argument("--workers", type=int, default=None, help="decoding threads (default: up to 4)")
+
+    sp = add("demo", cmd_demo, "run the demo: a tiny Llama generating stories from compressed weights")
+    sp.add_argument("--steps", type=int, default=200, help="tokens to generate per story (default 200)")
+    sp.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    sp.add_argument("--prompt", default="", help='text the stories start with (default "")')
+
+    try:  # the vectors commands are optional: the CLI works without them
+        from .vectors.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (also used by the ``wcodec`` console script)."""
+    from .errors import WcodecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (WcodecError, OSError, KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"wcodec: error: {msg}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("wcodec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

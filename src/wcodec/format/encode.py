@@ -1,0 +1,118 @@
+"""Encode a stream of tensors into a writer: thread pool over tensors, bounded memory, aliases.
+
+At most ``workers + 1`` tensors are in flight (being encoded or waiting to be written), so
+memory stays bounded by the largest tensors, never the whole checkpoint. Records are written in
+input order, so the output is deterministic whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from . import spec
+
+#: codec ids whose decoded tensor differs from the input: the writer decodes them to checksum
+LOSSY_CODECS = frozenset({"int8-quant"})
+
+
+@dataclass
+class Item:
+    """One tensor to encode.
+
+    name: tensor name. array: C-contiguous little-endian numpy array (BF16 as uint16), never
+    modified. dtype: safetensors dtype name. ident: identity of the memory holding it (equal
+    idents = the same tensor under two names, stored once) or None.
+    """
+
+    name: str
+    array: np.ndarray
+    dtype: str
+    ident: tuple | None = None
+
+
+def default_workers() -> int:
+    """Threads for encoding: numba kernels release the GIL, but only thread-safe numba layers
+    (omp, tbb) may be entered from several threads; the workqueue layer aborts the process."""
+    try:
+        from numba.np.ufunc import omppool  # noqa: F401
+    except ImportError:
+        try:
+            from numba.np.ufunc import tbbpool  # noqa: F401
+        except ImportError:
+            return 1
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _encode_one(item: Item, mode: str):
+    from ..codecs import decode_tensor, encode_tensor
+
+    rec = encode_tensor(item.array, item.dtype, mode, item.name)
+    if rec.codec in LOSSY_CODECS:
+        crc = spec.crc32(decode_tensor(rec, item.name))
+    else:
+        crc = spec.crc32(item.array)
+    return rec, crc
+
+
+def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: int | None = None,
+                progress=None) -> dict:
+    """Encode ``items`` in order into ``sink`` (a Writer or ShardedWriter).
+
+    mode: "lossless" or "int8". workers: encoding threads (None: :func:`default_workers`).
+    progress: a tqdm-like object updated with decoded bytes, or None.
+    Returns totals {"tensors", "aliases", "raw_bytes", "coded_bytes"}. Exceptions propagate
+    after cancelling pending work (the caller aborts the sink).
+    """
+    workers = default_workers() if workers is None else max(1, int(workers))
+    seen: dict[tuple, str] = {}
+    totals = {"tensors": 0, "aliases": 0, "raw_bytes": 0, "coded_bytes": 0}
+    pending: deque = deque()
+
+    def flush_one():
+        name, fut, nbytes = pending.popleft()
+        rec, crc = fut.result()
+        sink.add_record(name, rec, crc)
+        totals["tensors"] += 1
+        totals["raw_bytes"] += nbytes
+        totals["coded_bytes"] += rec.nbytes
+        if progress is not None:
+            progress.update(nbytes)
+
+    # Always encode in pool threads, even for workers=1: numba parallel kernels entered from the
+    # main thread were measured 5-10x slower here (about 0.35 s per small tensor, omp layer).
+    ex = ThreadPoolExecutor(workers)
+    try:
+        for item in items:
+            key = item.ident if item.ident is not None and item.array.size else None
+            if key is not None and key in seen:
+                while pending:  # the target must be in the sink before its alias
+                    flush_one()
+                sink.add_alias(item.name, seen[key])
+                totals["aliases"] += 1
+                continue
+            if key is not None:
+                seen[key] = item.name
+            pending.append((item.name, ex.submit(_encode_one, item, mode), int(item.array.nbytes)))
+            while len(pending) > workers:
+                flush_one()
+        while pending:
+            flush_one()
+    finally:
+        for _, fut, _ in pending:
+            fut.cancel()
+        ex.shutdown(wait=True)
+    return totals
+
+
+def map_in_threads(fn, names: list, workers: int | None = None) -> dict:
+    """{name: fn(name)} computed in pool threads (order kept). Decoding this way overlaps tensors
+    and avoids the slow main-thread numba launches noted in :func:`encode_into`."""
+    workers = default_workers() if workers is None else max(1, int(workers))
+    with ThreadPoolExecutor(workers) as ex:
+        return dict(zip(names, ex.map(fn, names)))

@@ -1,0 +1,235 @@
+"""Checkpoint inputs (safetensors, Hugging Face folders, torch state dicts) and safetensors output.
+
+Inputs are read lazily: safetensors files are memory-mapped (parsed here, so BF16 works without
+torch), torch files are loaded with ``torch.load(weights_only=True, mmap=True)``. Each source
+yields :class:`~wcodec.format.encode.Item` objects one tensor at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import CorruptDataError, FormatError, UnsupportedError
+from . import spec
+from .encode import Item
+
+ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
+             "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx") + TORCH_SUFFIXES
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+# -- safetensors -----------------------------------------------------------------------------------
+def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
+    """Open a safetensors file: returns (metadata, lazy iterator of Items as mmap views).
+
+    Raises FormatError / CorruptDataError on a malformed file, UnsupportedError for dtypes
+    wcodec does not handle (e.g. F8_E4M3), naming the tensor.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) < 8:
+            raise FormatError(f"{path.name}: not a safetensors file (too short)")
+        (n,) = struct.unpack("<Q", head)
+        if n > spec.MAX_HEADER_SIZE or 8 + n > size:
+            raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise FormatError(f"{path.name}: bad safetensors header: {e}") from None
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    meta = header.pop("__metadata__", None) or {}
+    entries = []
+    for name, e in header.items():
+        try:
+            dtype, shape, (a, b) = e["dtype"], [int(d) for d in e["shape"]], e["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CorruptDataError(f"{path.name}: tensor '{name}': malformed entry") from None
+        if dtype not in ST_DTYPES:
+            raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
+        numel = int(np.prod(shape, dtype=np.int64))
+        dt = np.dtype(ST_DTYPES[dtype])
+        if not (0 <= a <= b <= size - 8 - n) or b - a != numel * dt.itemsize:
+            raise CorruptDataError(f"{path.name}: tensor '{name}': data_offsets {a, b} do not fit")
+        entries.append((a, name, dtype, shape, dt, numel))
+    entries.sort(key=lambda t: t[0])  # file order: sequential reads
+
+    def items():
+        for a, name, dtype, shape, dt, numel in entries:
+            arr = np.frombuffer(mm, dtype=dt, count=numel, offset=8 + n + a).reshape(shape)
+            yield Item(name, arr, dtype, (str(path), a, dtype, tuple(shape)))
+
+    return dict(meta), items()
+
+
+def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metadata: dict | None = None,
+                      progress=None) -> Path:
+    """Stream tensors into a safetensors file, atomically (temporary file, then rename).
+
+    specs: [(name, dtype name, shape)] in output order. produce(name) -> numpy array of that
+    dtype/shape (BF16 as uint16), called once per tensor, so memory holds one tensor at a time.
+    """
+    path = Path(path)
+    header, off = {}, 0
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    for name, dtype, shape in specs:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * spec.TENSOR_ITEMSIZE[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            for name, dtype, shape in specs:
+                arr = np.ascontiguousarray(produce(name))
+                want = header[name]["data_offsets"]
+                if arr.nbytes != want[1] - want[0]:
+                    raise CorruptDataError(f"tensor '{name}': produced {arr.nbytes} bytes, expected {want[1] - want[0]}")
+                f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+                if progress is not None:
+                    progress.update(arr.nbytes)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# -- torch -----------------------------------------------------------------------------------------
+TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
+                "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
+                "float32": "F32", "float64": "F64"}
+
+
+def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
+    """A CPU torch tensor as (numpy array sharing its memory when contiguous, dtype name, ident).
+
+    BF16 is viewed as uint16 bits. The tensor is never modified. Raises UnsupportedError.
+    """
+    tname = str(t.dtype).removeprefix("torch.")
+    dtype = TORCH_DTYPES.get(tname)
+    if dtype is None:
+        raise UnsupportedError(f"tensor '{name}': torch dtype {tname} is not supported")
+    # identity of the caller's memory (before any copy): tied weights share it
+    ident = (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+             tuple(t.stride()), tname)
+    t = t.detach().cpu().contiguous()
+    if dtype == "BF16":
+        import torch
+        arr = t.view(torch.int16).numpy().view(np.uint16)
+    else:
+        arr = t.numpy()
+    return arr, dtype, ident
+
+
+def read_torch(path) -> tuple[dict, Iterator[Item]]:
+    """Load a torch state dict with ``weights_only=True`` (mmap for zip files). Returns (meta, items).
+
+    Accepts a flat {name: tensor} dict, or one nested under "state_dict"/"model"/"module".
+    Raises UnsupportedError when torch is missing or entries are not tensors.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise UnsupportedError("reading torch checkpoints needs torch (pip install torch)") from None
+    import pickle
+    import zipfile
+
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, AttributeError) as e:
+        # weights_only refuses pickled code: report it as bad input, not a crash
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise FormatError(f"{Path(path).name}: cannot load as a weights-only torch state dict: {msg}") from None
+    if isinstance(sd, dict) and not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        for key in ("state_dict", "model", "module"):
+            if isinstance(sd.get(key), dict):
+                sd = sd[key]
+                break
+    if not isinstance(sd, dict):
+        raise UnsupportedError(f"{Path(path).name}: expected a state dict, got {type(sd).__name__}")
+    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise UnsupportedError(f"{Path(path).name}: entries that are not tensors: {bad[:5]}")
+
+    def items():
+        for name, t in sd.items():
+            arr, dtype, ident = torch_to_numpy(t, name)
+            yield Item(str(name), arr, dtype, ident)
+
+    return {"format": "pt"}, items()
+
+
+# -- folders ---------------------------------------------------------------------------------------
+def weight_files(folder) -> list[Path]:
+    """The weight files of a Hugging Face style folder, in shard order.
+
+    Prefers safetensors (index, single file, or all *.safetensors), then torch .bin/.pt.
+    Raises FileNotFoundError when there are none.
+    """
+    folder = Path(folder)
+    for index in INDEX_NAMES:
+        p = folder / index
+        if p.is_file():
+            try:
+                wm = json.loads(p.read_text(encoding="utf-8"))["weight_map"]
+            except (ValueError, KeyError) as e:
+                raise FormatError(f"{p}: bad index: {e}") from None
+            return [folder / f for f in dict.fromkeys(wm.values())]
+    for pattern in ("*.safetensors", "*.bin", "*.pt", "*.pth"):
+        files = sorted(folder.glob(pattern))
+        if files:
+            return files
+    raise FileNotFoundError(f"{folder}: no safetensors or torch weight files")
+
+
+def read_source(path) -> tuple[dict, Iterator[Item]]:
+    """Any supported input file or folder as (metadata, lazy items); folder shards are chained."""
+    path = Path(path)
+    if path.is_dir():
+        files = weight_files(path)
+
+        def items():
+            for f in files:
+                yield from read_source(f)[1]
+
+        meta = read_safetensors(files[0])[0] if files[0].suffix == ".safetensors" else {"format": "pt"}
+        return meta, items()
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)
+    if path.suffix in TORCH_SUFFIXES:
+        return read_torch(path)
+    raise UnsupportedError(f"{path.name}: unknown input type (expected .safetensors, {', '.join(TORCH_SUFFIXES)} or a folder)")
+
+
+def copy_side_files(src_folder, dst_folder) -> list[Path]:
+    """Copy every non-weight file of a model folder (config, tokenizer, generation config,
+    README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries are
+    skipped. Returns the destination paths."""
+    src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+    out = []
+    for p in sorted(src_folder.rglob("*")):
+        rel = p.relative_to(src_folder)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        if p.name.endswith(WEIGHT_SUFFIXES) or p.name in INDEX_NAMES:
+            continue
+        dest = dst_folder / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, dest)
+        out.append(dest)
+    return out

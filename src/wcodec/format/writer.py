@@ -1,0 +1,161 @@
+"""Streaming, atomic writer of one .wcodec file (layout in docs/FORMAT.md).
+
+Sections are written as soon as a tensor is encoded; only the JSON index stays in memory. The
+file is built under a temporary name in the destination folder and renamed over the destination
+by :meth:`Writer.commit`, so an interrupted write never leaves a partial ``.wcodec`` behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from . import spec
+
+
+def _jsonable(x):
+    """Codec params/info may hold numpy scalars; the header holds plain JSON values."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)  # JSON has no inf/nan (e.g. the SNR of an exactly quantized tensor)
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    return x
+
+
+class Writer:
+    """Write EncodedTensor records to ``path`` one by one; memory holds only the header index.
+
+    Use as a context manager: the file appears at ``path`` on a clean exit (:meth:`commit`) and
+    the temporary file is removed on an exception (:meth:`abort`).
+
+    Args:
+        path: destination file (conventionally ``*.wcodec``); its folder must exist.
+        metadata: str -> str model metadata stored in the header (e.g. ``{"format": "pt"}``).
+    Raises:
+        OSError: the temporary file cannot be created or written.
+        TypeError: metadata is not a str -> str mapping.
+    """
+
+    def __init__(self, path, metadata: dict | None = None):
+        self.path = Path(path)
+        meta = dict(metadata or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+            raise TypeError("metadata must map str to str (as in safetensors)")
+        self.metadata = meta
+        self.tensors: dict[str, dict] = {}
+        self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        # os.open with 0o666 honours the umask, unlike tempfile's 0o600
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        self._f = os.fdopen(fd, "wb")
+        self._f.write(bytes(spec.PREAMBLE_SIZE))
+        self._pos = spec.PREAMBLE_SIZE
+        self._done = False
+
+    @property
+    def data_size(self) -> int:
+        """Bytes written so far (preamble, sections and padding)."""
+        return self._pos
+
+    def _pad(self) -> None:
+        pad = spec.align_up(self._pos) - self._pos
+        if pad:
+            self._f.write(bytes(pad))
+            self._pos += pad
+
+    def add_record(self, name: str, record, crc: int, info: dict | None = None) -> None:
+        """Append a tensor: its sections (64-byte aligned, in the record's order) and index entry.
+
+        record: an EncodedTensor. crc: zlib crc32 of the decoded tensor's little-endian C-order
+        bytes. info: report statistics stored with the entry (default ``record.info``).
+        Raises ValueError on a duplicate name or a section of a dtype the format does not allow.
+        """
+        if self._done:
+            raise ValueError("writer is closed")
+        if not isinstance(name, str) or not name or name in self.tensors:
+            raise ValueError(f"tensor name {name!r} is empty or used twice")
+        sections = {}
+        for sname, arr in record.sections.items():
+            arr = np.asarray(arr)
+            dt = spec.section_dtype_name(arr)
+            data = np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("<")).view(np.uint8)
+            self._pad()
+            self._f.write(memoryview(data))
+            sections[sname] = {"dtype": dt, "offset": self._pos, "size": int(data.nbytes), "crc32": spec.crc32(data)}
+            self._pos += int(data.nbytes)
+        entry = {"dtype": record.dtype, "shape": [int(d) for d in record.shape], "codec": record.codec,
+                 "params": _jsonable(record.params), "sections": sections, "crc32": int(crc)}
+        info = record.info if info is None else info
+        if info:
+            entry["info"] = _jsonable(info)
+        self.tensors[name] = entry
+
+    def add_alias(self, name: str, target: str) -> None:
+        """Store ``name`` as another name of the already added tensor ``target`` (tied weights)."""
+        if not name or name in self.tensors:
+            raise ValueError(f"tensor name {name!r} is empty or used twice")
+        t = self.tensors.get(target)
+        if t is None or "alias_of" in t:
+            raise ValueError(f"alias target {target!r} is not a stored tensor of this file")
+        self.tensors[name] = {"alias_of": target}
+
+    def header_bytes(self) -> bytes:
+        header = {"format": "wcodec", "format_version": spec.FORMAT_VERSION,
+                  "metadata": self.metadata, "tensors": self.tensors}
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+    def commit(self, path=None) -> Path:
+        """Write the header and preamble, fsync, and rename onto ``path`` (default: self.path)."""
+        if self._done:
+            raise ValueError("writer is closed")
+        try:
+            raw = self.header_bytes()
+            if len(raw) > spec.MAX_HEADER_SIZE:
+                raise ValueError(f"header of {len(raw)} bytes exceeds {spec.MAX_HEADER_SIZE}")
+            self._pad()
+            h_off = self._pos
+            self._f.write(raw)
+            self._f.seek(0)
+            self._f.write(spec.pack_preamble(h_off, len(raw), spec.crc32(raw)))
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            dest = Path(path) if path is not None else self.path
+            os.replace(self._tmp, dest)
+            self.path = dest
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        return self.path
+
+    def abort(self) -> None:
+        """Discard everything written; the destination is left untouched."""
+        self._done = True
+        try:
+            self._f.close()
+        finally:
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
