@@ -8,10 +8,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-_jit = dict(nogil=True, cache=True)
+from .._numba import kernel
+
+from .._numba import JIT as _jit
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def head_histogram(bits, shift, mask):
     """Histogram of ``(bits >> shift) & mask`` over [n] uint16/uint32 -> [mask + 1] int64."""
     n = bits.size
@@ -24,7 +26,7 @@ def head_histogram(bits, shift, mask):
     return hist.sum(axis=0)
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes):
     """Split float bit patterns into head symbols, packed tail bits and low byte planes.
 
@@ -67,7 +69,7 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     return head, tail, low
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def merge_float(head, alphabet, head_shift, tail, tail_bits, tail_shift, sign_shift, low, out):
     """Inverse of split_float: writes the bit patterns into ``out`` ([n] uint16/uint32)."""
     n = out.size

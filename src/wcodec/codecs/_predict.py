@@ -9,9 +9,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .._numba import kernel
+
 NONE, LEFT, TOP, AVG, PLANAR = range(5)
 N_MODES = 5
-_jit = dict(nogil=True, cache=True)
+from .._numba import JIT as _jit
 
 
 @nb.njit(**_jit)
@@ -43,7 +45,7 @@ def _tile_start(rows, cols, th, tw, t):
     return r0, c0, h, w, off
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def mode_costs(x, th, tw, cost):
     """Coded cost of each tile under each mode. x: [rows, cols] int16; cost: [256] float64 bits
     per residual symbol. Returns [n_tiles, 5] float64."""
@@ -61,7 +63,7 @@ def mode_costs(x, th, tw, cost):
     return out
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def residuals(x, th, tw, modes):
     """Residual plane ([rows*cols] uint8, tile-major, each tile row-major) for per-tile modes."""
     rows, cols = x.shape
@@ -76,7 +78,7 @@ def residuals(x, th, tw, modes):
     return out
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def reconstruct(res, rows, cols, th, tw, modes, signed):
     """Inverse prediction: residual plane -> [rows, cols] uint8 bytes of the tensor."""
     n_tiles = modes.size

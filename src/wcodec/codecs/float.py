@@ -68,7 +68,7 @@ class FloatCodec(Codec):
         n = bits.size
         tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
         # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
-        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
+        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1, size=n)
         j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)
         R = tail0 - j
         shift, mask = M - j, (1 << (E + j)) - 1
@@ -79,7 +79,7 @@ class FloatCodec(Codec):
         symbol_of = np.zeros(mask + 1, dtype=np.uint8)
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
         head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
-                                        W - 1, R, L)
+                                        W - 1, R, L, size=n)
         plane = rans.encode(head, prob_bits, chunk_steps, tables)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
@@ -127,7 +127,7 @@ class FloatCodec(Codec):
                 low[k] = record.section(f"{name}.raw", np.uint8, n)
         out = np.empty(n, dtype=UINT[W])
         K.merge_float(head, alphabet if alphabet.size else np.zeros(1, np.uint16), M - j, tail, R,
-                      8 * L, W - 1, low, out)
+                      8 * L, W - 1, low, out, size=n)
         from .base import DTYPES
         return out.view(DTYPES[record.dtype]).reshape(record.shape)
 

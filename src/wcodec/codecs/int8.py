@@ -41,13 +41,13 @@ def choose_modes(x: np.ndarray, th: int, tw: int) -> np.ndarray:
     """Per-tile modes minimising coded cost under the tensor's table. x: [rows, cols] int16."""
     none = np.zeros(((x.shape[0] + th - 1) // th) * ((x.shape[1] + tw - 1) // tw), dtype=np.uint8)
     modes = none
-    counts = np.bincount(P.residuals(x, th, tw, none), minlength=256)
+    counts = np.bincount(P.residuals(x, th, tw, none, size=x.size), minlength=256)
     for _ in range(MODE_ROUNDS):
-        new = np.argmin(P.mode_costs(x, th, tw, _cost_lut(counts)), axis=1).astype(np.uint8)
+        new = np.argmin(P.mode_costs(x, th, tw, _cost_lut(counts), size=5 * x.size), axis=1).astype(np.uint8)
         if np.array_equal(new, modes):
             break
         modes = new
-        counts = np.bincount(P.residuals(x, th, tw, modes), minlength=256)
+        counts = np.bincount(P.residuals(x, th, tw, modes, size=x.size), minlength=256)
     return modes
 
 
@@ -77,7 +77,7 @@ class Int8Codec(Codec):
         return best
 
     def _pack(self, dtype, shape, x, th, tw, modes, prob_bits, chunk_steps, tables, signed):
-        plane = rans.encode(P.residuals(x, th, tw, modes), prob_bits, chunk_steps, tables)
+        plane = rans.encode(P.residuals(x, th, tw, modes, size=x.size), prob_bits, chunk_steps, tables)
         all_none = not modes.any()
         params = {"rows": x.shape[0], "cols": x.shape[1], "tile_h": th, "tile_w": tw,
                   "signed": signed, "all_none": all_none, "res": plane.params()}
@@ -113,14 +113,14 @@ def decode_int8(record: EncodedTensor, p: dict) -> np.ndarray:
     res = rans.decode(plane, where="residual plane")
     if p["all_none"]:
         return _untile(res, rows, cols, th, tw)
-    return P.reconstruct(res, rows, cols, th, tw, modes, bool(p["signed"])).reshape(-1)
+    return P.reconstruct(res, rows, cols, th, tw, modes, bool(p["signed"]), size=rows * cols).reshape(-1)
 
 
 def _untile(res: np.ndarray, rows: int, cols: int, th: int, tw: int) -> np.ndarray:
     """Tile-major plane -> row-major bytes, for all-NONE tensors (no prediction to undo)."""
     if cols <= tw:  # one tile column: tile-major order is already row-major
         return res
-    return P.reconstruct(res, rows, cols, th, tw, np.zeros(((rows + th - 1) // th) * ((cols + tw - 1) // tw), np.uint8), False).reshape(-1)
+    return P.reconstruct(res, rows, cols, th, tw, np.zeros(((rows + th - 1) // th) * ((cols + tw - 1) // tw), np.uint8), False, size=rows * cols).reshape(-1)
 
 
 register(Int8Codec())

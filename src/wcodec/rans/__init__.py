@@ -198,7 +198,7 @@ def encode(
                            for c in range(n_chunks)]) if n_chunks else np.zeros((0, 256), np.int64)
     else:
         from . import cpu
-        counts = cpu.chunk_histograms(symbols, chunk_size)
+        counts = cpu.chunk_histograms(symbols, chunk_size, size=n)
     cpt = _choose_tables(counts, chunk_size, prob_bits) if tables == "auto" else int(tables)
     if cpt < 1:
         raise ValueError("tables must be 'auto' or a positive number of chunks per table")
@@ -217,7 +217,7 @@ def encode(
         offsets = np.array(offsets, dtype=np.uint32)
         words = np.array(words, dtype=np.uint16)
     elif backend == "numba":
-        states, offsets, words = cpu.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits)
+        states, offsets, words = cpu.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, size=n)
     else:
         raise ValueError(f"unknown backend {backend!r}")
     alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1
@@ -260,9 +260,8 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
     lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
     # the branchless decoder always loads a word (clamped): give it one to load
     words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
-    kernel = cpu.decode_chunks if plane.n_chunks > 1 else cpu.decode_chunks_serial
-    status = kernel(plane.states, plane.offsets, words, n, cs, cpt, lookup,
-                               plane.prob_bits, out)
+    status = cpu.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
+                               plane.prob_bits, out, size=n if plane.n_chunks > 1 else 0)
     if status.size and status.any():
         c = int(np.argmax(status != 0))
         raise CorruptDataError(f"{where}: chunk {c} {_STATUS.get(int(status[c]), 'is corrupt')}")

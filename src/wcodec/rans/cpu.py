@@ -11,13 +11,15 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .._numba import kernel
+
 LANES = 32
 STATE_LOWER = 1 << 16
 
-_jit = dict(nogil=True, cache=True)
+from .._numba import JIT as _jit
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def chunk_histograms(symbols, chunk_size):
     """symbols: [n] uint8 -> [n_chunks, 256] int64 counts per chunk of ``chunk_size`` symbols."""
     n = symbols.size
@@ -30,7 +32,7 @@ def chunk_histograms(symbols, chunk_size):
     return counts
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
     """Encode every chunk. freqs: [n_tables, 256] uint16.
 
@@ -139,7 +141,7 @@ def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lo
     return 0
 
 
-@nb.njit(parallel=True, **_jit)
+@kernel
 def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
     """Decode every chunk into ``out`` ([n] uint8), chunks in parallel.
 
@@ -150,15 +152,5 @@ def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, looku
     n_chunks = (n + chunk_size - 1) // chunk_size
     status = np.zeros(n_chunks, dtype=np.int32)
     for c in nb.prange(n_chunks):
-        status[c] = _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out)
-    return status
-
-
-@nb.njit(**_jit)
-def decode_chunks_serial(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
-    """decode_chunks on one thread: small planes skip the thread pool's start-up cost."""
-    n_chunks = (n + chunk_size - 1) // chunk_size
-    status = np.zeros(n_chunks, dtype=np.int32)
-    for c in range(n_chunks):
         status[c] = _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out)
     return status
