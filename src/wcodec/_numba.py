@@ -6,9 +6,15 @@ more again on a busy machine), so callers pick the serial twin below ``PARALLEL_
 
 from __future__ import annotations
 
+import os
 import types
 
-import numba as nb
+# OpenMP threads that spin after a parallel region starve everything else on a busy machine
+# (measured: 3-4x slower MiniLM encode/decode on 2 loaded cores); waiting passively costs
+# little for kernels this size. Read when the OpenMP runtime starts; a user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numba as nb  # noqa: E402
 
 JIT = dict(nogil=True, cache=True)
 #: inputs smaller than this (elements) run on one thread
