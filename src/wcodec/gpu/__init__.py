@@ -1,0 +1,34 @@
+"""GPU decoding of wcodec records with Triton (one batched launch per kernel over many tensors).
+
+Light to import: torch and triton load only when a function here is called.
+
+- :func:`decode_records` (``wcodec.gpu.decode``): records -> tensors on a device, one batch.
+- :func:`load_records` (``wcodec.gpu.loader``): the pipelined loader (pinned buffers, streams,
+  checksums), with a CPU fallback when no GPU is present.
+"""
+
+from __future__ import annotations
+
+
+def decode_records(items, device="cuda", config=None):
+    """See :func:`wcodec.gpu.decode.decode_records`."""
+    from .decode import decode_records as f
+    return f(items, device, config)
+
+
+def load_records(items, device="cuda", separate=False, **kwargs):
+    """See :func:`wcodec.gpu.loader.load_records`."""
+    from .loader import load_records as f
+    return f(items, device, separate=separate, **kwargs)
+
+
+def triton_available() -> bool:
+    """True when triton imports (the kernels can run, on a GPU or under TRITON_INTERPRET=1)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+__all__ = ["decode_records", "load_records", "triton_available"]

@@ -1,0 +1,166 @@
+"""Batched GPU decode: upload a plan's bytes, build the decode tables on the device, run the
+kernels of ``wcodec.gpu.kernels`` and check their per-chunk status.
+
+``decode_records`` is the simple entry point (one batch, synchronous); ``wcodec.gpu.loader``
+pipelines several batches over streams.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import CorruptDataError
+from . import layout as K
+from .plan import LUT_STRIDE, Plan
+
+STATUS = {K.ST_READ_PAST: "reads past the end of its words",
+          K.ST_FINAL: "does not end in the initial state (words left or states wrong)",
+          K.ST_INIT: "has an initial state out of range",
+          K.ST_SYMBOL: "decodes a symbol outside the head alphabet"}
+
+#: chunks per program and warps per program of the rANS kernel, by mode (tuned on an H100; see
+#: benchmarks/RESULTS_gpu.md)
+CONFIG = {K.MODE_BYTES: (1, 1), K.MODE_F16BITS: (1, 1), K.MODE_F32BITS: (1, 1)}
+
+
+#: use the inline-asm ballot/popc prefix count on the GPU (else tl.cumsum)
+BALLOT = True
+
+
+def _interpreting() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def build_plan(items) -> Plan:
+    """items: iterable of (name, EncodedTensor). Validates every record (CorruptDataError)."""
+    plan = Plan()
+    for name, rec in items:
+        plan.add(name, rec)
+    return plan.finish()
+
+
+def fill_host(plan: Plan, host: np.ndarray) -> None:
+    """Copy the plan's sections into ``host`` ([>= upload_nbytes] uint8, e.g. pinned memory)."""
+    for off, arr in plan.sections:
+        host[off:off + arr.nbytes] = arr.view(np.uint8)
+
+
+def build_luts(freqs: torch.Tensor, prob_bits: torch.Tensor) -> torch.Tensor:
+    """Packed decode tables on the device from the stored frequencies.
+
+    freqs: [T, 256] int (any integer dtype), prob_bits: [T]. Returns int32[T * 4096]; entry slot
+    of table t = ``sym | (freq - 1) << 8 | (slot - cum) << 20`` (wcodec.rans.tables.decode_lookup)
+    for slot < 2**prob_bits[t]. Indices are clamped, so a table that does not sum to
+    2**prob_bits (rejected on the host anyway) gives wrong symbols, never a bad access.
+    """
+    T = freqs.shape[0]
+    dev = freqs.device
+    if T == 0:
+        return torch.zeros(1, dtype=torch.int32, device=dev)
+    f = freqs.to(torch.int64)
+    cum = torch.cumsum(f, dim=1)
+    slots = torch.arange(LUT_STRIDE, device=dev, dtype=torch.int64)
+    sym = torch.searchsorted(cum, slots.expand(T, LUT_STRIDE).contiguous(), right=True).clamp_(max=255)
+    fr = torch.gather(f, 1, sym)
+    start = torch.gather(cum, 1, sym) - fr
+    e = sym | ((fr - 1).clamp(0, 4095) << 8) | ((slots - start).clamp(0, 4095) << 20)
+    e = torch.where(e >= (1 << 31), e - (1 << 32), e)
+    return e.to(torch.int32).reshape(-1)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """safetensors dtype name -> torch dtype."""
+    return {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+            "U16": torch.uint16, "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64,
+            "U64": torch.uint64, "F16": torch.float16, "BF16": torch.bfloat16,
+            "F32": torch.float32, "F64": torch.float64}[name]
+
+
+class Prepared:
+    """A plan's small device-side tables: decode lookup tables and descriptors (no data)."""
+
+    def __init__(self, plan: Plan, device, config=None):
+        nb = torch.from_numpy
+        self.plan = plan
+        self.cfg = {**CONFIG, **(config or {})}
+        self.ballot = BALLOT and torch.device(device).type == "cuda" and not _interpreting()
+        self.lut = build_luts(nb(plan.freqs.astype(np.int32)).to(device), nb(plan.prob_bits).to(device))
+        self.desc = {m: nb(d).to(device) for m, d in plan.desc.items() if d.shape[0]}
+        self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
+                     for k, (td, progs, _) in plan.int8.items()}
+
+
+def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
+    """Enqueue every kernel of a prepared plan on the current stream.
+
+    buf: uint8[plan.buf_nbytes] on the device, the first upload_nbytes holding the sections
+    (fill_host layout), the rest scratch. out: uint8[>= plan.out_nbytes] (byte offsets of
+    plan.outputs). Returns {mode: int32[n_chunks] status} for check() once the stream is done.
+    """
+    from . import kernels as KK
+    plan = prep.plan
+    if buf.numel() < plan.buf_nbytes or out.numel() < plan.out_nbytes:
+        raise ValueError("device buffer or output allocation too small for the plan")
+    buf16, buf32, bufF = buf.view(torch.int16), buf.view(torch.int32), buf.view(torch.float32)
+    status = {}
+    views = {K.MODE_BYTES: buf, K.MODE_F16BITS: out.view(torch.int16), K.MODE_F32BITS: out.view(torch.int32)}
+    for mode in (K.MODE_BYTES, K.MODE_F16BITS, K.MODE_F32BITS):
+        dd = prep.desc.get(mode)
+        if dd is None:
+            continue
+        G, W = prep.cfg[mode]
+        n = dd.shape[0]
+        st = torch.empty(n, dtype=torch.int32, device=buf.device)
+        KK.rans_chunks_kernel[(-(-n // G),)](dd, n, buf, buf16, buf32, buf32.numel(), prep.lut,
+                                             views[mode], st, MODE=mode, G=G, NFIELDS=K.NF,
+                                             num_warps=W, BALLOT=prep.ballot and G == 1 and W == 1)
+        status[mode] = st
+    for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
+        o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
+                                                  torch.float32 if kind == K.OUT_F32 else torch.int16)
+        KK.int8_tiles_kernel[(n_progs,)](td, progs, buf, bufF, o, BH=bh, BW=bw, OUT=kind,
+                                         NTF=K.NT, num_warps=4 if bh * bw >= 1024 else 1)
+    for src, dst, n in plan.raw:
+        out[dst:dst + n].copy_(buf[src:src + n])
+    return status
+
+
+def check(plan: Plan, status: dict) -> None:
+    """Raise CorruptDataError naming the tensor and chunk of the first failed chunk."""
+    for mode, st in status.items():
+        s = st.cpu().numpy()
+        bad = np.flatnonzero(s)
+        if bad.size:
+            i = int(bad[0])
+            oi = int(plan.owner[mode][i])
+            first = int(np.flatnonzero(plan.owner[mode] == oi)[0])
+            what = "residual/low byte plane" if mode == K.MODE_BYTES else "head plane"
+            raise CorruptDataError(f"tensor '{plan.outputs[oi].name}': {what} chunk {i - first} "
+                                   f"{STATUS.get(int(s[i]), 'is corrupt')}")
+
+
+def tensor_views(plan: Plan, out: torch.Tensor) -> dict:
+    """{name: tensor} views of the output allocation with each record's dtype and shape."""
+    res = {}
+    for o in plan.outputs:
+        t = out[o.offset:o.offset + o.nbytes].view(torch_dtype(o.dtype))
+        res[o.name] = t.reshape(o.shape)
+    return res
+
+
+def decode_records(items, device="cuda", config=None) -> dict:
+    """Decode records on the GPU in one batch. items: list of (name, EncodedTensor).
+
+    Returns {name: torch.Tensor} on ``device``, views of one allocation. Raises CorruptDataError.
+    """
+    plan = build_plan(items)
+    dev = torch.device(device)
+    host = np.zeros(plan.buf_nbytes, dtype=np.uint8)
+    fill_host(plan, host)
+    buf = torch.from_numpy(host).to(dev)
+    out = torch.empty(max(plan.out_nbytes, 16), dtype=torch.uint8, device=dev)
+    status = run(Prepared(plan, dev, config), buf, out)
+    check(plan, status)
+    return tensor_views(plan, out)

@@ -1,0 +1,143 @@
+"""Load records onto a device: pinned host staging, asynchronous uploads overlapped with the batched
+decode, section checksums verified on the host in parallel, tensors as views of one allocation.
+
+Pipeline per batch of about ``batch_bytes`` compressed bytes: host threads copy the sections
+(zero-copy mmap views from the reader) into one of two pinned staging buffers and check their
+crc32 at the same time; a copy stream uploads the buffer; the compute stream waits on that copy
+and runs the kernels; the staging buffer is reused once its copy has finished. So batch i+1 is
+being staged while batch i uploads and batch i-1 decodes. Decoded-tensor checksums are not
+recomputed on the GPU (a CRC on the GPU would cost more than the decode); the compressed
+sections are checked before upload and every rANS chunk checks its own final state and word count.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..errors import ChecksumError
+
+DEFAULT_BATCH_BYTES = 256 << 20
+_PINNED: dict = {}  # (device index, slot) -> pinned uint8 tensor, reused across calls
+
+
+def _cpu_fallback(items, device):
+    import torch
+    from ..codecs import decode_tensor
+    from .decode import torch_dtype
+    out = {}
+    for name, rec in items:
+        arr = np.ascontiguousarray(decode_tensor(rec, name))
+        t = torch.from_numpy(arr.view(np.int16) if rec.dtype == "BF16" else arr)
+        if rec.dtype == "BF16":
+            t = t.view(torch.bfloat16)
+        out[name] = t.reshape(tuple(rec.shape)).to(device) if str(device) != "cpu" else t.reshape(tuple(rec.shape))
+        assert out[name].dtype == torch_dtype(rec.dtype)
+    return out
+
+
+def _batches(items, batch_bytes):
+    cur, size = [], 0
+    for it in items:
+        n = it[1].nbytes
+        if cur and size + n > batch_bytes:
+            yield cur
+            cur, size = [], 0
+        cur.append(it)
+        size += n
+    if cur:
+        yield cur
+
+
+def _pinned(torch, dev, slot, nbytes):
+    key = (dev.index, slot)
+    buf = _PINNED.get(key)
+    if buf is None or buf.numel() < nbytes:
+        buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
+        _PINNED[key] = buf
+    return buf
+
+
+def _stage(pool, plan, host: np.ndarray, crcs, owner_names) -> None:
+    """Copy sections into the pinned buffer, checking crc32 of each (parallel over sections)."""
+    def one(k):
+        off, arr, name, sec = plan.sections[k] + owner_names[k]
+        b = arr.view(np.uint8)
+        host[off:off + b.size] = b
+        if crcs is not None and name in crcs and sec in crcs[name]:
+            if zlib.crc32(b) & 0xFFFFFFFF != crcs[name][sec]:
+                raise ChecksumError(f"tensor '{name}': section '{sec}' checksum mismatch (corrupt data)")
+    list(pool.map(one, range(len(plan.sections))))
+
+
+def load_records(items, device="cuda", separate: bool = False, crcs: dict | None = None,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, workers: int | None = None, config=None) -> dict:
+    """Decode records onto ``device``.
+
+    items: list of (name, EncodedTensor). device: "cuda", "cuda:1", torch.device or "cpu".
+    separate: False returns views of one device allocation (one cudaMalloc); True gives every
+    tensor its own allocation (so single tensors can be freed). crcs: optional
+    {name: {section: crc32}} checked on the host while staging (the reader's ``verify`` does the
+    same, single-threaded). Returns {name: torch.Tensor} with each record's dtype and shape.
+    Falls back to the CPU decoder when the device is not CUDA, no GPU is present or triton is
+    missing. Raises CorruptDataError / ChecksumError naming the tensor.
+    """
+    import torch
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return _cpu_fallback(items, dev)
+    try:
+        from . import decode as D
+    except ImportError:
+        return _cpu_fallback(items, dev)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    items = list(items)
+    plans = []
+    for batch in _batches(items, batch_bytes):
+        plans.append(D.build_plan(batch))
+    # one output allocation: batches at 256-byte aligned bases
+    bases, total = [], 0
+    for p in plans:
+        bases.append(total)
+        total += -(-p.out_nbytes // 256) * 256
+    out_all = torch.empty(max(total, 16), dtype=torch.uint8, device=dev)
+    compute = torch.cuda.current_stream(dev)
+    copy = torch.cuda.Stream(dev)
+    pool = ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4))
+    statuses, done_events = [], [None, None]
+    try:
+        with torch.cuda.device(dev):
+            for i, plan in enumerate(plans):
+                slot = i % 2
+                if done_events[slot] is not None:
+                    done_events[slot].synchronize()  # the staging buffer's previous upload is done
+                host = _pinned(torch, dev, slot, plan.buf_nbytes)
+                _stage(pool, plan, host.numpy(), crcs, plan.section_owners)
+                with torch.cuda.stream(copy):
+                    buf = torch.empty(plan.buf_nbytes, dtype=torch.uint8, device=dev)
+                    buf[:plan.upload_nbytes].copy_(host[:plan.upload_nbytes], non_blocking=True)
+                    ev = torch.cuda.Event()
+                    ev.record(copy)
+                done_events[slot] = ev
+                prep = D.Prepared(plan, dev, config)
+                compute.wait_event(ev)
+                buf.record_stream(compute)
+                out = out_all[bases[i]:bases[i] + max(plan.out_nbytes, 16)]
+                statuses.append(D.run(prep, buf, out))
+                del buf
+            compute.synchronize()
+    finally:
+        pool.shutdown(wait=True)
+    result = {}
+    for i, plan in enumerate(plans):
+        D.check(plan, statuses[i])
+        out = out_all[bases[i]:bases[i] + max(plan.out_nbytes, 16)]
+        result.update(D.tensor_views(plan, out))
+    if separate:
+        result = {k: v.clone() for k, v in result.items()}
+        del out_all
+    return result

@@ -1,0 +1,255 @@
+"""Host side of the batched GPU decode: validate records, lay out one upload buffer and build the
+descriptor tables that the kernels of ``wcodec.gpu.kernels`` walk (numpy only, no torch).
+
+One plan covers a batch of tensors: all their sections in one byte buffer (each section at a
+16-byte aligned offset, so that typed views of the buffer address it by element index), a device
+scratch area after the uploaded bytes for decoded byte planes (int8 residuals, coded F32 low
+bytes), and one output allocation holding every tensor at a 256-byte aligned offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import rans
+from ..codecs.base import DTYPES, EncodedTensor, itemsize
+# dtype -> (total bits W, exponent bits E, mantissa bits M, low byte planes L); CODEC_LAYOUT.md
+from ..codecs.float import LAYOUT as FLOAT_LAYOUT, MAX_HEAD_BITS
+from ..errors import CorruptDataError, UnsupportedError
+from . import layout as K
+
+SECTION_ALIGN = 16
+OUT_ALIGN = 256
+LUT_STRIDE = 1 << 12  # entries per decode table slot (prob_bits <= 12)
+MAX_TILE = 128  # int8 tiles decode as one [BH, BW] block per program
+OUT_KIND = {"BF16": K.OUT_BF16, "F16": K.OUT_F16, "F32": K.OUT_F32}
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+@dataclass
+class Output:
+    name: str
+    dtype: str
+    shape: tuple
+    offset: int   # byte offset in the output allocation
+    nbytes: int
+
+
+@dataclass
+class Plan:
+    """Everything needed to decode a batch, as numpy arrays (see module docstring).
+
+    sections: (byte offset in the upload buffer, array) pairs. upload_nbytes: bytes to upload;
+    buf_nbytes: device buffer size (upload + scratch, multiple of 16). freqs: [T, 256] uint16
+    frequency tables, prob_bits: [T] int. desc: MODE -> int64[n_chunks, NF] chunk descriptors,
+    owner: MODE -> int32[n_chunks] index into outputs. int8: (BH, BW, OUT) -> (int64[k, NT] tensor
+    descriptors, int32[n_tiles] program->tensor row, int32[k] index into outputs). raw: (buffer byte
+    offset, output byte offset, nbytes) copies.
+    """
+
+    outputs: list = field(default_factory=list)
+    out_nbytes: int = 0
+    sections: list = field(default_factory=list)
+    upload_nbytes: int = 0
+    buf_nbytes: int = 0
+    freqs: list = field(default_factory=list)
+    prob_bits: list = field(default_factory=list)
+    desc: dict = field(default_factory=lambda: {K.MODE_BYTES: [], K.MODE_F16BITS: [], K.MODE_F32BITS: []})
+    owner: dict = field(default_factory=lambda: {K.MODE_BYTES: [], K.MODE_F16BITS: [], K.MODE_F32BITS: []})
+    int8: dict = field(default_factory=dict)
+    raw: list = field(default_factory=list)
+    scratch_nbytes: int = 0
+    # offsets recorded relative to the scratch start, fixed up in finish(): (mode, block, field)
+    # for chunk descriptor blocks, (key, row) for int8 tensor descriptors
+    _fix: list = field(default_factory=list)
+    _int8_res: list = field(default_factory=list)
+    section_owners: list = field(default_factory=list)  # (tensor name, section name) per section
+    _cur: str = ""
+
+    # ---- building -------------------------------------------------------------------------
+    def _put(self, arr: np.ndarray, sec: str | None = None) -> int:
+        """Place a section (named ``sec`` in the record) in the upload buffer; returns its byte offset."""
+        arr = np.ascontiguousarray(arr).reshape(-1)
+        off = self.upload_nbytes
+        self.sections.append((off, arr))
+        self.section_owners.append((self._cur, sec))
+        self.upload_nbytes = _align(off + arr.nbytes, SECTION_ALIGN)
+        return off
+
+    def _scratch(self, nbytes: int) -> int:
+        """Reserve device scratch bytes; returns an offset relative to the scratch start."""
+        off = self.scratch_nbytes
+        self.scratch_nbytes = _align(off + nbytes, SECTION_ALIGN)
+        return off
+
+    def _plane(self, plane: rans.RansPlane, prefix: str, rec: EncodedTensor) -> tuple:
+        """Upload a plane's states/words, register its tables. Returns per-chunk arrays."""
+        st = self._put(plane.states, f"{prefix}.states")
+        wd = self._put(plane.words, f"{prefix}.words") if plane.words.size else self._put(np.zeros(1, np.uint16))
+        t0 = len(self.freqs)
+        for t in plane.full_tables().reshape(-1, 256):
+            self.freqs.append(t)
+            self.prob_bits.append(plane.prob_bits)
+        c = np.arange(plane.n_chunks, dtype=np.int64)
+        cs = plane.chunk_size
+        n = np.minimum(cs, plane.n_symbols - c * cs)
+        offs = plane.offsets.astype(np.int64)
+        return c, n, st // 4 + c * 32, wd // 2 + offs[:-1], wd // 2 + offs[1:], \
+            (t0 + c // plane.chunks_per_table) * LUT_STRIDE, plane.prob_bits
+
+    def _rows(self, mode, n_chunks, oi, **cols) -> None:
+        d = np.zeros((n_chunks, K.NF), dtype=np.int64)
+        for k, v in cols.items():
+            d[:, getattr(K, "D_" + k)] = v
+        self.desc[mode].append(d)
+        self.owner[mode].append(np.full(n_chunks, oi, dtype=np.int32))
+
+    def _byte_plane(self, plane: rans.RansPlane, prefix: str, rec, oi) -> int:
+        """Queue a MODE_BYTES decode of a plane into scratch; returns the scratch-relative offset.
+        The output index is fixed up to an absolute buf8 index in finish()."""
+        sc = self._scratch(plane.n_symbols)
+        c, n, st, wb, we, lut, pb = self._plane(plane, prefix, rec)
+        self._fix.append((K.MODE_BYTES, len(self.desc[K.MODE_BYTES]), K.D_OUT))
+        self._rows(K.MODE_BYTES, c.size, oi, OUT=sc + c * plane.chunk_size, N=n, STATES=st,
+                   WBEG=wb, WEND=we, LUT=lut, PB=pb)
+        return sc
+
+    def add(self, name: str, rec: EncodedTensor) -> None:
+        if rec.dtype not in DTYPES:
+            raise UnsupportedError(f"tensor '{name}': dtype {rec.dtype} is not supported")
+        nbytes = rec.numel * itemsize(rec.dtype)
+        self._cur = name
+        out = Output(name, rec.dtype, tuple(rec.shape), self.out_nbytes, nbytes)
+        oi = len(self.outputs)
+        self.outputs.append(out)
+        self.out_nbytes = _align(self.out_nbytes + nbytes, OUT_ALIGN)
+        try:
+            if rec.codec == "raw":
+                data = rec.section("data", np.uint8, nbytes)
+                if nbytes:
+                    self.raw.append((self._put(data, "data"), out.offset, nbytes))
+            elif rec.codec == "float":
+                self._add_float(rec, out, oi)
+            elif rec.codec in ("int8", "int8-quant"):
+                self._add_int8(rec, out, oi)
+            else:
+                raise UnsupportedError(f"codec {rec.codec!r} has no GPU decoder")
+        except CorruptDataError as e:
+            raise type(e)(f"tensor '{name}': {e}") from None
+        except (KeyError, ValueError, TypeError, IndexError) as e:
+            raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
+
+    def _add_float(self, rec: EncodedTensor, out: Output, oi: int) -> None:
+        if rec.dtype not in FLOAT_LAYOUT:
+            raise CorruptDataError(f"float codec: dtype {rec.dtype} not supported")
+        W, E, M, L = FLOAT_LAYOUT[rec.dtype]
+        p, n = rec.params, rec.numel
+        j, R = int(p["head_bits"]), int(p["tail_bits"])
+        if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
+            raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {rec.dtype}")
+        alphabet = rec.section("head.alphabet", np.uint16)
+        if n and not (1 <= alphabet.size <= 256):
+            raise CorruptDataError("float codec: head alphabet must have 1..256 entries")
+        if alphabet.size and int(alphabet.max()) >= (1 << (E + j)):
+            raise CorruptDataError("float codec: head alphabet value out of range")
+        head = rans.RansPlane.from_sections(p["head"], rec.sections, "head")
+        if head.n_symbols != n:
+            raise CorruptDataError(f"float codec: head plane has {head.n_symbols} symbols, tensor {n}")
+        tail = rec.section("tail", np.uint8, (n * R + 7) // 8)
+        if n == 0:
+            return
+        lows = []
+        for k, lname in enumerate(("low1", "low0")[:L]):
+            lp = p["low"][k]
+            if lp.get("coded"):
+                lplane = rans.RansPlane.from_sections(lp, rec.sections, lname)
+                if lplane.n_symbols != n or lplane.chunk_steps != head.chunk_steps:
+                    raise CorruptDataError(f"float codec: {lname} plane does not match the head plane")
+                lows.append(("scratch", self._byte_plane(lplane, lname, rec, oi)))
+            else:
+                lows.append(("buf", self._put(rec.section(f"{lname}.raw", np.uint8, n), f"{lname}.raw")))
+        alph = self._put(alphabet, "head.alphabet")
+        tl_ = self._put(tail, "tail")
+        c, cn, st, wb, we, lut, pb = self._plane(head, "head", rec)
+        cs = head.chunk_size
+        mode = K.MODE_F16BITS if W == 16 else K.MODE_F32BITS
+        cols = dict(OUT=out.offset // (W // 8) + c * cs, N=cn, STATES=st, WBEG=wb, WEND=we,
+                    LUT=lut, PB=pb, ALPH=alph // 2, ALPHN=alphabet.size, HSHIFT=M - j,
+                    TAILBIT=tl_ * 8 + c * cs * R, R=R)
+        for fld, (kind, off) in zip(("LOW1", "LOW0"), lows):
+            cols[fld] = off + c * cs
+            if kind == "scratch":
+                self._fix.append((mode, len(self.desc[mode]), getattr(K, "D_" + fld)))
+        self._rows(mode, c.size, oi, **cols)
+
+    def _add_int8(self, rec: EncodedTensor, out: Output, oi: int) -> None:
+        quant = rec.codec == "int8-quant"
+        p = rec.params["q"] if quant else rec.params
+        rows, cols, th, tw = (int(p[k]) for k in ("rows", "cols", "tile_h", "tile_w"))
+        n = rec.numel
+        if rows < 0 or cols < 0 or rows * cols != n or th < 1 or tw < 1:
+            raise CorruptDataError("int8 codec: view or tile size inconsistent with the shape")
+        if th > MAX_TILE or tw > MAX_TILE:
+            raise UnsupportedError(f"int8 codec: tiles of {th}x{tw} exceed the GPU decoder's {MAX_TILE}")
+        n_tw, n_th = -(-cols // tw), -(-rows // th)
+        modes = -1
+        if not p["all_none"]:
+            ms = rec.section("modes", np.uint8, n_th * n_tw)
+            if ms.size and int(ms.max()) > 4:
+                raise CorruptDataError("int8 codec: unknown prediction mode")
+            modes = self._put(ms, "modes")
+        plane = rans.RansPlane.from_sections(p["res"], rec.sections, "res")
+        if plane.n_symbols != n:
+            raise CorruptDataError(f"int8 codec: residual plane has {plane.n_symbols} symbols, tensor {n}")
+        scales, n_scales = -1, 0
+        if quant:
+            if rec.dtype not in OUT_KIND:
+                raise CorruptDataError(f"int8-quant codec: dtype {rec.dtype} not supported")
+            s = rec.section("scales", np.float32, rows)
+            scales, n_scales = self._put(s, "scales") // 4, s.size
+            kind, o = OUT_KIND[rec.dtype], out.offset // itemsize(rec.dtype)
+        else:
+            if rec.dtype not in ("I8", "U8"):
+                raise CorruptDataError(f"int8 codec: dtype {rec.dtype} not supported")
+            kind, o = K.OUT_I8, out.offset
+        if n == 0:
+            return
+        res = self._byte_plane(plane, "res", rec, oi)
+        signed = bool(p["signed"])
+        bh, bw = 1 << max(0, (th - 1).bit_length()), 1 << max(0, (tw - 1).bit_length())
+        key = (bh, bw, kind)
+        rowsd, progs, owners = self.int8.setdefault(key, ([], [], []))
+        t0 = sum(len(g) for g in progs)
+        d = np.zeros(K.NT, dtype=np.int64)
+        d[[K.T_COLS, K.T_ROWS, K.T_TH, K.T_TW, K.T_NTW, K.T_RES, K.T_OUT, K.T_MODES, K.T_SIGNED,
+           K.T_SCALES, K.T_NSCALES, K.T_TILE0]] = [cols, rows, th, tw, n_tw, res, o, modes,
+                                                   int(signed), scales, n_scales, t0]
+        self._int8_res.append((key, len(rowsd)))
+        rowsd.append(d)
+        progs.append(np.full(n_th * n_tw, len(rowsd) - 1, dtype=np.int32))
+        owners.append(oi)
+
+    def finish(self) -> "Plan":
+        """Fix scratch-relative offsets to buf8 indices and stack the tables."""
+        base = _align(self.upload_nbytes, SECTION_ALIGN)
+        self.buf_nbytes = _align(base + self.scratch_nbytes + 16, SECTION_ALIGN)
+        for mode, block, fld in self._fix:
+            self.desc[mode][block][:, fld] += base
+        for mode in self.desc:
+            self.desc[mode] = (np.concatenate(self.desc[mode]) if self.desc[mode]
+                               else np.zeros((0, K.NF), np.int64))
+            self.owner[mode] = (np.concatenate(self.owner[mode]) if self.owner[mode]
+                                else np.zeros(0, np.int32))
+        for key, row in self._int8_res:
+            self.int8[key][0][row][K.T_RES] += base
+        for key in list(self.int8):
+            rowsd, progs, owners = self.int8[key]
+            self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32))
+        self.freqs = np.stack(self.freqs) if self.freqs else np.zeros((0, 256), np.uint16)
+        self.prob_bits = np.asarray(self.prob_bits, dtype=np.int64)
+        return self
