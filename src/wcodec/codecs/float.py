@@ -60,7 +60,7 @@ class FloatCodec(Codec):
     id = "float"
 
     def encode(self, array: np.ndarray, dtype: str, prob_bits: int = rans.DEFAULT_PROB_BITS,
-               chunk_steps: int = rans.DEFAULT_CHUNK_STEPS, head_bits: int | None = None,
+               chunk_steps: int | None = None, head_bits: int | None = None,
                tables: str | int = "auto", **options) -> EncodedTensor:
         """array: float tensor of ``dtype`` (BF16 as uint16 bits), any shape; not modified."""
         W, E, M, L = LAYOUT[dtype]

@@ -55,7 +55,7 @@ class Int8Codec(Codec):
     id = "int8"
 
     def encode(self, array: np.ndarray, dtype: str, prob_bits: int = rans.DEFAULT_PROB_BITS,
-               chunk_steps: int = rans.DEFAULT_CHUNK_STEPS, tile: int = DEFAULT_TILE,
+               chunk_steps: int | None = None, tile: int = DEFAULT_TILE,
                predict: bool = True, tables: str | int = "auto", **options) -> EncodedTensor:
         """array: int8 or uint8 tensor of any shape (not modified)."""
         if dtype not in ("I8", "U8"):
