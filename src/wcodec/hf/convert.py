@@ -1,0 +1,71 @@
+"""Hugging Face folder conversion: every weight shard through the container API, side files
+copied, and the codec recorded in config.json as a ``quantization_config`` block.
+
+Why ``quantization_config``: it is where transformers and the Hub look to tell how a
+checkpoint's weights are stored. transformers (checked with 5.23) keeps an unknown
+``quant_method`` as a plain dict: ``AutoConfig.from_pretrained`` works, and
+``AutoModel*.from_pretrained`` logs "Unknown quantization type, got wcodec ... we will skip the
+quantization" (then fails for want of safetensors weights, as it should: load with
+:class:`wcodec.hf.WCodecModel`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+QUANT_METHOD = "wcodec"
+
+
+def codec_config(mode: str) -> dict:
+    """The ``quantization_config`` block written into config.json for a folder encoded in ``mode``."""
+    import wcodec
+    from ..format import FORMAT_VERSION
+
+    return {"quant_method": QUANT_METHOD, "format_version": int(FORMAT_VERSION), "mode": mode,
+            "wcodec_version": wcodec.__version__}
+
+
+def read_codec_config(folder) -> dict | None:
+    """The wcodec ``quantization_config`` of a folder's config.json, or None when absent or another method."""
+    p = Path(folder) / "config.json"
+    if not p.is_file():
+        return None
+    q = json.loads(p.read_text(encoding="utf-8")).get("quantization_config")
+    return q if isinstance(q, dict) and q.get("quant_method") == QUANT_METHOD else None
+
+
+def _record_codec(dst: Path, mode: str) -> Path | None:
+    """Add the codec block to dst/config.json (atomically); None when the folder has no config.json."""
+    p = dst / "config.json"
+    if not p.is_file():
+        return None
+    cfg = json.loads(p.read_text(encoding="utf-8"))
+    cfg["quantization_config"] = codec_config(mode)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, p)
+    return p
+
+
+def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
+                   max_shard_size: int | None = None, progress: bool = False) -> list[Path]:
+    """Convert a Hugging Face model folder (sharded or not; a sentence-transformers folder too).
+
+    src: folder with safetensors (or torch .bin) weights. dst: output folder; receives
+    ``model.wcodec`` (or shards + ``model.wcodec.index.json``), copies of every non-weight file
+    (config, tokenizer, generation config, sub-folders such as ``1_Pooling``), and config.json
+    gains ``quantization_config = {"quant_method": "wcodec", "format_version", "mode",
+    "wcodec_version"}``. mode: "lossless" or "int8". Returns the written paths.
+    Raises FileNotFoundError (no weights), WcodecError subclasses (bad input), OSError.
+    """
+    from ..api import encode_safetensors_to_wcodec
+
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise NotADirectoryError(f"{src}: convert_folder takes a model folder")
+    paths = encode_safetensors_to_wcodec(src, dst, mode=mode, workers=workers,
+                                         max_shard_size=max_shard_size, progress=progress)
+    _record_codec(dst, mode)
+    return paths

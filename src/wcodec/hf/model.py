@@ -1,0 +1,203 @@
+"""``WCodecModel.from_pretrained``: a transformers model from a folder of .wcodec weights.
+
+The model is built by its transformers class from the config with parameters on the meta
+device (buffers such as RoPE tables built for real), the decoded tensors are assigned without
+copies (``load_state_dict(assign=True)``, base-model prefix added or removed as needed), and
+``tie_weights()`` ties the rest: no per-architecture tables here. The state dict holds tensors
+decoded straight onto the target device, or, with ``keep_compressed=True``, views of one shared
+scratch buffer for every 2-D float tensor; after loading, each nn.Linear / nn.Embedding holding
+such a view gets a just-in-time decode hook (:class:`wcodec.torch.CompressedWeights`), and any
+other holder gets a decoded copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..format import CheckpointReader
+from ..torch import CompressedWeights
+from ..torch.state import assign_state_dict, empty_parameters, meta_tensors, stored_key
+from ..torch.tensors import from_numpy, resolve_dtype, torch_dtype
+from .convert import QUANT_METHOD
+
+_FLOATS = ("BF16", "F16", "F32", "F64")
+
+
+def load_config(folder, **kwargs):
+    """AutoConfig of a converted folder, without its wcodec ``quantization_config`` (the weights
+    are decoded on load, so the model is an ordinary one)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(folder), **kwargs)
+    q = getattr(config, "quantization_config", None)
+    if isinstance(q, dict) and q.get("quant_method") == QUANT_METHOD:
+        delattr(config, "quantization_config")
+    return config
+
+
+def model_class_for(config):
+    """The transformers class named by ``config.architectures[0]``, else AutoModel's choice."""
+    import transformers
+
+    for name in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    return transformers.AutoModel
+
+
+def concrete_class(model_class, config):
+    """An Auto class (AutoModel, AutoModelForCausalLM...) resolved to its class for ``config``
+    (Auto classes have no ``_from_config``); others unchanged."""
+    mapping = getattr(model_class, "_model_mapping", None)
+    return mapping[type(config)] if mapping is not None else model_class
+
+
+def target_dtype(reader: CheckpointReader, config, torch_dtype_=None) -> torch.dtype:
+    """torch_dtype if given, else the config's dtype, else the first stored float dtype (fp32 if none)."""
+    dt = resolve_dtype(torch_dtype_)
+    if dt is None:
+        dt = resolve_dtype(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+    if dt is None:
+        first = next((reader.entry(n)["dtype"] for n in reader.keys() if reader.entry(n)["dtype"] in _FLOATS), "F32")
+        dt = torch_dtype(first)
+    return dt
+
+
+def build_state_dict(reader: CheckpointReader, device, dtype: torch.dtype, keep_compressed: bool,
+                     decoder: str = "auto", offload: bool = False, verify: bool = True):
+    """Decode a checkpoint into a state dict for transformers.
+
+    Returns (state_dict, CompressedWeights or None). With keep_compressed, every 2-D float tensor
+    is registered in the CompressedWeights (keyed by its stored name; aliases share it) and
+    appears in the state dict as a scratch view of ``dtype`` (undefined contents); the others are
+    decoded (CPU numba, then copied to ``device``). Without it, ``wcodec.load_file`` decodes
+    everything onto ``device`` (GPU decoder on CUDA).
+    """
+    if not keep_compressed:
+        from ..api import load_file
+
+        return load_file(reader.path, device=device, verify=verify), None
+    cw = CompressedWeights(device, decoder=decoder, offload=offload)
+    sd, jit = {}, {}
+    for name in reader.keys():
+        key = reader.alias_of(name) or name
+        e = reader.entry(key)
+        if e["dtype"] in _FLOATS and len(e["shape"]) == 2:
+            if key not in cw.weights:
+                cw.add(key, key, reader.record(key, verify=verify), dtype)
+            jit[name] = key
+        elif key not in sd:
+            sd[key] = from_numpy(reader.get_numpy(key, verify=verify), e["dtype"]).to(device)
+        sd[name] = sd[key] if key in sd else None
+    views = cw.allocate()
+    sd.update({name: views[key] for name, key in jit.items()})
+    return sd, cw
+
+
+def instantiate(model_class, config, dtype: torch.dtype, **kwargs):
+    """``model_class`` built from ``config`` in ``dtype``, parameters on meta, buffers real."""
+    import transformers
+
+    dkey = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    with empty_parameters():
+        return model_class._from_config(config, **{dkey: dtype}, **kwargs)
+
+
+def bind_compressed(model: torch.nn.Module, cw: CompressedWeights, names: dict) -> dict:
+    """Attach a decode hook to every nn.Linear / nn.Embedding whose weight is a scratch view.
+
+    names: {stored name or alias: key in cw}. Other parameters holding a scratch view (another
+    module type, or a copy transformers made) get a decoded tensor instead. Returns
+    {"compressed": [param names], "decoded": [param names]}. Raises RuntimeError if a scratch view
+    is left that cannot be traced to a stored tensor.
+    """
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    seen: dict[int, tuple] = {}  # id(original param) -> (key, param now used)
+    report = {"compressed": [], "decoded": []}
+    scratch = cw.scratch.untyped_storage().data_ptr()
+    for mname, module in model.named_modules():
+        for pname, p in list(module._parameters.items()):
+            full = f"{mname}.{pname}" if mname else pname
+            if p is None:
+                continue
+            if id(p) in seen:  # tied: the same Parameter under another module
+                key, now = seen[id(p)]
+            else:
+                ck = stored_key(full, names, prefix)
+                if ck is None:
+                    continue
+                key, now = names[ck], p
+                w = cw.weights[key]
+                is_view = p.data_ptr() == w.view.data_ptr() and p.dtype == w.view.dtype
+                jit_ok = isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and pname == "weight"
+                if not (is_view and jit_ok):
+                    now = torch.nn.Parameter(cw.materialize(key).to(p.dtype), requires_grad=False)
+                seen[id(p)] = (key, now)
+            if now is p and now.data_ptr() == cw.weights[key].view.data_ptr():
+                cw.attach(module, key)
+                report["compressed"].append(full)
+            else:
+                module._parameters[pname] = now
+                report["decoded"].append(full)
+    bound = set(report["compressed"])
+    for n, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]:
+        if n not in bound and t.device == cw.scratch.device and t.numel() \
+                and t.untyped_storage().data_ptr() == scratch:
+            raise RuntimeError(f"{n}: holds a compressed weight that could not be traced to a stored tensor")
+    return report
+
+
+class WCodecModel:
+    """Hugging Face style entry point: ``WCodecModel.from_pretrained(folder, ...)``."""
+
+    @classmethod
+    def from_pretrained(cls, folder, device="cpu", torch_dtype=None, keep_compressed: bool = False,
+                        model_class=None, offload: bool = False, decoder: str = "auto",
+                        verify: bool = True, **kwargs):
+        """Load a folder written by :func:`wcodec.hf.convert_folder` as a transformers model.
+
+        folder: config.json + model.wcodec (or shards + index). device: "cpu", "cuda[:i]" or a
+        torch.device; tensors are decoded straight onto it. torch_dtype: model dtype (torch
+        dtype or name; default: the config's, else the stored one). keep_compressed: keep every
+        Linear / Embedding weight compressed on ``device`` and decode it just before its module
+        runs (inference only; peak memory about the compressed model + the largest weight).
+        model_class: a transformers class (default: ``config.architectures[0]``, else AutoModel).
+        offload: with keep_compressed on CUDA, hold the compressed bytes in pinned CPU memory.
+        decoder: "auto", "triton" or "numba" (keep_compressed). verify: check checksums.
+        kwargs: passed to the class's ``_from_config`` (e.g. attn_implementation).
+
+        Returns the model in eval mode; with keep_compressed its ``wcodec_weights`` attribute is
+        the :class:`wcodec.torch.CompressedWeights` (sizes, ``detach()``). Raises
+        FileNotFoundError (no checkpoint), WcodecError subclasses (corrupt data), and what
+        transformers raises for a config it does not know.
+        """
+        folder = Path(folder)
+        config = load_config(folder)
+        model_class = concrete_class(model_class or model_class_for(config), config)
+        with CheckpointReader(folder) as reader:
+            dtype = target_dtype(reader, config, torch_dtype)
+            sd, cw = build_state_dict(reader, device, dtype, keep_compressed, decoder, offload, verify)
+            names = {n: reader.alias_of(n) or n for n in reader.keys()}
+        model = instantiate(model_class, config, dtype, **kwargs)
+        prefix = getattr(model, "base_model_prefix", "") or ""
+        unused = assign_state_dict(model, sd, prefix)
+        model.tie_weights()
+        left = meta_tensors(model)
+        if left:
+            raise ValueError(f"{folder}: no stored tensor for {left[:5]}{' ...' if len(left) > 5 else ''}"
+                             f" (unused stored names: {unused[:5]})")
+        del sd
+        model.to(device)
+        if cw is not None:
+            finish_compressed(model, cw, names)
+        return model.eval()
+
+
+def finish_compressed(model, cw: CompressedWeights, names: dict) -> None:
+    """Bind the hooks (see :func:`bind_compressed`) and expose ``model.wcodec_weights``."""
+    jit_names = {n: k for n, k in names.items() if k in cw.weights}
+    cw.report = bind_compressed(model, cw, jit_names)
+    model.wcodec_weights = cw

@@ -1,0 +1,191 @@
+"""Weights kept compressed, decoded just in time into one scratch buffer shared by all modules.
+
+Each registered weight stays as its encoded record (the container's sections) on the target
+device, or in pinned CPU memory with ``offload=True``. A forward pre-hook decodes it into a
+scratch buffer sized for the largest weight, just before the module runs; the module's weight
+is a permanent view of that buffer, so the module's own forward (nn.Linear, nn.Embedding, or any
+module using ``self.weight``) runs unchanged. Peak memory = compressed weights + one scratch
+buffer (+ a second one when the model dtype differs from the stored dtype).
+
+Decoders: the Triton kernels of ``wcodec.gpu`` on CUDA (one launch per weight, asynchronous on
+the current stream, status checked at each weight's first decode only), the numba CPU codecs
+on the CPU. Inference only: the scratch is overwritten by the next module, so autograd must not
+keep a weight for a backward pass (run under ``torch.no_grad()`` / ``inference_mode``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .tensors import from_numpy, torch_dtype
+
+_ALIGN = 256  # the GPU decoder places outputs at 256-byte aligned offsets
+
+
+def _align(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class _NumbaDecoder:
+    """CPU decode with the numba codecs. The record's sections stay where they are (a
+    read-only memory map of the file or a copy), so the CPU keeps only the compressed bytes."""
+
+    work_nbytes = 0
+
+    def __init__(self, name: str, record):
+        self.name, self.record = name, record
+        self.nbytes = record.nbytes
+
+    def decode_into(self, out: torch.Tensor, work: torch.Tensor | None) -> None:
+        """Write the decoded tensor's bytes (stored dtype) at the start of out (uint8)."""
+        from ..codecs import decode_tensor
+
+        arr = np.ascontiguousarray(decode_tensor(self.record, self.name)).reshape(-1)
+        out[:arr.nbytes].copy_(torch.from_numpy(arr.view(np.uint8)))
+
+
+class _TritonDecoder:
+    """GPU decode of one record with wcodec.gpu.decode: plan, device tables and the uploaded
+    sections are built once; each decode is one asynchronous launch on the current stream."""
+
+    def __init__(self, name: str, record, device: torch.device, offload: bool):
+        from ..gpu import decode as D
+
+        self._D = D
+        self.plan = D.build_plan([(name, record)])
+        # the kernels write byte planes (int8 residuals, F32 low bytes) to scratch after the
+        # uploaded bytes: such records, and offloaded ones, decode from a shared work buffer
+        self.needs_work = offload or self.plan.scratch_nbytes > 0
+        n = self.plan.upload_nbytes if self.needs_work else self.plan.buf_nbytes
+        pin = offload and device.type == "cuda"
+        host = torch.zeros(max(n, 1), dtype=torch.uint8, pin_memory=pin)
+        D.fill_host(self.plan, host.numpy())
+        self.data = host if offload else host.to(device)
+        self.prep = D.Prepared(self.plan, device)
+        self.work_nbytes = self.plan.buf_nbytes if self.needs_work else 0
+        self.nbytes = int(self.data.numel()) + sum(
+            int(t.numel() * t.element_size()) for t in [self.prep.lut, *self.prep.desc.values()])
+        self.checked = False
+
+    def decode_into(self, out: torch.Tensor, work: torch.Tensor | None) -> None:
+        buf = self.data
+        if self.needs_work:
+            buf = work[:self.work_nbytes]
+            buf[:self.data.numel()].copy_(self.data, non_blocking=True)
+        status = self._D.run(self.prep, buf, out)
+        if not self.checked:  # one synchronisation per weight, at its first use
+            self._D.check(self.plan, status)
+            self.checked = True
+
+
+@dataclass
+class _Weight:
+    decoder: object
+    shape: tuple
+    stored: torch.dtype   # dtype the record decodes to
+    dtype: torch.dtype    # dtype the module uses
+    view: torch.Tensor | None = None
+
+
+class CompressedWeights:
+    """A set of weights kept compressed on ``device`` and decoded on use into a shared scratch.
+
+    Usage: :meth:`add` every weight, :meth:`allocate` the scratch (returns the views that the
+    modules must hold as their weights), then :meth:`attach` each module to its weight.
+
+    Args:
+        device: where modules run ("cpu", "cuda", "cuda:1", torch.device).
+        decoder: "auto" (Triton on CUDA, numba on CPU), "triton" (also on CPU under
+            TRITON_INTERPRET=1, for tests) or "numba".
+        offload: keep the compressed bytes in pinned CPU memory and copy each to the device
+            before decoding (models larger than the GPU; costs PCIe bandwidth per forward).
+    Raises ValueError for an unknown decoder, CorruptDataError from the GPU planner on a bad record.
+    """
+
+    def __init__(self, device="cpu", decoder: str = "auto", offload: bool = False):
+        self.device = torch.device(device)
+        if decoder == "auto":
+            decoder = "triton" if self.device.type == "cuda" else "numba"
+        if decoder not in ("triton", "numba"):
+            raise ValueError(f"decoder must be 'auto', 'triton' or 'numba', got {decoder!r}")
+        self.decoder, self.offload = decoder, offload and self.device.type == "cuda"
+        self.weights: dict[str, _Weight] = {}
+        self.scratch = self.raw = self.work = None
+        self.hooks = []
+
+    # -- building --------------------------------------------------------------------------
+    def add(self, key: str, name: str, record, dtype: torch.dtype | None = None) -> None:
+        """Register one weight. key: caller's id (e.g. the checkpoint name); name: for error
+        messages; record: its EncodedTensor; dtype: the module's dtype (default: the stored one)."""
+        stored = torch_dtype(record.dtype)
+        dec = (_TritonDecoder(name, record, self.device, self.offload) if self.decoder == "triton"
+               else _NumbaDecoder(name, record))
+        self.weights[key] = _Weight(dec, tuple(record.shape), stored, dtype or stored)
+
+    def allocate(self) -> dict[str, torch.Tensor]:
+        """Allocate the scratch buffers; returns {key: view of the scratch with the weight's
+        shape and dtype} (contents undefined until the weight is decoded)."""
+        ws = self.weights.values()
+        size = lambda w, dt: _align(int(np.prod(w.shape)) * torch.empty(0, dtype=dt).element_size())
+        dev = self.device
+        self.scratch = torch.empty(max([size(w, w.dtype) for w in ws], default=0) + _ALIGN,
+                                   dtype=torch.uint8, device=dev)
+        raw = max([size(w, w.stored) for w in ws if w.stored != w.dtype], default=0)
+        self.raw = torch.empty(raw + _ALIGN, dtype=torch.uint8, device=dev) if raw else None
+        work = max([w.decoder.work_nbytes for w in ws], default=0)
+        self.work = torch.empty(work, dtype=torch.uint8, device=dev) if work else None
+        for w in ws:
+            n = int(np.prod(w.shape))
+            w.view = self.scratch.view(w.dtype)[:n].view(w.shape) if n else torch.empty(w.shape, dtype=w.dtype, device=dev)
+        return {k: w.view for k, w in self.weights.items()}
+
+    # -- use -------------------------------------------------------------------------------
+    def decode(self, key: str, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Decode weight ``key`` into its scratch view (or into ``out``, a tensor of its shape and
+        the module dtype); returns that tensor. Asynchronous on CUDA."""
+        w = self.weights[key]
+        target = w.view if out is None else out
+        if target.numel() == 0:
+            return target
+        if w.stored == w.dtype and out is None:
+            w.decoder.decode_into(self.scratch, self.work)
+        else:
+            n = target.numel() * torch.empty(0, dtype=w.stored).element_size()
+            tmp = (self.raw if out is None else
+                   torch.empty(_align(n), dtype=torch.uint8, device=self.device))
+            w.decoder.decode_into(tmp, self.work)
+            target.copy_(tmp[:n].view(w.stored).view(w.shape))
+        return target
+
+    def materialize(self, key: str) -> torch.Tensor:
+        """A new tensor holding weight ``key`` decoded (for weights that cannot stay compressed)."""
+        w = self.weights[key]
+        return self.decode(key, torch.empty(w.shape, dtype=w.dtype, device=self.device))
+
+    def attach(self, module: torch.nn.Module, key: str):
+        """Decode weight ``key`` before every forward of ``module``. Returns the hook handle."""
+        def pre_hook(mod, args):
+            self.decode(key)
+
+        h = module.register_forward_pre_hook(pre_hook)
+        self.hooks.append(h)
+        return h
+
+    def detach(self) -> None:
+        """Remove every hook installed by :meth:`attach`."""
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+
+    @property
+    def compressed_nbytes(self) -> int:
+        """Bytes held by the compressed weights (sections + decode tables), wherever they are."""
+        return sum(int(w.decoder.nbytes) for w in self.weights.values())
+
+    @property
+    def scratch_nbytes(self) -> int:
+        """Bytes of the shared scratch, cast and work buffers on the device."""
+        return sum(int(t.numel()) for t in (self.scratch, self.raw, self.work) if t is not None)
