@@ -40,10 +40,13 @@ def _fmt_bytes(n: float) -> str:
 
 def cmd_encode(args) -> int:
     from .api import encode_safetensors_to_wcodec
+    from .hf import convert_folder
 
     t = time.perf_counter()
-    paths = encode_safetensors_to_wcodec(args.src, args.dst, mode=args.mode, workers=args.workers,
-                                         max_shard_size=args.max_shard_size, progress=not args.quiet)
+    # a model folder also gets the codec recorded in its config.json (quantization_config)
+    convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
+    paths = convert(args.src, args.dst, mode=args.mode, workers=args.workers,
+                    max_shard_size=args.max_shard_size, progress=not args.quiet)
     src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
                                                else Path(args.src).rglob("*")) if p.is_file())
     out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")

@@ -24,8 +24,8 @@ from .encode import Item
 ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
              "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx") + TORCH_SUFFIXES
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+OTHER_WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx")
 
 
 # -- safetensors -----------------------------------------------------------------------------------
@@ -221,12 +221,16 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
     README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries are
     skipped. Returns the destination paths."""
     src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+    converted = set(weight_files(src_folder))
     out = []
     for p in sorted(src_folder.rglob("*")):
         rel = p.relative_to(src_folder)
         if any(part.startswith(".") for part in rel.parts) or not p.is_file():
             continue
-        if p.name.endswith(WEIGHT_SUFFIXES) or p.name in INDEX_NAMES:
+        # Skip the converted weights and other weight formats, but not every *.bin: tokenizers
+        # (llama2.c's tok512.bin) and training args use that suffix too.
+        if p in converted or p.name in INDEX_NAMES or p.name.endswith(OTHER_WEIGHT_SUFFIXES) \
+                or (p.name.startswith("pytorch_model") and p.suffix == ".bin"):
             continue
         dest = dst_folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
