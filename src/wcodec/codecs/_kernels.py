@@ -26,6 +26,30 @@ def head_histogram(bits, shift, mask):
     return hist.sum(axis=0)
 
 
+@nb.njit(inline="always", **_jit)
+def _load_block(tail, base, nbytes):
+    """Up to 16 bytes of ``tail`` from ``base`` as a little-endian 128-bit pair (lo, hi)."""
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    for q in range(min(nbytes, 8)):
+        lo |= np.uint64(tail[base + q]) << np.uint64(8 * q)
+    for q in range(8, nbytes):
+        hi |= np.uint64(tail[base + q]) << np.uint64(8 * (q - 8))
+    return lo, hi
+
+
+@nb.njit(inline="always", **_jit)
+def _field(lo, hi, pos, nbits):
+    """Bits [pos, pos + nbits) of the 128-bit pair (lo, hi); nbits <= 32."""
+    if pos >= 64:
+        v = hi >> np.uint64(pos - 64)
+    elif pos + nbits <= 64:
+        v = lo >> np.uint64(pos)
+    else:
+        v = (lo >> np.uint64(pos)) | (hi << np.uint64(64 - pos))
+    return v & np.uint64((1 << nbits) - 1)
+
+
 @kernel
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes):
     """Split float bit patterns into head symbols, packed tail bits and low byte planes.
@@ -40,15 +64,16 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     n_tail = (n * tail_bits + 7) // 8
     tail = np.zeros(n_tail, dtype=np.uint8)
     low = np.empty((low_planes, n), dtype=np.uint8)
-    # A block of 8 values fills exactly tail_bits bytes, so blocks pack independently; the block's
-    # fields are gathered in a 128-bit pair of words (tail_bits <= 11 -> at most 88 bits).
+    # A block of 8 values fills exactly tail_bits bytes, so blocks pack independently; a block's
+    # fields fit a 128-bit pair of words (tail_bits <= 16).
     n_blocks = (n + 7) // 8
     for blk in nb.prange(n_blocks):
         lo = np.uint64(0)
         hi = np.uint64(0)
-        for k in range(min(8, n - blk * 8)):
-            b = np.int64(bits[blk * 8 + k])
-            head[blk * 8 + k] = symbol_of[(b >> shift) & mask]
+        i0 = blk * 8
+        for k in range(min(8, n - i0)):
+            b = np.uint32(bits[i0 + k])
+            head[i0 + k] = symbol_of[(b >> shift) & mask]
             t = np.uint64(((b >> sign_shift) << (tail_bits - 1)) | ((b >> tail_shift) & tail_mask))
             pos = k * tail_bits
             if pos < 64:
@@ -58,8 +83,8 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
             else:
                 hi |= t << np.uint64(pos - 64)
             if low_planes == 2:
-                low[0, blk * 8 + k] = (b >> 8) & 0xFF
-                low[1, blk * 8 + k] = b & 0xFF
+                low[0, i0 + k] = (b >> 8) & 0xFF
+                low[1, i0 + k] = b & 0xFF
         base = blk * tail_bits
         for q in range(min(tail_bits, n_tail - base)):
             if q < 8:
@@ -75,33 +100,28 @@ def merge_float(head, alphabet, head_shift, tail, tail_bits, tail_shift, sign_sh
     n = out.size
     n_tail = tail.size
     low_planes = low.shape[0]
-    tmask = np.uint64((1 << (tail_bits - 1)) - 1)
-    fmask = np.uint64((1 << tail_bits) - 1)
+    tmask = np.uint32((1 << (tail_bits - 1)) - 1)
+    # the head value already shifted into place: one table load per value
+    placed = np.zeros(256, dtype=np.uint32)
+    for s in range(alphabet.size):
+        placed[s] = np.uint32(alphabet[s]) << head_shift
     n_blocks = (n + 7) // 8
     for blk in nb.prange(n_blocks):
-        base = blk * tail_bits
-        lo = np.uint64(0)
-        hi = np.uint64(0)
-        for q in range(min(tail_bits, n_tail - base)):
-            v = np.uint64(tail[base + q])
-            if q < 8:
-                lo |= v << np.uint64(8 * q)
-            else:
-                hi |= v << np.uint64(8 * (q - 8))
-        for k in range(min(8, n - blk * 8)):
-            pos = k * tail_bits
-            if pos < 64:
-                t = lo >> np.uint64(pos)
-                if pos + tail_bits > 64:
-                    t |= hi << np.uint64(64 - pos)
-            else:
-                t = hi >> np.uint64(pos - 64)
-            t &= fmask
-            i = blk * 8 + k
-            b = (np.uint64(alphabet[head[i]]) << np.uint64(head_shift)) \
-                | ((t >> np.uint64(tail_bits - 1)) << np.uint64(sign_shift)) \
-                | ((t & tmask) << np.uint64(tail_shift))
-            if low_planes == 2:
-                b |= (np.uint64(low[0, i]) << np.uint64(8)) | np.uint64(low[1, i])
-            out[i] = b
+        i0 = blk * 8
+        lo, hi = _load_block(tail, blk * tail_bits, min(tail_bits, n_tail - blk * tail_bits))
+        if tail_bits <= 8 and i0 + 8 <= n:
+            # all 8 fields in one 64-bit word: constant-stride shifts, no branches
+            for k in range(8):
+                t = np.uint32((lo >> np.uint64(k * tail_bits)) & np.uint64((1 << tail_bits) - 1))
+                b = placed[head[i0 + k]] | ((t >> (tail_bits - 1)) << sign_shift) | ((t & tmask) << tail_shift)
+                if low_planes == 2:
+                    b |= (np.uint32(low[0, i0 + k]) << 8) | np.uint32(low[1, i0 + k])
+                out[i0 + k] = b
+        else:
+            for k in range(min(8, n - i0)):
+                t = np.uint32(_field(lo, hi, k * tail_bits, tail_bits))
+                b = placed[head[i0 + k]] | ((t >> (tail_bits - 1)) << sign_shift) | ((t & tmask) << tail_shift)
+                if low_planes == 2:
+                    b |= (np.uint32(low[0, i0 + k]) << 8) | np.uint32(low[1, i0 + k])
+                out[i0 + k] = b
     return out
