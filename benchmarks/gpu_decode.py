@@ -1,12 +1,19 @@
-"""GPU decode throughput of wcodec (Triton) on an H100, beside a device copy, DFloat11 and nvCOMP.
+"""GPU decode throughput of wcodec (Triton) beside a device copy, DFloat11 and nvCOMP ANS (issue 5).
 
-Figures are GB/s of decoded output written (bf16 bytes / kernel time, median of CUDA-event timed
-repeats after warm-up). Data is SYNTHETIC: Llama-2-7B shapes, each tensor normal with its own std
-(fitted to the per-kind range of real Llama weights), rounded to bf16; norms ~ 1 + N(0, 0.05).
+Figures are GB/s of decoded bf16 written (output bytes / kernel time, median of CUDA-event timed
+repeats after warm-up). Data is SYNTHETIC and fresh every run (seed from the clock, printed):
+Llama-2-7B shapes, each tensor normal with its own std (fitted to the per-kind range of real Llama
+weights), rounded to bf16; norms ~ 1 + N(0, 0.05). Every decode is checked bit-exact (output
+poisoned first) before it is timed.
 
-    python benchmarks/gpu_decode.py [--no-7b] [--no-e2e] [--competitors] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/gpu_decode.py [--no-7b] [--no-e2e] [--no-competitors]
+        [--minilm carry/minilm_l6_bf16.wcodec] [--out DIR]
 
-Prints one table last; logs under --out (default $OUT or .).
+Competitors need packages absent from the device image, carried as wheels (.whl/, see
+benchmarks/RESULTS_gpu.md): ``dfloat11`` 0.5.0 + ``dahuffman`` 0.4.2 (its decode kernel, the
+package's own decode.ptx, run through cupy; its pure-Python encoder runs once per layer in a
+background process) and ``nvidia-nvcomp-cu13`` + ``nvidia-libnvcomp-cu13`` (ANS codec). Prints
+one table last; logs under --out (default $OUT or .).
 """
 
 from __future__ import annotations
@@ -14,13 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
 ROWS = []
+SHAPES = ((4096, 4096), (11008, 4096))
 
 
 def log(*a):
@@ -29,12 +39,11 @@ def log(*a):
 
 def row(what, gbs, extra=""):
     ROWS.append((what, gbs, extra))
-    log(f"  {what:<58} {gbs:>9}  {extra}")
+    log(f"  {what:<62} {gbs:>9}  {extra}")
 
 
-def llama7b_shapes():
+def llama7b_shapes(rng):
     """(name, shape, std) of Llama-2-7B; std per kind is a synthetic fit, varied per layer."""
-    rng = np.random.default_rng(7)
     out = [("model.embed_tokens.weight", (32000, 4096), 0.017)]
     for i in range(32):
         p = f"model.layers.{i}."
@@ -50,6 +59,13 @@ def llama7b_shapes():
                 (p + "post_attention_layernorm.weight", (4096,), -1.0)]
     out += [("model.norm.weight", (4096,), -1.0), ("lm_head.weight", (32000, 4096), 0.022)]
     return out
+
+
+def layer_bits(shape, seed, std=0.02):
+    """bf16 bits (uint16) of normal(0, std) rounded to nearest even; the same in every process."""
+    x = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32) * np.float32(std)
+    u = x.view(np.uint32)
+    return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def synth_bf16(torch, shape, std, gen):
@@ -104,119 +120,324 @@ class Decoder:
         return self.D.run(self.prep, self.buf, self.out)
 
     def check(self):
+        self.out.fill_(0xFF)  # poison: 0xFFFF is a NaN pattern no synthetic weight has
         st = self.run()
         self.D.check(self.plan, st)
         return self.D.tensor_views(self.plan, self.out)
+
+
+# ---- DFloat11 ---------------------------------------------------------------------------------
+def _df11_utils():
+    """dfloat11's encoder module, loaded by path: the package's dfloat11.py imports pkg_resources,
+    accelerate and transformers, which the encoder and the kernel do not need."""
+    import importlib.util
+    spec = importlib.util.find_spec("dfloat11")
+    d = os.path.dirname(spec.origin)
+    s = importlib.util.spec_from_file_location("df11_utils", os.path.join(d, "dfloat11_utils.py"))
+    m = importlib.util.module_from_spec(s)
+    s.loader.exec_module(m)
+    return m, os.path.join(d, "decode.ptx")
+
+
+def df11_encode(shape, seed, path):
+    """Child process: DFloat11-encode one synthetic layer (pure Python, ~1 M weights/s)."""
+    import contextlib
+    import io
+    import torch
+    m, _ = _df11_utils()
+    bits = layer_bits(shape, seed)
+    w = torch.from_numpy(bits.view(np.int16).reshape(-1)).view(torch.bfloat16)
+    t0 = time.time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        _c, counter = m.get_codec(w)
+        codec, _, table = m.get_32bit_codec(counter)
+        luts = m.get_luts(table)
+        enc, other, opos, gaps, _ = m.encode_weights([w], codec, 8, 512)
+    np.savez(path, luts=luts.numpy(), enc=enc.numpy(), other=other.numpy(), opos=opos.numpy(),
+             gaps=gaps.numpy(), secs=np.float64(time.time() - t0))
+
+
+def df11_decode(torch, shape, seed, path, bits):
+    import cupy as cp
+    _, ptx = _df11_utils()
+    z = np.load(path)
+    luts, enc, other, opos, gaps = (torch.from_numpy(np.ascontiguousarray(z[k]).view(
+        np.int32 if z[k].dtype == np.uint32 else z[k].dtype)).cuda() for k in ("luts", "enc", "other", "opos", "gaps"))
+    opos_np = z["opos"].astype(np.int64)
+    n_el, n_bytes, n_luts = other.numel(), enc.numel(), luts.shape[0]
+    tpb, bpt = 512, 8  # dfloat11 0.5.0's threads_per_block and bytes_per_thread
+    shared = tpb * 4 + 4 + int((opos_np[1:] - opos_np[:-1]).max()) * 2
+    blocks = -(-n_bytes // (tpb * bpt))
+    kern = cp.RawModule(path=ptx).get_function("decode")
+    out = torch.empty(n_el, dtype=torch.bfloat16, device="cuda")
+    args = [np.uint64(luts.data_ptr()), np.uint64(enc.data_ptr()), np.uint64(other.data_ptr()),
+            np.uint64(opos.data_ptr()), np.uint64(gaps.data_ptr()), np.uint64(out.data_ptr()),
+            np.uint32(n_luts), np.uint32(n_bytes), np.uint32(n_el)]
+
+    def run():
+        kern((blocks,), (tpb,), args, shared_mem=shared)
+    out.view(torch.int16).fill_(-1)
+    run()
+    torch.cuda.synchronize()
+    ok = np.array_equal(bits_np(out).reshape(-1), bits.reshape(-1))
+    t = bench(run, torch)
+    comp = z["enc"].nbytes + z["other"].nbytes + z["opos"].nbytes + z["gaps"].nbytes + z["luts"].nbytes
+    row(f"DFloat11 0.5.0 decode kernel bf16 {shape[0]}x{shape[1]}", f"{n_el * 2 / t / 1e9:.0f}",
+        f"{t * 1e3:.3f} ms, {8 * comp / n_el:.2f} b/w, bit-exact={ok} (CPU encode {float(z['secs']):.0f} s)")
+
+
+def nvcomp_ans(torch, shape, w):
+    from nvidia import nvcomp
+    x = w.reshape(-1).contiguous()
+    raw = x.numel() * 2
+    codec, kind = None, ""
+    # nvcomp.as_array has no bf16: hand it the same bits as float16 (its ANS data type for 2-byte
+    # floats) or, failing that, as bytes; the first run passed the bf16 tensor and got back half
+    # of it, so the output size is checked too
+    for kw, view in (({"algorithm": "ANS", "data_type": "<f2"}, torch.float16), ({"algorithm": "ANS"}, torch.uint8)):
+        try:
+            codec = nvcomp.Codec(**kw)
+            comp = codec.encode(nvcomp.as_array(x.view(view)))
+            kind = ", ".join(f"{k}={v}" for k, v in kw.items())
+            break
+        except Exception as e:  # noqa: BLE001
+            log(f"  nvcomp {kw}: {type(e).__name__} {e}")
+    dec = codec.decode(comp)
+    torch.cuda.synchronize()
+    got = torch.as_tensor(dec, device="cuda").reshape(-1)
+    got = got.view(torch.uint8).view(torch.int16) if got.dtype != torch.int16 else got
+    ok = got.numel() == x.numel() and torch.equal(got, x.view(torch.int16))
+    reps = 20
+    for _ in range(3):
+        codec.decode(comp)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        codec.decode(comp)
+    torch.cuda.synchronize()
+    t = (time.perf_counter() - t0) / reps
+    row(f"nvCOMP {nvcomp.__version__} ANS decode bf16 {shape[0]}x{shape[1]}", f"{raw / t / 1e9:.0f}",
+        f"{t * 1e3:.3f} ms incl. output alloc (host clock), {8 * comp.buffer_size / x.numel():.2f} b/w, "
+        f"bit-exact={ok}, {kind}")
+    if not ok:
+        log(f"  nvcomp decoded: {type(dec)} {getattr(dec, 'dtype', '')} {getattr(dec, 'shape', '')} "
+            f"{getattr(dec, 'buffer_size', '')}; torch view {got.shape} {got.dtype}; input {x.shape}")
+
+
+# ---- our kernel: variants ---------------------------------------------------------------------
+VARIANTS = [  # (warps = chunks per program, steps per iteration, inline asm, table in smem,
+    #            L1 prefetch of words/tails, register cap)
+    (1, 1, False, False, False, None), (4, 2, False, False, False, None),
+    (1, 2, True, False, False, None), (4, 2, True, False, False, None),
+    (8, 2, True, False, False, None), (2, 2, True, True, False, None),
+    (4, 2, True, True, False, None), (8, 2, True, True, False, None),
+    (8, 4, True, True, False, None), (16, 2, True, True, False, None),
+    (16, 2, True, False, False, 32), (16, 2, True, True, False, 32), (16, 4, True, True, False, 32),
+    (16, 2, True, True, True, 32), (16, 4, True, True, True, 32), (8, 2, True, True, True, 32),
+    (8, 4, True, False, True, 32)]
+
+
+def vtag(v):
+    W, S, asm, smem, pf, mr = v
+    return f"W={W} S={S} asm={int(asm)} smem={int(smem)} pf={int(pf)} maxnreg={mr or '-'}"
+
+
+def set_variant(D, K, dec, W, S, asm, smem, pf=False, maxnreg=None):
+    D.ASM, D.SMEM, D.PF, D.MAXNREG = asm, smem, pf, ({K.MODE_F16BITS: maxnreg} if maxnreg else {})
+    if dec is not None:
+        dec.prep.asm = asm
+        dec.set_config({K.MODE_F16BITS: (W, S)})
+
+
+def tune(torch, layers, D, K, out_dir):
+    best, times = None, []
+    for (shape, bits, rec) in layers:
+        dec = Decoder([("w", rec)])
+        for v in VARIANTS:
+            set_variant(D, K, dec, *v)
+            tag = vtag(v)
+            try:
+                ok = np.array_equal(bits_np(dec.check()["w"]).reshape(-1), bits.reshape(-1))
+                t = bench(dec.run, torch, reps=20)
+            except Exception as e:  # noqa: BLE001
+                log(f"  variant {shape} {tag}: {type(e).__name__} {str(e)[:200]}")
+                continue
+            row(f"variant {shape[0]}x{shape[1]} {tag}", f"{dec.raw / t / 1e9:.0f}",
+                f"{t * 1e6:.1f} us, bit-exact={ok}")
+            if ok and shape == (11008, 4096):
+                times.append((t, v))
+                if best is None or t < best[0]:
+                    best = (t, *v)
+        del dec
+    return best, [v for _, v in sorted(times, key=lambda a: a[0])]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-7b", action="store_true")
     ap.add_argument("--no-e2e", action="store_true")
-    ap.add_argument("--competitors", action="store_true")
-    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--no-competitors", action="store_true")
+    ap.add_argument("--minilm", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--df11-encode", nargs=3, metavar=("SHAPE", "SEED", "PATH"))
+    ap.add_argument("--ncu", metavar="BEST_JSON", help="decode 11008x4096 twice with that variant (under ncu)")
     args = ap.parse_args()
+    if args.df11_encode:
+        shape = tuple(int(v) for v in args.df11_encode[0].split("x"))
+        return df11_encode(shape, int(args.df11_encode[1]), args.df11_encode[2])
+    if args.ncu:
+        import torch
+        from wcodec.codecs import encode_tensor
+        from wcodec.gpu import decode as D
+        from wcodec.gpu import layout as K
+        b = json.load(open(args.ncu))
+        bits = layer_bits((11008, 4096), b["seed"])
+        set_variant(D, K, None, b["W"], b["S"], b["asm"], b["smem"], b["pf"], b["maxnreg"])
+        D.CONFIG[K.MODE_F16BITS] = (b["W"], b["S"])
+        dec = Decoder([("w", encode_tensor(bits, "BF16"))])
+        for _ in range(2):
+            dec.check()
+        torch.cuda.synchronize()
+        return 0
+
     import torch
     import triton
     from wcodec.codecs import decode_tensor, encode_tensor
+    from wcodec.gpu import decode as D
     from wcodec.gpu import layout as K
 
+    seed = int(time.time() * 1000) % (1 << 31)
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
-        f"cpus {os.cpu_count()}")
-    gen = torch.Generator(device="cuda").manual_seed(0)
+        f"cpus {os.cpu_count()} seed {seed} date {time.strftime('%Y-%m-%d %H:%M')}")
+    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    children = {}
+    if not args.no_competitors:
+        for shape in SHAPES:  # DFloat11's encoder in the background, on the same tensors
+            p = os.path.join(tmp, f"df11_{shape[0]}x{shape[1]}.npz")
+            children[shape] = (p, subprocess.Popen([sys.executable, os.path.abspath(__file__), "--df11-encode",
+                                                    f"{shape[0]}x{shape[1]}", str(seed + shape[0]), p],
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
 
-    # ---- ceiling: device-to-device copy of an 11008x4096 bf16 matrix ----------------------
+    # ---- ceiling: device-to-device copy ------------------------------------------------------
     src = synth_bf16(torch, (11008, 4096), 0.02, gen)
     dst = torch.empty_like(src)
     t = bench(lambda: dst.copy_(src), torch)
     nbytes = src.numel() * 2
     row("copy 11008x4096 bf16 (D2D)", f"{nbytes / t / 1e9:.0f}", f"{2 * nbytes / t / 1e9:.0f} GB/s read+write")
+    del src, dst
 
-    # ---- single layers: correctness vs the CPU decoder, then throughput ----------------------
-    layers = {}
-    for shape in ((4096, 4096), (11008, 4096)):
-        w = synth_bf16(torch, shape, 0.02, gen)
-        bits = bits_np(w)
+    # ---- single layers: CPU reference, then kernel variants ----------------------------------
+    layers = []
+    for shape in SHAPES[::-1]:
+        bits = layer_bits(shape, seed + shape[0])
         t0 = time.time()
         rec = encode_tensor(bits, "BF16")
-        log(f"encode {shape}: {time.time() - t0:.2f} s, {rec.bits_per_weight:.3f} bits/w, head_bits "
-            f"{rec.params['head_bits']}, chunk_steps {rec.params['head']['chunk_steps']}")
-        layers[shape] = (bits, rec)
+        assert np.array_equal(decode_tensor(rec).reshape(-1), bits.reshape(-1)), "CPU round trip"
+        log(f"encode {shape}: {time.time() - t0:.1f} s, {rec.bits_per_weight:.3f} b/w, head_bits "
+            f"{rec.params['head_bits']}, chunk_steps {rec.params['head']['chunk_steps']}, "
+            f"{rec.params['head']['chunks_per_table']} chunks/table")
+        layers.append((shape, bits, rec))
+    best, ranked = tune(torch, layers, D, K, args.out)
+    log(f"best variant on 11008x4096: {best}")
+    if best is None:
+        best = (0.0, 1, 1, False, False, False, None)
+    W, S, asm, smem, pf, mr = best[1:]
+    set_variant(D, K, None, W, S, asm, smem, pf, mr)
+    for m in D.CONFIG:
+        D.CONFIG[m] = (W, S)
+    with open(os.path.join(args.out, "best.json"), "w") as f:
+        json.dump({"W": W, "S": S, "asm": asm, "smem": smem, "pf": pf, "maxnreg": mr, "seed": seed}, f)
+    for shape, bits, rec in layers[::-1]:
         dec = Decoder([("w", rec)])
-        got = dec.check()["w"]
-        ref = decode_tensor(rec)
-        assert np.array_equal(bits_np(got), ref) and np.array_equal(ref, bits), "GPU decode mismatch"
+        ok = np.array_equal(bits_np(dec.check()["w"]).reshape(-1), bits.reshape(-1))
         t = bench(dec.run, torch)
-        row(f"wcodec float bf16 {shape[0]}x{shape[1]}", f"{dec.raw / t / 1e9:.0f}",
-            f"{t * 1e3:.3f} ms, {rec.bits_per_weight:.3f} b/w, bit-exact")
-
-    # ---- tuning: chunks per program x warps, and chunk_steps, on 11008x4096 -----------------
-    bits, rec = layers[(11008, 4096)]
-    if args.tune:
-        dec = Decoder([("w", rec)])
-        best = None
-        from wcodec.gpu import decode as D0
-        for G, W, BAL in ((1, 1, False), (1, 1, True), (2, 2, False), (2, 2, True), (4, 4, True), (2, 1, False)):
-            D0.BALLOT = BAL
-            dec.prep.ballot = BAL
-            if True:
-                dec.set_config({K.MODE_F16BITS: (G, W)})
-                try:
-                    assert np.array_equal(bits_np(dec.check()["w"]), bits)
-                    t = bench(dec.run, torch, reps=10)
-                except Exception as e:  # noqa: BLE001
-                    log(f"  G={G} W={W}: {type(e).__name__} {e}")
-                    continue
-                log(f"  tune G={G:<2} warps={W} ballot={BAL}: {dec.raw / t / 1e9:7.0f} GB/s")
-                if best is None or t < best[0]:
-                    best = (t, G, W, BAL)
-        row(f"tuned best G={best[1]} warps={best[2]} ballot={best[3]} (11008x4096)", f"{dec.raw / best[0] / 1e9:.0f}")
-        D0.CONFIG[K.MODE_F16BITS] = (best[1], best[2])
-        D0.CONFIG[K.MODE_BYTES] = (best[1], best[2])
-        D0.BALLOT = best[3]
-        for cs in (64, 128, 256):
-            r2 = encode_tensor(bits, "BF16", chunk_steps=cs)
+        row(f"wcodec float bf16 {shape[0]}x{shape[1]} (best variant)", f"{dec.raw / t / 1e9:.0f}",
+            f"{t * 1e3:.3f} ms, {rec.bits_per_weight:.3f} b/w, bit-exact={ok}")
+        del dec
+    bits11 = layers[0][1]
+    for kw in ({"chunk_steps": 64}, {"chunk_steps": 128}, {"chunk_steps": 1024}, {"prob_bits": 11}):
+        try:
+            r2 = encode_tensor(bits11, "BF16", **kw)
             d2 = Decoder([("w", r2)])
-            assert np.array_equal(bits_np(d2.check()["w"]), bits)
+            ok = np.array_equal(bits_np(d2.check()["w"]).reshape(-1), bits11.reshape(-1))
             t = bench(d2.run, torch)
-            row(f"  chunk_steps {cs} (11008x4096)", f"{d2.raw / t / 1e9:.0f}",
-                f"{r2.bits_per_weight:.3f} b/w")
+            row(f"  11008x4096 {kw}", f"{d2.raw / t / 1e9:.0f}", f"{r2.bits_per_weight:.3f} b/w, bit-exact={ok}")
             del d2
+        except Exception as e:  # noqa: BLE001
+            log(f"  {kw}: {type(e).__name__} {e}")
 
-    # ---- int8 with prediction, and int8-quant -> bf16 --------------------------------------
-    yy, xx = np.mgrid[0:4096, 0:4096]
-    smooth = (np.sin(yy / 37.0) * 60 + np.cos(xx / 23.0) * 50
-              + np.random.default_rng(1).integers(-3, 4, (4096, 4096))).astype(np.int8)
-    r8 = encode_tensor(smooth, "I8")
-    dec = Decoder([("s", r8)])
-    assert np.array_equal(dec.check()["s"].cpu().numpy(), smooth), "int8 mismatch"
-    t = bench(dec.run, torch)
-    row("wcodec int8+prediction 4096x4096 (I8 out)", f"{dec.raw / t / 1e9:.0f}",
-        f"{t * 1e3:.3f} ms, modes {r8.info['modes']}, {r8.bits_per_weight:.2f} b/w")
-    rq = encode_tensor(bits, "BF16", mode="int8")
-    dec = Decoder([("q", rq)])
-    got = bits_np(dec.check()["q"])
-    assert np.array_equal(got, decode_tensor(rq).reshape(got.shape)), "int8-quant mismatch"
-    t = bench(dec.run, torch)
-    row("wcodec int8-quant -> bf16 11008x4096", f"{dec.raw / t / 1e9:.0f}",
-        f"{t * 1e3:.3f} ms, modes {rq.info['modes']}, {rq.bits_per_weight:.2f} b/w")
-    del dec
+    # ---- int8 with prediction, and int8-quant -> bf16 ----------------------------------------
+    try:
+        yy, xx = np.mgrid[0:4096, 0:4096]
+        smooth = (np.sin(yy / 37.0) * 60 + np.cos(xx / 23.0) * 50
+                  + np.random.default_rng(seed).integers(-3, 4, (4096, 4096))).astype(np.int8)
+        r8 = encode_tensor(smooth, "I8")
+        dec = Decoder([("s", r8)])
+        ok = np.array_equal(dec.check()["s"].cpu().numpy(), smooth)
+        t = bench(dec.run, torch)
+        row("wcodec int8+prediction 4096x4096 (I8 out)", f"{dec.raw / t / 1e9:.0f}",
+            f"{t * 1e3:.3f} ms, {r8.bits_per_weight:.2f} b/w, bit-exact={ok}")
+        rq = encode_tensor(bits11, "BF16", mode="int8")
+        dec = Decoder([("q", rq)])
+        got = bits_np(dec.check()["q"])
+        ok = np.array_equal(got.reshape(-1), decode_tensor(rq).reshape(-1))
+        t = bench(dec.run, torch)
+        row("wcodec int8-quant -> bf16 11008x4096", f"{dec.raw / t / 1e9:.0f}",
+            f"{t * 1e3:.3f} ms, {rq.bits_per_weight:.2f} b/w, equal to CPU decode={ok}")
+        del dec
+    except Exception:  # noqa: BLE001
+        log(traceback.format_exc())
 
-    # ---- whole 7B-shaped synthetic model ---------------------------------------------------
+    # ---- competitors on the same layers -----------------------------------------------------
+    if not args.no_competitors:
+        try:
+            w = torch.from_numpy(layers[0][1].view(np.int16)).cuda().view(torch.bfloat16)
+            nvcomp_ans(torch, SHAPES[1], w)
+            del w
+        except Exception:  # noqa: BLE001
+            log(traceback.format_exc())
+        for shape in SHAPES:
+            path, proc = children[shape]
+            try:
+                proc.wait(timeout=240)
+                bits = next(b for s, b, _ in layers if s == shape)
+                df11_decode(torch, shape, seed + shape[0], path, bits)
+            except Exception:  # noqa: BLE001
+                log(traceback.format_exc())
+
+    # ---- MiniLM (real weights, bf16) ---------------------------------------------------------
+    if args.minilm:
+        try:
+            import wcodec
+            t0 = time.time()
+            g = wcodec.load_file(args.minilm, device="cuda")  # section crcs checked by the loader
+            torch.cuda.synchronize()
+            tg = time.time() - t0
+            c = wcodec.load_file(args.minilm, device="cpu")  # CPU decoder, decoded crc32 checked
+            def raw(t):
+                return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            same = all(g[k].shape == c[k].shape and g[k].dtype == c[k].dtype and torch.equal(raw(g[k]), raw(c[k]))
+                       for k in c)
+            row(f"all-MiniLM-L6-v2 bf16: {len(c)} tensors GPU == CPU decode (== original crc32)",
+                "", f"bit-exact={same}, load {tg:.2f} s")
+        except Exception:  # noqa: BLE001
+            log(traceback.format_exc())
+
+    # ---- whole 7B-shaped synthetic model -----------------------------------------------------
     if not args.no_7b:
         from concurrent.futures import ThreadPoolExecutor
-        shapes = llama7b_shapes()
+        shapes = llama7b_shapes(np.random.default_rng(seed))
         t0 = time.time()
         items, originals = [], {}
 
-        def enc(spec):
-            name, shape, std = spec
-            w = synth_bf16(torch, shape, std, torch.Generator(device="cuda").manual_seed(hash(name) % 2**31))
+        def enc(k_spec):
+            k, (name, shape, std) = k_spec
+            w = synth_bf16(torch, shape, std, torch.Generator(device="cuda").manual_seed(seed + k))
             b = bits_np(w)
             return name, b, encode_tensor(b, "BF16")
-        with ThreadPoolExecutor(4) as ex:
-            for name, b, r in ex.map(enc, shapes):
+        with ThreadPoolExecutor(8) as ex:
+            for name, b, r in ex.map(enc, enumerate(shapes)):
                 items.append((name, r))
                 originals[name] = b
         n_w = sum(r.numel for _, r in items)
@@ -224,81 +445,88 @@ def main():
         log(f"7B synthetic: {len(items)} tensors, {n_w / 1e9:.3f} G weights, encoded in "
             f"{time.time() - t0:.1f} s, {8 * comp / n_w:.3f} bits/w")
         dec = Decoder(items)
+        # the model's own pick among the layer's five best variants (status-checked, and the
+        # first 8 tensors compared; the winner is compared in full below)
+        best7 = None
+        for v in ranked[:5]:
+            set_variant(D, K, dec, *v)
+            try:
+                vv = dec.check()
+                ok = all(torch.equal(vv[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
+                         for n, _ in items[:8])
+                t = bench(dec.run, torch, reps=5)
+            except Exception as e:  # noqa: BLE001
+                log(f"  7B variant {vtag(v)}: {type(e).__name__} {str(e)[:200]}")
+                continue
+            row(f"variant 7B model {vtag(v)}", f"{dec.raw / t / 1e9:.0f}", f"{t * 1e3:.2f} ms, first 8 exact={ok}")
+            if ok and (best7 is None or t < best7[0]):
+                best7 = (t, v)
+        if best7 is not None:
+            set_variant(D, K, dec, *best7[1])
+            for m in D.CONFIG:
+                D.CONFIG[m] = best7[1][:2]
         views = dec.check()
-        ok = all(np.array_equal(bits_np(views[n]), originals[n]) for n, _ in items[:6])
-        ok &= all(torch.equal(views[n].view(torch.int16).cpu().view(torch.uint16),
-                              torch.from_numpy(originals[n].view(np.int16)).view(torch.uint16))
-                  for n, _ in items[6:])
-        assert ok, "7B decode mismatch"
+        ok = all(torch.equal(views[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
+                 for n, _ in items)
         t = bench(dec.run, torch, reps=10)
-        row("wcodec float bf16 whole 7B-shaped model (synthetic)", f"{dec.raw / t / 1e9:.0f}",
-            f"{t * 1e3:.2f} ms for {dec.raw / 1e9:.2f} GB, bit-exact")
+        row("wcodec float bf16 whole 7B-shaped model (synthetic, all launches)", f"{dec.raw / t / 1e9:.0f}",
+            f"{t * 1e3:.2f} ms for {dec.raw / 1e9:.2f} GB, {len(dec.prep.desc)} launches, bit-exact={ok}, "
+            f"{vtag(best7[1]) if best7 else ''}")
         del dec, views
         torch.cuda.empty_cache()
         if not args.no_e2e:
-            e2e(items, originals, torch, args)
+            try:
+                e2e(items, originals, torch, tmp)
+            except Exception:  # noqa: BLE001
+                log(traceback.format_exc())
 
     log("\n| what | GB/s bf16 written | notes |\n|---|---:|---|")
-    for w, g, e in ROWS:
-        log(f"| {w} | {g} | {e} |")
+    for w_, g_, e_ in ROWS:
+        log(f"| {w_} | {g_} | {e_} |")
     with open(os.path.join(args.out, "gpu_decode_table.json"), "w") as f:
         json.dump(ROWS, f, indent=1)
 
 
-def e2e(items, originals, torch, args):
+def e2e(items, originals, torch, tmp):
     """Page cache -> GPU: wcodec.load_file vs safetensors.torch.load_file of the same weights."""
     import safetensors.torch as st
     import wcodec
-    from wcodec.format.writer import Writer  # noqa: F401  (container present?)
-    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    from wcodec.format import spec
+    from wcodec.format.writer import Writer
     sf = os.path.join(tmp, "model.safetensors")
     wc = os.path.join(tmp, "model.wcodec")
     st.save_file({n: torch.from_numpy(b.view(np.int16)).view(torch.bfloat16) for n, b in originals.items()}, sf)
-    from wcodec.format import spec
-    from wcodec.format.writer import Writer as W
     t0 = time.time()
-    with W(wc) as w:
+    with Writer(wc) as w:
         for name, rec in items:
             w.add_record(name, rec, spec.crc32(originals[name]))
     log(f"container written in {time.time() - t0:.1f} s: {os.path.getsize(wc) / 1e9:.2f} GB vs "
         f"safetensors {os.path.getsize(sf) / 1e9:.2f} GB")
-    for f in (sf, wc):
-        with open(f, "rb") as fh:  # warm the page cache
-            while fh.read(1 << 26):
-                pass
-    torch.cuda.synchronize()
-    t0 = time.time()
-    a = st.load_file(sf, device="cuda")
-    torch.cuda.synchronize()
-    t_sf = time.time() - t0
-    del a
-    torch.cuda.empty_cache()
-    t0 = time.time()
-    b = wcodec.load_file(wc, device="cuda")
-    torch.cuda.synchronize()
-    t_wc = time.time() - t0
-    ok = all(torch.equal(b[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
-             for n in list(originals)[:40])
-    log(f"wcodec.load_file bit-exact on 40 tensors: {ok}")
-    del b
-    torch.cuda.empty_cache()
-    from wcodec.format.reader import Reader as CheckpointReader
-    from wcodec.gpu.loader import load_records
-    t0 = time.time()
-    r = CheckpointReader(wc)
-    recs = [(n, r.record(n, verify=False)) for n in r.keys()]
-    crcs = {n: {k: v["crc32"] for k, v in r.entry(n)["sections"].items()} for n in r.keys()}
-    c = load_records(recs, "cuda", crcs=crcs)
-    torch.cuda.synchronize()
-    t_lr = time.time() - t0
-    ok2 = all(torch.equal(c[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
-              for n in list(originals)[:40])
-    log(f"load_records (parallel crc) bit-exact on 40 tensors: {ok2}")
-    row("e2e load 7B page cache -> GPU: reader + load_records(crcs, 16 threads)",
-        f"{sum(x.nbytes for x in originals.values()) / t_lr / 1e9:.1f}", f"{t_lr:.2f} s")
     raw = sum(x.nbytes for x in originals.values())
-    row("e2e load 7B page cache -> GPU: safetensors", f"{raw / t_sf / 1e9:.1f}", f"{t_sf:.2f} s")
-    row("e2e load 7B page cache -> GPU: wcodec.load_file", f"{raw / t_wc / 1e9:.1f}", f"{t_wc:.2f} s")
+    for rep in range(2):  # second round: pinned staging buffers and kernels already warm
+        for f in (sf, wc):
+            with open(f, "rb") as fh:  # page cache
+                while fh.read(1 << 26):
+                    pass
+        torch.cuda.synchronize()
+        t0 = time.time()
+        a = st.load_file(sf, device="cuda")
+        torch.cuda.synchronize()
+        t_sf = time.time() - t0
+        del a
+        torch.cuda.empty_cache()
+        t0 = time.time()
+        b = wcodec.load_file(wc, device="cuda")
+        torch.cuda.synchronize()
+        t_wc = time.time() - t0
+        ok = all(torch.equal(b[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
+                 for n in originals)
+        del b
+        torch.cuda.empty_cache()
+        row(f"e2e 7B page cache -> GPU: safetensors.torch.load_file (round {rep + 1})",
+            f"{raw / t_sf / 1e9:.1f}", f"{t_sf:.2f} s")
+        row(f"e2e 7B page cache -> GPU: wcodec.load_file, crcs verified (round {rep + 1})",
+            f"{raw / t_wc / 1e9:.1f}", f"{t_wc:.2f} s, bit-exact={ok}")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def test_cuda_goes_through_the_gpu_loader(tmp_path, monkeypatch):
     wcodec.save_file(sd, tmp_path / "m.wcodec")
     seen = {}
 
-    def fake_load_records(items, device):
+    def fake_load_records(items, device, crcs=None):
         seen["names"], seen["device"] = [n for n, _ in items], device
         from wcodec.codecs import decode_tensor
         from wcodec.api import _to_torch
@@ -94,6 +94,40 @@ def test_cuda_goes_through_the_gpu_loader(tmp_path, monkeypatch):
     out = wcodec.load_wcodec_checkpoint(tmp_path / "m.wcodec", map_location="cuda")
     assert seen["device"] == torch.device("cuda") and "head" not in seen["names"]
     assert all(torch.equal(out[k], v) for k, v in sd.items()) and out["head"] is out["emb"]
+
+
+def test_cuda_load_checks_section_crcs_in_the_loader(tmp_path, monkeypatch):
+    # the GPU path reads records unverified and hands the section crcs to the loader, which checks
+    # them while staging (or, without a GPU, before its CPU fallback decodes)
+    from wcodec.errors import ChecksumError
+    from wcodec.format.reader import Reader
+    from wcodec.gpu import loader
+
+    sd = _state_dict()
+    path = tmp_path / "m.wcodec"
+    wcodec.save_file(sd, path)
+    with Reader(path) as r:
+        want = {n: {k: v["crc32"] for k, v in r.entry(n)["sections"].items()} for n in r.keys()
+                if not r.alias_of(n)}
+        off = max((s for s in r.entry("emb")["sections"].values()), key=lambda s: s["size"])["offset"]
+    seen = {}
+
+    def spy(items, device, crcs=None):
+        seen["crcs"] = crcs
+        if torch.cuda.is_available():
+            return loader.load_records(items, device, crcs=crcs)
+        return loader.load_records(items, "cpu", crcs=crcs)  # the same checks, no GPU needed
+
+    monkeypatch.setattr(wcodec.api, "_gpu_load_records", lambda: spy)
+    out = wcodec.load_file(path, device="cuda")
+    assert seen["crcs"] == want and torch.equal(out["emb"].cpu(), sd["emb"])
+    wcodec.load_file(path, device="cuda", verify=False)
+    assert seen["crcs"] is None
+    data = bytearray(path.read_bytes())
+    data[off + 3] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChecksumError, match="emb"):
+        wcodec.load_file(path, device="cuda")
 
 
 def test_convert_folder_copies_side_files(tmp_path):

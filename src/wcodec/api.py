@@ -92,7 +92,11 @@ def _load(reader: CheckpointReader, names: list[str], device, framework: str, ve
         dev = torch.device(device if device is not None else "cpu")
         load_records = _gpu_load_records() if dev.type == "cuda" else None
         if load_records is not None:
-            out = load_records([(n, reader.record(n, verify=verify)) for n in stored], dev)
+            # section checksums are checked by the loader in parallel while it stages the bytes
+            # for upload (the reader's verify is one thread, ~4 GB/s: 3.09 s vs 0.87 s for a 7B)
+            crcs = ({n: {k: v["crc32"] for k, v in reader.entry(n)["sections"].items()}
+                     for n in stored} if verify else None)
+            out = load_records([(n, reader.record(n, verify=False)) for n in stored], dev, crcs=crcs)
         else:
             out = map_in_threads(lambda n: _to_torch(reader.get_numpy(n, verify=verify),
                                                      reader.entry(n)["dtype"]).to(dev), stored)

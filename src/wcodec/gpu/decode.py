@@ -19,13 +19,19 @@ STATUS = {K.ST_READ_PAST: "reads past the end of its words",
           K.ST_INIT: "has an initial state out of range",
           K.ST_SYMBOL: "decodes a symbol outside the head alphabet"}
 
-#: chunks per program and warps per program of the rANS kernel, by mode (tuned on an H100; see
-#: benchmarks/RESULTS_gpu.md)
-CONFIG = {K.MODE_BYTES: (1, 1), K.MODE_F16BITS: (1, 1), K.MODE_F32BITS: (1, 1)}
+#: (warps per program = chunks per program, decode steps per loop iteration) of the rANS kernel,
+#: by mode (measured on an H200; benchmarks/RESULTS_gpu.md)
+CONFIG = {K.MODE_BYTES: (16, 4), K.MODE_F16BITS: (16, 4), K.MODE_F32BITS: (16, 4)}
 
-
-#: use the inline-asm ballot/popc prefix count on the GPU (else tl.cumsum)
-BALLOT = True
+#: inline PTX (ballot/popc prefix count, funnel shift) on the GPU; the interpreter has no asm
+ASM = True
+#: decode table of each program's first chunk in shared memory (needs ASM)
+SMEM = True
+#: prefetch the word and tail streams into L1 ahead of use (needs ASM)
+PF = True
+#: register cap of the rANS kernel by mode (absent: the compiler's choice). 32 lets 4 programs of
+#: 16 warps (64 warps) share an SM; the F16 loop fits without spills, the F32 one would not
+MAXNREG = {K.MODE_F16BITS: 32}
 
 
 def _interpreting() -> bool:
@@ -47,27 +53,29 @@ def fill_host(plan: Plan, host: np.ndarray) -> None:
         host[off:off + arr.nbytes] = arr.view(np.uint8)
 
 
-def build_luts(freqs: torch.Tensor, prob_bits: torch.Tensor) -> torch.Tensor:
+def build_luts(freqs: torch.Tensor, prob_bits: torch.Tensor, vals: torch.Tensor | None = None) -> torch.Tensor:
     """Packed decode tables on the device from the stored frequencies.
 
-    freqs: [T, 256] int (any integer dtype), prob_bits: [T]. Returns int32[T * 4096]; entry slot
-    of table t = ``sym | (freq - 1) << 8 | (slot - cum) << 20`` (wcodec.rans.tables.decode_lookup)
-    for slot < 2**prob_bits[t]. Indices are clamped, so a table that does not sum to
-    2**prob_bits (rejected on the host anyway) gives wrong symbols, never a bad access.
+    freqs: [T, 256] int (any integer dtype), prob_bits: [T], vals: [T, 256] output value of each
+    symbol (default the symbol). Returns int64[T * 4096]; entry slot of table t (layout.py) =
+    ``freq | (slot - cum) << 13 | vals[sym] << 32`` for slot < 2**prob_bits[t]. Indices are
+    clamped, so a table that does not sum to 2**prob_bits (rejected on the host anyway) gives
+    wrong symbols, never a bad access.
     """
     T = freqs.shape[0]
     dev = freqs.device
     if T == 0:
-        return torch.zeros(1, dtype=torch.int32, device=dev)
+        return torch.zeros(1, dtype=torch.int64, device=dev)
     f = freqs.to(torch.int64)
     cum = torch.cumsum(f, dim=1)
     slots = torch.arange(LUT_STRIDE, device=dev, dtype=torch.int64)
     sym = torch.searchsorted(cum, slots.expand(T, LUT_STRIDE).contiguous(), right=True).clamp_(max=255)
     fr = torch.gather(f, 1, sym)
     start = torch.gather(cum, 1, sym) - fr
-    e = sym | ((fr - 1).clamp(0, 4095) << 8) | ((slots - start).clamp(0, 4095) << 20)
-    e = torch.where(e >= (1 << 31), e - (1 << 32), e)
-    return e.to(torch.int32).reshape(-1)
+    v = sym if vals is None else torch.gather(vals.to(torch.int64), 1, sym)
+    v = torch.where(v >= (1 << 31), v - (1 << 32), v)  # high word as a signed 32-bit value
+    e = fr.clamp(0, 4096) | ((slots - start).clamp(0, 4095) << 13) | (v << 32)
+    return e.reshape(-1)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -85,9 +93,10 @@ class Prepared:
         nb = torch.from_numpy
         self.plan = plan
         self.cfg = {**CONFIG, **(config or {})}
-        self.ballot = BALLOT and torch.device(device).type == "cuda" and not _interpreting()
-        self.lut = build_luts(nb(plan.freqs.astype(np.int32)).to(device), nb(plan.prob_bits).to(device))
-        self.desc = {m: nb(d).to(device) for m, d in plan.desc.items() if d.shape[0]}
+        self.asm = ASM and torch.device(device).type == "cuda" and not _interpreting()
+        self.lut = build_luts(nb(plan.freqs.astype(np.int32)).to(device), nb(plan.prob_bits).to(device),
+                              nb(plan.vals.astype(np.int64)).to(device))
+        self.desc = {k: nb(d).to(device) for k, d in plan.desc.items() if d.shape[0]}
         self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
                      for k, (td, progs, _) in plan.int8.items()}
 
@@ -106,17 +115,18 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
     buf16, buf32, bufF = buf.view(torch.int16), buf.view(torch.int32), buf.view(torch.float32)
     status = {}
     views = {K.MODE_BYTES: buf, K.MODE_F16BITS: out.view(torch.int16), K.MODE_F32BITS: out.view(torch.int32)}
-    for mode in (K.MODE_BYTES, K.MODE_F16BITS, K.MODE_F32BITS):
-        dd = prep.desc.get(mode)
-        if dd is None:
-            continue
-        G, W = prep.cfg[mode]
+    # keys sort byte planes first: F32 low planes decode into scratch before the F32 launch
+    for key, dd in prep.desc.items():
+        mode, R, pb = key
+        W, S = prep.cfg[mode]
         n = dd.shape[0]
         st = torch.empty(n, dtype=torch.int32, device=buf.device)
-        KK.rans_chunks_kernel[(-(-n // G),)](dd, n, buf, buf16, buf32, buf32.numel(), prep.lut,
-                                             views[mode], st, MODE=mode, G=G, NFIELDS=K.NF,
-                                             num_warps=W, BALLOT=prep.ballot and G == 1 and W == 1)
-        status[mode] = st
+        KK.rans_chunks_kernel[(-(-n // W),)](dd, n, buf, buf16, buf32, prep.lut, prep.lut.data_ptr(),
+                                             views[mode], st, MODE=mode, R=R, PB=pb, W=W, S=S,
+                                             NFIELDS=K.NF, ASM=prep.asm, SMEM=prep.asm and SMEM and W > 1,
+                                             PF=prep.asm and PF and mode != K.MODE_BYTES, num_warps=W,
+                                             **({"maxnreg": MAXNREG[mode]} if mode in MAXNREG and prep.asm else {}))
+        status[key] = st
     for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
         o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
                                                   torch.float32 if kind == K.OUT_F32 else torch.int16)
@@ -129,14 +139,14 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
 
 def check(plan: Plan, status: dict) -> None:
     """Raise CorruptDataError naming the tensor and chunk of the first failed chunk."""
-    for mode, st in status.items():
+    for key, st in status.items():
         s = st.cpu().numpy()
         bad = np.flatnonzero(s)
         if bad.size:
             i = int(bad[0])
-            oi = int(plan.owner[mode][i])
-            first = int(np.flatnonzero(plan.owner[mode] == oi)[0])
-            what = "residual/low byte plane" if mode == K.MODE_BYTES else "head plane"
+            oi = int(plan.owner[key][i])
+            first = int(np.flatnonzero(plan.owner[key] == oi)[0])
+            what = "residual/low byte plane" if key[0] == K.MODE_BYTES else "head plane"
             raise CorruptDataError(f"tensor '{plan.outputs[oi].name}': {what} chunk {i - first} "
                                    f"{STATUS.get(int(s[i]), 'is corrupt')}")
 

@@ -3,22 +3,26 @@
 LANES = 32
 
 # Chunk descriptor fields (int64 each, one row per chunk). Units: element indices into the view
-# named in the comment.
+# named in the comment. Launches are grouped by (mode, tail bits R, prob_bits), which the kernel
+# takes as compile-time constants, so those are not per-row fields.
 D_OUT = 0      # output element index of the chunk's first value (out view; bytes for MODE_BYTES)
 D_N = 1        # symbols in the chunk (0 for padding rows)
 D_STATES = 2   # buf32 index of the chunk's 32 initial states
 D_WBEG = 3     # buf16 index of the chunk's first word
 D_WEND = 4     # buf16 index one past the chunk's last word
-D_LUT = 5      # lut index of the chunk's decode table (2**prob_bits packed u32 entries)
-D_PB = 6       # prob_bits
-D_ALPH = 7     # buf16 index of the head alphabet (float modes)
-D_ALPHN = 8    # alphabet size (1..256)
-D_HSHIFT = 9   # M - head_bits: shift of the head value in the output bits
-D_TAILBIT = 10  # absolute bit position in buf of the chunk's first tail field
-D_R = 11       # tail bits R
-D_LOW1 = 12    # buf8 index of the chunk's low byte 1 (F32): raw section or decoded scratch
-D_LOW0 = 13    # buf8 index of the chunk's low byte 0 (F32)
-NF = 14
+D_LUT = 5      # lut index of the chunk's decode table (2**prob_bits packed u64 entries)
+D_TAILW = 6    # buf32 index of the chunk's first tail word (chunks hold 32*steps symbols, so
+               # every chunk's tail fields start on a 32-bit word)
+D_LOW1 = 7     # buf8 index of the chunk's low byte 1 (F32): raw section or decoded scratch
+D_LOW0 = 8     # buf8 index of the chunk's low byte 0 (F32)
+NF = 9
+
+# Decode table entry (int64, one per slot of a table): low word ``freq | (slot - cum) << 13``
+# (freq <= 4096 needs 13 bits, slot - cum < 4096), high word the symbol's output value: the
+# symbol itself for byte planes, ``alphabet[sym] << (M - head_bits)`` for a float head plane, with
+# bit 31 set for a symbol outside the alphabet (corrupt table). The output value in the table
+# saves the alphabet gather in the decode loop.
+LUT_BAD = 1 << 31
 
 MODE_BYTES = 0    # rANS symbols -> uint8 (int8 residuals, F32 low planes)
 MODE_F16BITS = 1  # BF16 / F16: head + tail -> 16-bit patterns

@@ -39,6 +39,19 @@ def _cpu_fallback(items, device):
     return out
 
 
+def _check_crc(name, sec, arr, want) -> None:
+    if zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)) & 0xFFFFFFFF != want:
+        raise ChecksumError(f"tensor '{name}': section '{sec}' checksum mismatch (corrupt data)")
+
+
+def _check_sections(pool, items, crcs, skip=frozenset()) -> None:
+    """crc32 of every section of ``items`` named in ``crcs`` except the (name, section) pairs in
+    ``skip`` (those are checked while staging), in parallel."""
+    todo = [(n, s, rec.sections[s], crcs[n][s]) for n, rec in items if n in crcs
+            for s in rec.sections if s in crcs[n] and (n, s) not in skip]
+    list(pool.map(lambda a: _check_crc(*a), todo))
+
+
 def _batches(items, batch_bytes):
     cur, size = [], 0
     for it in items:
@@ -68,8 +81,7 @@ def _stage(pool, plan, host: np.ndarray, crcs, owner_names) -> None:
         b = arr.view(np.uint8)
         host[off:off + b.size] = b
         if crcs is not None and name in crcs and sec in crcs[name]:
-            if zlib.crc32(b) & 0xFFFFFFFF != crcs[name][sec]:
-                raise ChecksumError(f"tensor '{name}': section '{sec}' checksum mismatch (corrupt data)")
+            _check_crc(name, sec, b, crcs[name][sec])
     list(pool.map(one, range(len(plan.sections))))
 
 
@@ -81,24 +93,31 @@ def load_records(items, device="cuda", separate: bool = False, crcs: dict | None
     separate: False returns views of one device allocation (one cudaMalloc); True gives every
     tensor its own allocation (so single tensors can be freed). crcs: optional
     {name: {section: crc32}} checked on the host while staging (the reader's ``verify`` does the
-    same, single-threaded). Returns {name: torch.Tensor} with each record's dtype and shape.
+    same, single-threaded); sections that are not uploaded (offsets, tables, alphabets) are
+    checked on the host too, and the CPU fallback checks them all before decoding. Returns {name: torch.Tensor} with each record's dtype and shape.
     Falls back to the CPU decoder when the device is not CUDA, no GPU is present or triton is
     missing. Raises CorruptDataError / ChecksumError naming the tensor.
     """
     import torch
     dev = torch.device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return _cpu_fallback(items, dev)
-    try:
-        from . import decode as D
-    except ImportError:
+    items = list(items)
+    fallback = dev.type != "cuda" or not torch.cuda.is_available()
+    if not fallback:
+        try:
+            from . import decode as D
+        except ImportError:
+            fallback = True
+    if fallback:
+        if crcs is not None:
+            with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
+                _check_sections(pool, items, crcs)
         return _cpu_fallback(items, dev)
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    items = list(items)
-    plans = []
+    plans, batches = [], []
     for batch in _batches(items, batch_bytes):
         plans.append(D.build_plan(batch))
+        batches.append(batch)
     # one output allocation: batches at 256-byte aligned bases
     bases, total = [], 0
     for p in plans:
@@ -117,6 +136,8 @@ def load_records(items, device="cuda", separate: bool = False, crcs: dict | None
                     done_events[slot].synchronize()  # the staging buffer's previous upload is done
                 host = _pinned(torch, dev, slot, plan.buf_nbytes)
                 _stage(pool, plan, host.numpy(), crcs, plan.section_owners)
+                if crcs is not None:
+                    _check_sections(pool, batches[i], crcs, frozenset(plan.section_owners))
                 with torch.cuda.stream(copy):
                     buf = torch.empty(plan.buf_nbytes, dtype=torch.uint8, device=dev)
                     buf[:plan.upload_nbytes].copy_(host[:plan.upload_nbytes], non_blocking=True)

@@ -46,8 +46,11 @@ class Plan:
 
     sections: (byte offset in the upload buffer, array) pairs. upload_nbytes: bytes to upload;
     buf_nbytes: device buffer size (upload + scratch, multiple of 16). freqs: [T, 256] uint16
-    frequency tables, prob_bits: [T] int. desc: MODE -> int64[n_chunks, NF] chunk descriptors,
-    owner: MODE -> int32[n_chunks] index into outputs. int8: (BH, BW, OUT) -> (int64[k, NT] tensor
+    frequency tables, prob_bits: [T] int, vals: [T, 256] uint32 output value of each symbol (high
+    word of the decode table entries, layout.py). desc: (MODE, R, PB) -> int64[n_chunks, NF] chunk
+    descriptors (R: tail bits of float modes, 0 for bytes; PB: prob_bits), one launch per key, in
+    key order (byte planes first: F32 low planes and int8 residuals are decoded into scratch
+    before their consumers run); owner: same keys -> int32[n_chunks] index into outputs. int8: (BH, BW, OUT) -> (int64[k, NT] tensor
     descriptors, int32[n_tiles] program->tensor row, int32[k] index into outputs). raw: (buffer byte
     offset, output byte offset, nbytes) copies.
     """
@@ -59,12 +62,13 @@ class Plan:
     buf_nbytes: int = 0
     freqs: list = field(default_factory=list)
     prob_bits: list = field(default_factory=list)
-    desc: dict = field(default_factory=lambda: {K.MODE_BYTES: [], K.MODE_F16BITS: [], K.MODE_F32BITS: []})
-    owner: dict = field(default_factory=lambda: {K.MODE_BYTES: [], K.MODE_F16BITS: [], K.MODE_F32BITS: []})
+    vals: list = field(default_factory=list)
+    desc: dict = field(default_factory=dict)
+    owner: dict = field(default_factory=dict)
     int8: dict = field(default_factory=dict)
     raw: list = field(default_factory=list)
     scratch_nbytes: int = 0
-    # offsets recorded relative to the scratch start, fixed up in finish(): (mode, block, field)
+    # offsets recorded relative to the scratch start, fixed up in finish(): (key, block, field)
     # for chunk descriptor blocks, (key, row) for int8 tensor descriptors
     _fix: list = field(default_factory=list)
     _int8_res: list = field(default_factory=list)
@@ -87,14 +91,18 @@ class Plan:
         self.scratch_nbytes = _align(off + nbytes, SECTION_ALIGN)
         return off
 
-    def _plane(self, plane: rans.RansPlane, prefix: str, rec: EncodedTensor) -> tuple:
-        """Upload a plane's states/words, register its tables. Returns per-chunk arrays."""
+    def _plane(self, plane: rans.RansPlane, prefix: str, rec: EncodedTensor, vals=None) -> tuple:
+        """Upload a plane's states/words, register its tables (``vals``: [256] output value of
+        each symbol, default the symbol). Returns per-chunk arrays."""
+        if vals is None:
+            vals = np.arange(256, dtype=np.uint32)
         st = self._put(plane.states, f"{prefix}.states")
         wd = self._put(plane.words, f"{prefix}.words") if plane.words.size else self._put(np.zeros(1, np.uint16))
         t0 = len(self.freqs)
         for t in plane.full_tables().reshape(-1, 256):
             self.freqs.append(t)
             self.prob_bits.append(plane.prob_bits)
+            self.vals.append(vals)
         c = np.arange(plane.n_chunks, dtype=np.int64)
         cs = plane.chunk_size
         n = np.minimum(cs, plane.n_symbols - c * cs)
@@ -102,21 +110,22 @@ class Plan:
         return c, n, st // 4 + c * 32, wd // 2 + offs[:-1], wd // 2 + offs[1:], \
             (t0 + c // plane.chunks_per_table) * LUT_STRIDE, plane.prob_bits
 
-    def _rows(self, mode, n_chunks, oi, **cols) -> None:
+    def _rows(self, key, n_chunks, oi, **cols) -> None:
         d = np.zeros((n_chunks, K.NF), dtype=np.int64)
         for k, v in cols.items():
             d[:, getattr(K, "D_" + k)] = v
-        self.desc[mode].append(d)
-        self.owner[mode].append(np.full(n_chunks, oi, dtype=np.int32))
+        self.desc.setdefault(key, []).append(d)
+        self.owner.setdefault(key, []).append(np.full(n_chunks, oi, dtype=np.int32))
 
     def _byte_plane(self, plane: rans.RansPlane, prefix: str, rec, oi) -> int:
         """Queue a MODE_BYTES decode of a plane into scratch; returns the scratch-relative offset.
         The output index is fixed up to an absolute buf8 index in finish()."""
         sc = self._scratch(plane.n_symbols)
         c, n, st, wb, we, lut, pb = self._plane(plane, prefix, rec)
-        self._fix.append((K.MODE_BYTES, len(self.desc[K.MODE_BYTES]), K.D_OUT))
-        self._rows(K.MODE_BYTES, c.size, oi, OUT=sc + c * plane.chunk_size, N=n, STATES=st,
-                   WBEG=wb, WEND=we, LUT=lut, PB=pb)
+        key = (K.MODE_BYTES, 0, int(pb))
+        self._fix.append((key, len(self.desc.get(key, [])), K.D_OUT))
+        self._rows(key, c.size, oi, OUT=sc + c * plane.chunk_size, N=n, STATES=st,
+                   WBEG=wb, WEND=we, LUT=lut)
         return sc
 
     def add(self, name: str, rec: EncodedTensor) -> None:
@@ -173,19 +182,23 @@ class Plan:
                 lows.append(("scratch", self._byte_plane(lplane, lname, rec, oi)))
             else:
                 lows.append(("buf", self._put(rec.section(f"{lname}.raw", np.uint8, n), f"{lname}.raw")))
-        alph = self._put(alphabet, "head.alphabet")
         tl_ = self._put(tail, "tail")
-        c, cn, st, wb, we, lut, pb = self._plane(head, "head", rec)
+        # head value of each symbol, pre-shifted into place; symbols outside the alphabet flagged
+        vals = np.full(256, K.LUT_BAD, dtype=np.uint32)
+        vals[:alphabet.size] = alphabet.astype(np.uint32) << np.uint32(M - j)
+        c, cn, st, wb, we, lut, pb = self._plane(head, "head", rec, vals)
         cs = head.chunk_size
         mode = K.MODE_F16BITS if W == 16 else K.MODE_F32BITS
+        key = (mode, R, int(pb))
+        # a chunk's tail fields start at bit c * cs * R, a whole number of 32-bit words (cs = 32 *
+        # chunk_steps), and the section starts 16-byte aligned
         cols = dict(OUT=out.offset // (W // 8) + c * cs, N=cn, STATES=st, WBEG=wb, WEND=we,
-                    LUT=lut, PB=pb, ALPH=alph // 2, ALPHN=alphabet.size, HSHIFT=M - j,
-                    TAILBIT=tl_ * 8 + c * cs * R, R=R)
+                    LUT=lut, TAILW=tl_ // 4 + c * (cs // 32) * R)
         for fld, (kind, off) in zip(("LOW1", "LOW0"), lows):
             cols[fld] = off + c * cs
             if kind == "scratch":
-                self._fix.append((mode, len(self.desc[mode]), getattr(K, "D_" + fld)))
-        self._rows(mode, c.size, oi, **cols)
+                self._fix.append((key, len(self.desc.get(key, [])), getattr(K, "D_" + fld)))
+        self._rows(key, c.size, oi, **cols)
 
     def _add_int8(self, rec: EncodedTensor, out: Output, oi: int) -> None:
         quant = rec.codec == "int8-quant"
@@ -238,13 +251,10 @@ class Plan:
         """Fix scratch-relative offsets to buf8 indices and stack the tables."""
         base = _align(self.upload_nbytes, SECTION_ALIGN)
         self.buf_nbytes = _align(base + self.scratch_nbytes + 16, SECTION_ALIGN)
-        for mode, block, fld in self._fix:
-            self.desc[mode][block][:, fld] += base
-        for mode in self.desc:
-            self.desc[mode] = (np.concatenate(self.desc[mode]) if self.desc[mode]
-                               else np.zeros((0, K.NF), np.int64))
-            self.owner[mode] = (np.concatenate(self.owner[mode]) if self.owner[mode]
-                                else np.zeros(0, np.int32))
+        for key, block, fld in self._fix:
+            self.desc[key][block][:, fld] += base
+        self.desc = {k: np.concatenate(self.desc[k]) for k in sorted(self.desc)}
+        self.owner = {k: np.concatenate(self.owner[k]) for k in sorted(self.owner)}
         for key, row in self._int8_res:
             self.int8[key][0][row][K.T_RES] += base
         for key in list(self.int8):
@@ -252,4 +262,5 @@ class Plan:
             self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32))
         self.freqs = np.stack(self.freqs) if self.freqs else np.zeros((0, 256), np.uint16)
         self.prob_bits = np.asarray(self.prob_bits, dtype=np.int64)
+        self.vals = np.stack(self.vals) if self.vals else np.zeros((0, 256), np.uint32)
         return self
