@@ -1,0 +1,112 @@
+"""Configuration of the annealing vector codec and validation of its input points."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import WcodecError
+
+
+class InvalidPointsError(WcodecError):
+    """The points to compress are unusable: not a 2-D float array, empty, or not finite."""
+
+
+@dataclass(frozen=True)
+class AnnealingConfig:
+    """Parameters of :func:`wcodec.vectors.compress`.
+
+    Attributes:
+        m: number of anchors (used: ``min(m, number of distinct points)``).
+        initial_temperature: T0 >= 0. Each iteration moves an anchor from its position toward the
+            robust mean of its points by a step of ``1 + T`` (over-relaxation: T > 0 overshoots
+            the mean, which speeds early convergence); T cools to 0, leaving Lloyd's step.
+        cooling_rate: T is multiplied by this every iteration, in [0, 1).
+        max_iterations: upper bound on annealing iterations (>= 1).
+        tolerance: stop when the relative energy change ``(E_prev - E) / E_prev`` falls below it.
+        maintenance_interval: every this many iterations, merge and split anchors (0 = never).
+        merge_threshold: merge two anchors whose squared distance is below this fraction of the
+            current energy (mean squared distance of a point to its anchor).
+        split_threshold: an anchor holding more than this many times the mean count of points is
+            overloaded; freed anchors (merged or empty) re-seed at the farthest point of the
+            overloaded anchors first, then of those with the largest squared-error sum.
+        robust_clip: Huber clip of the robust mean, in units of the anchor's RMS radius: a point
+            farther than ``robust_clip * rms`` pulls with weight ``robust_clip * rms / dist``.
+            0 disables clipping (plain mean, which minimises the energy).
+        seed: seed of the initial anchor choice (same seed => same start on every backend).
+        device: ``"cpu"`` (numpy), ``"cuda"`` / ``"cuda:N"`` (torch on the GPU) or
+            ``"torch-cpu"`` (the torch backend on the CPU, to test its code path).
+        bytes_per_vector: total budget in bytes per vector (anchors, assignments, rotation,
+            codebooks and residual codes, all coded) for a searchable index; None = anchors and
+            assignments only.
+        subsample: the hot phase (annealing schedule, maintenance) runs on a seeded subsample of
+            this many points per anchor when N is larger; 0 = all points throughout.
+        refine_iterations: Lloyd iterations (T = 0) on all points after a subsampled hot phase.
+        pq_iterations: annealing iterations used to train each residual codebook.
+        opq_iterations: Procrustes refinements of the residual rotation after its PCA start.
+        verbose: print one line per iteration.
+    """
+
+    m: int = 1024
+    initial_temperature: float = 0.6
+    cooling_rate: float = 0.85
+    max_iterations: int = 15
+    tolerance: float = 1e-4
+    maintenance_interval: int = 5
+    merge_threshold: float = 0.02
+    split_threshold: float = 4.0
+    robust_clip: float = 0.0
+    seed: int = 0
+    device: str = "cpu"
+    bytes_per_vector: float | None = None
+    subsample: int = 0
+    refine_iterations: int = 6
+    pq_iterations: int = 12
+    opq_iterations: int = 2
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.m >= 1, "m must be >= 1"),
+            (self.initial_temperature >= 0, "initial_temperature must be >= 0"),
+            (0 <= self.cooling_rate < 1, "cooling_rate must be in [0, 1)"),
+            (self.max_iterations >= 1, "max_iterations must be >= 1"),
+            (self.tolerance >= 0, "tolerance must be >= 0"),
+            (self.maintenance_interval >= 0, "maintenance_interval must be >= 0"),
+            (self.merge_threshold >= 0 and self.split_threshold > 0, "bad merge/split threshold"),
+            (self.robust_clip >= 0, "robust_clip must be >= 0"),
+            (self.bytes_per_vector is None or self.bytes_per_vector > 0, "bytes_per_vector must be > 0"),
+            (self.subsample >= 0 and self.refine_iterations >= 0, "bad subsample/refine_iterations"),
+            (self.pq_iterations >= 1 and self.opq_iterations >= 0, "bad pq/opq iterations"),
+            (self.device == "cpu" or self.device == "torch-cpu" or self.device.startswith("cuda"),
+             f"device must be 'cpu', 'torch-cpu' or 'cuda[:N]', got {self.device!r}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"AnnealingConfig: {msg}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_points(points) -> np.ndarray:
+    """Check and convert points to a C-contiguous float32 [N, d] array.
+
+    points: array-like [N, d] of float16/float32/float64 (N >= 1, d >= 1). Returns float32.
+    Raises InvalidPointsError on a wrong shape or dtype, an empty array, NaN or inf.
+    """
+    arr = np.asarray(points)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise InvalidPointsError(f"points must be a non-empty 2-D array [N, d], got shape {arr.shape}")
+    if arr.dtype.kind != "f":
+        raise InvalidPointsError(f"points must be float16/32/64, got {arr.dtype}")
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = int(np.argmin(finite.all(axis=1)))
+        raise InvalidPointsError(f"points must be finite: row {bad} holds NaN or inf "
+                                 f"({int((~finite).sum())} non-finite values in all)")
+    if np.abs(arr).max() > 1e18:
+        raise InvalidPointsError("points are too large for float32 distances (|x| > 1e18)")
+    return arr
