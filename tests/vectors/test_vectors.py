@@ -30,7 +30,7 @@ def test_anchors_only_real(real):
     rec = idx.reconstruct()
     assert np.isclose(idx.mse(base), idx.energy, rtol=1e-4)
     assert np.array_equal(rec, idx.anchors[idx.assignments])
-    assert idx.nbytes == sum(idx.nbytes_parts().values()) and 0 < idx.compression_ratio < 0.1
+    assert idx.nbytes == sum(idx.nbytes_parts().values()) and idx.compression_ratio > 10
     # energy of the annealed anchors beats the random start by far
     assert idx.info["history"][-1] < 0.8 * idx.info["history"][0]
 

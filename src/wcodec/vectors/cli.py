@@ -64,7 +64,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
           f"{index.info['seconds']:.2f} s on {index.info['backend']}")
     print(f"energy {index.energy:.6f}; {index.nbytes} bytes ({index.bytes_per_vector:.2f} B/vector: "
           + ", ".join(f"{k} {v}" for k, v in parts.items())
-          + f"); {100 * index.compression_ratio:.2f} % of the input")
+          + f"); compression ratio {index.compression_ratio:.1f}x")
     if index.codes is not None:
         print(f"residual codes: {index.codes.shape[1]} subspaces; MSE {index.mse(np.asarray(points)):.6f}")
     return 0
@@ -125,7 +125,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         idx = compress(points, AnnealingConfig(m=m, device=dev))
         results[dev] = (time.perf_counter() - t0, idx)
         print(f"{dev:>9}: {results[dev][0]:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
-              f"compression ratio {100 * idx.compression_ratio:.2f} %")
+              f"compression ratio {idx.compression_ratio:.1f}x")
     if len(results) == 2:
         (t_a, a), (t_b, b) = results.values()
         diff = abs(a.energy - b.energy)

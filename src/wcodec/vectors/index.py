@@ -90,8 +90,8 @@ class CompressedIndex:
 
     @property
     def compression_ratio(self) -> float:
-        """Compressed size over original size (the seeds' figure: 0.0206 = 2.06 %)."""
-        return self.nbytes / max(self.original_nbytes, 1)
+        """Original size over compressed size (48.5 means 48.5x smaller), as for weight files."""
+        return self.original_nbytes / max(self.nbytes, 1)
 
     def reconstruct(self) -> np.ndarray:
         """[N, d] float32 decoded vectors: anchor + decoded residual."""
