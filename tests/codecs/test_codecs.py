@@ -142,6 +142,8 @@ def test_corrupt_records_raise(dtype):
             assert name in ("tail", "low1.raw", "low0.raw", "modes", "head.alphabet") or \
                 not np.array_equal(out, a)
     for trunc in rec.sections:
+        if rec.sections[trunc].size == 0:
+            continue
         secs = dict(rec.sections)
         secs[trunc] = secs[trunc][:-1]
         with pytest.raises(CorruptDataError):

@@ -58,7 +58,7 @@ def test_golden_bytes():
 
 
 GOLDEN_STATES = [2246031296, 560012, 1789546, 541690832]
-GOLDEN_SHA256 = "7b31780542a1bf201155b493a3808bf582feb1d3fb6a439dd1f52e1567133a97"
+GOLDEN_SHA256 = "9e99412c9decd7f1d7300f17e1fba5b07f6286eb48eec03bb1553175f3c07e4d"
 
 
 def test_normalize_keeps_every_present_symbol():
@@ -92,15 +92,22 @@ def test_corruption_raises_wcodec_error(field):
     base = _plane()
     rng = np.random.default_rng(7)
     for trial in range(40):
-        arrs = {k.split(".")[1]: v.copy() for k, v in base.sections("p").items()}
-        a = arrs[field]
+        secs = {k: v.copy() for k, v in base.sections("p").items()}
+        a = secs[f"p.{field}"]
         i = int(rng.integers(0, a.size))
         a[i] ^= a.dtype.type(1 << int(rng.integers(0, a.itemsize * 8)))
-        plane = rans.RansPlane(base.n_symbols, base.prob_bits, base.chunk_steps, base.chunks_per_table,
-                               base.alphabet_size, arrs["freqs"], arrs["states"], arrs["offsets"], arrs["words"])
         # every single-bit flip is caught: table sums, offset checks, or the final-state check
         with pytest.raises(CorruptDataError):
-            rans.decode(plane)
+            rans.decode(rans.RansPlane.from_sections(base.params(), secs, "p"))
+
+
+def test_packed_tables_roundtrip_and_validate():
+    freqs = np.array([0, 1, 254, 255, 256, 4096, 17], np.uint16)
+    small, big = rans.pack_freqs(freqs)
+    assert small.dtype == np.uint8 and big.tolist() == [255, 256, 4096]
+    assert np.array_equal(rans.unpack_freqs(small, big), freqs)
+    with pytest.raises(CorruptDataError):
+        rans.unpack_freqs(small, big[:-1])
 
 
 def test_truncated_words_and_bad_params():

@@ -45,7 +45,8 @@ MAX_CHUNK_STEPS = 1 << 16
 #: candidate table segment lengths in symbols tried by ``tables="auto"`` (besides one table)
 SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16, 1 << 15)
 
-__all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "LANES"]
+__all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "pack_freqs",
+           "unpack_freqs", "auto_chunk_steps", "LANES"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,12 @@ class RansPlane:
         }
 
     def sections(self, prefix: str) -> dict:
+        """The stored arrays. Frequency tables are packed (:func:`pack_freqs`): most
+        frequencies are below 255, so one byte each halves the cost of per-segment tables."""
+        small, big = pack_freqs(self.freqs)
         return {
-            f"{prefix}.freqs": self.freqs,
+            f"{prefix}.freqs": small,
+            f"{prefix}.freqs_big": big,
             f"{prefix}.states": self.states,
             f"{prefix}.offsets": self.offsets,
             f"{prefix}.words": self.words,
@@ -118,7 +123,7 @@ class RansPlane:
                 chunk_steps=int(params["chunk_steps"]),
                 chunks_per_table=int(params["chunks_per_table"]),
                 alphabet_size=int(params["alphabet_size"]),
-                freqs=sections[f"{prefix}.freqs"],
+                freqs=unpack_freqs(sections[f"{prefix}.freqs"], sections[f"{prefix}.freqs_big"], prefix),
                 states=sections[f"{prefix}.states"],
                 offsets=sections[f"{prefix}.offsets"],
                 words=sections[f"{prefix}.words"],
@@ -162,6 +167,33 @@ class RansPlane:
             raise CorruptDataError(f"{where}: word offsets are not monotone or exceed a chunk")
 
 
+def pack_freqs(freqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Frequency tables [k] uint16 -> (small [k] uint8, big uint16[]): each frequency below 255
+    is its own byte; 255 marks one taken, in order, from ``big``."""
+    freqs = np.asarray(freqs, dtype=np.uint16)
+    escaped = freqs >= 255
+    small = np.where(escaped, 255, freqs).astype(np.uint8)
+    return small, freqs[escaped].astype(np.uint16)
+
+
+def unpack_freqs(small: np.ndarray, big: np.ndarray, where: str = "rANS plane") -> np.ndarray:
+    """Inverse of :func:`pack_freqs`. Raises CorruptDataError if the two sections disagree."""
+    if not (isinstance(small, np.ndarray) and small.dtype == np.uint8 and small.ndim == 1
+            and isinstance(big, np.ndarray) and big.dtype == np.uint16 and big.ndim == 1):
+        raise CorruptDataError(f"{where}: frequency sections must be uint8[k] and uint16[m]")
+    escaped = small == 255
+    if int(escaped.sum()) != big.size:
+        raise CorruptDataError(f"{where}: {int(escaped.sum())} escaped frequencies but {big.size} stored")
+    freqs = small.astype(np.uint16)
+    freqs[escaped] = big
+    return freqs
+
+
+def _table_bits(freqs: np.ndarray) -> int:
+    """Stored size in bits of packed tables (see pack_freqs)."""
+    return 8 * freqs.size + 16 * int(np.count_nonzero(freqs >= 255))
+
+
 def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
     """Pick chunks_per_table minimising coded size + table storage. counts: [n_chunks, 256]."""
     n_chunks = counts.shape[0]
@@ -174,7 +206,7 @@ def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
     for cpt in sorted(candidates, reverse=True):
         groups = np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks else counts
         freqs = np.stack([normalize_freqs(g, prob_bits) for g in groups]) if n_chunks else None
-        cost = (coded_cost_bits(groups, freqs, prob_bits) if n_chunks else 0.0) + len(groups) * 16 * alphabet_size
+        cost = (coded_cost_bits(groups, freqs, prob_bits) + _table_bits(freqs[:, :alphabet_size])) if n_chunks else 0.0
         if best is None or cost < best[0]:
             best = (cost, cpt)
     return best[1]
