@@ -41,49 +41,50 @@ def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
     n = symbols.size
     n_chunks = (n + chunk_size - 1) // chunk_size
     n_tables = freqs.shape[0]
+    # per (table, symbol): renormalisation bound, frequency, cumulative start, reciprocal
+    bound = np.zeros((n_tables, 256), dtype=np.int64)
+    fr = np.zeros((n_tables, 256), dtype=np.int64)
     cums = np.zeros((n_tables, 256), dtype=np.int64)
     inv = np.zeros((n_tables, 256), dtype=np.float64)
     for t in range(n_tables):
         acc = 0
         for s in range(256):
+            f = np.int64(freqs[t, s])
+            fr[t, s] = f
+            bound[t, s] = f << (32 - prob_bits)  # ((L >> prob_bits) << 16) * f
             cums[t, s] = acc
-            acc += freqs[t, s]
-            if freqs[t, s] > 0:
-                inv[t, s] = 1.0 / freqs[t, s]
+            acc += f
+            if f > 0:
+                inv[t, s] = 1.0 / f
     states = np.empty(n_chunks * LANES, dtype=np.uint32)
     scratch = np.empty(max(n, 1), dtype=np.uint16)  # at most one word per symbol
     counts = np.zeros(n_chunks + 1, dtype=np.int64)
-    shift_max = 32 - prob_bits
     for c in nb.prange(n_chunks):
         tab = c // chunks_per_table
+        bnd, frq, cum, rcp = bound[tab], fr[tab], cums[tab], inv[tab]
         start = c * chunk_size
         m = min(n, start + chunk_size) - start
-        steps = (m + LANES - 1) // LANES
         x = np.full(LANES, STATE_LOWER, dtype=np.int64)
-        # Words are written backwards from the end of the chunk's scratch region, so that they end
-        # up in decoder order without a reversal pass.
-        w = start + chunk_size if start + chunk_size <= n else n
-        w_end = w
-        for t in range(steps - 1, -1, -1):
-            for lane in range(LANES - 1, -1, -1):
-                i = t * LANES + lane
-                if i >= m:
-                    continue
-                s = symbols[start + i]
-                f = np.int64(freqs[tab, s])
-                xl = x[lane]
-                # branchless renormalisation: the store is harmless when nothing is emitted
-                # (the slot is overwritten later or lies outside the counted words)
-                emit = np.int64(xl >= (f << shift_max))
-                scratch[max(w - 1, start)] = xl & 0xFFFF
-                w -= emit
-                xl >>= 16 * emit
-                # floor(xl / f) through a float reciprocal: exact for f <= 2**12, xl < 2**32
-                q = np.int64(np.float64(xl) * inv[tab, s] + 6.103515625e-05)
-                x[lane] = (q << prob_bits) + (xl - q * f) + cums[tab, s]
+        # rANS is last-in first-out: symbols in reverse (steps in reverse, lanes in reverse).
+        # Words are written backwards from the end of the chunk's scratch region, so that they
+        # end up in decoder order without a reversal pass.
+        w = start + m
+        for i in range(m - 1, -1, -1):
+            s = symbols[start + i]
+            lane = i & (LANES - 1)
+            xl = x[lane]
+            # branchless renormalisation: the store is harmless when nothing is emitted (the slot
+            # is overwritten later or lies outside the counted words)
+            emit = np.int64(xl >= bnd[s])
+            scratch[max(w - 1, start)] = xl & 0xFFFF
+            w -= emit
+            xl >>= 16 * emit
+            # floor(xl / f) through a float reciprocal: exact for f <= 2**12, xl < 2**32
+            q = np.int64(np.float64(xl) * rcp[s] + 6.103515625e-05)
+            x[lane] = (q << prob_bits) + (xl - q * frq[s]) + cum[s]
         for lane in range(LANES):
             states[c * LANES + lane] = x[lane]
-        counts[c + 1] = w_end - w
+        counts[c + 1] = start + m - w
     offsets = np.empty(n_chunks + 1, dtype=np.uint32)
     acc = 0
     for c in range(n_chunks + 1):
