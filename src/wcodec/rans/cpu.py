@@ -105,10 +105,9 @@ def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
 def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
     """Decode chunk c into ``out``; returns its status (see decode_chunks)."""
     mask = (1 << prob_bits) - 1
-    tab = c // chunks_per_table
+    lut = lookup[c // chunks_per_table]
     start = c * chunk_size
     m = min(n, start + chunk_size) - start
-    steps = (m + LANES - 1) // LANES
     pos = np.int64(offsets[c])
     end = np.int64(offsets[c + 1])
     last = max(end - 1, 0)
@@ -117,24 +116,24 @@ def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lo
         x[lane] = states[c * LANES + lane]
         if x[lane] < STATE_LOWER:
             return 3
-    for t in range(steps):
-        base = start + t * LANES
-        lanes = min(LANES, m - t * LANES)
-        for lane in range(lanes):
-            xl = x[lane]
-            e = np.int64(lookup[tab, xl & mask])
-            out[base + lane] = e & 0xFF
-            xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
-            # branchless renormalisation (the branch is unpredictable); the word index is
-            # clamped, and reading past the chunk's words is flagged instead of followed
-            need = np.int64(xl < STATE_LOWER)
-            wd = np.int64(words[min(pos, last)])
-            xl = (xl << (16 * need)) | (wd * need)
-            pos += need
-            x[lane] = xl
-        if pos > end:
-            return 1
-    if pos != end:
+    # symbol i of the chunk is lane i % 32's; in this order the reading lanes of a step take
+    # consecutive words, which is the prefix count of the spec
+    for i in range(m):
+        lane = i & (LANES - 1)
+        xl = x[lane]
+        e = np.int64(lut[xl & mask])
+        out[start + i] = e & 0xFF
+        xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
+        # branchless renormalisation (the branch is unpredictable); the word index is clamped,
+        # so corrupt data never reads out of bounds, and a wrong word count is flagged below
+        need = np.int64(xl < STATE_LOWER)
+        wd = np.int64(words[min(pos, last)])
+        xl = (xl << (16 * need)) | (wd * need)
+        pos += need
+        x[lane] = xl
+    if pos > end:
+        return 1
+    if pos < end:
         return 2
     for lane in range(LANES):
         if x[lane] != STATE_LOWER:
