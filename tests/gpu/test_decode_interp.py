@@ -172,3 +172,19 @@ def test_corrupt_int8_reported():
     bad = _corrupt(rec, "res.words", lambda w: w[::-1].copy())
     with pytest.raises(CorruptDataError):
         decode_records([("bad", bad)], DEVICE)
+
+
+def test_int8_avg_tall_tiles():
+    # AVG wavefront on tiles taller than a warp, partial edge tiles in both directions
+    rng = np.random.default_rng(12)
+    items = [(f"{dt}", _int8_with_modes(rng, (70, 45), dt, 64, np.full(2, 3, np.uint8))) for dt in ("I8", "U8")]
+    _check(items)
+
+
+def test_auto_chunk_steps_rule():
+    from wcodec.rans import auto_chunk_steps
+    assert auto_chunk_steps(384 * 1536) == 1024  # MiniLM-sized planes keep the long chunks
+    assert auto_chunk_steps((1 << 24) - 1) == 1024
+    assert auto_chunk_steps(4096 * 4096) == 128
+    assert auto_chunk_steps(11008 * 4096) == 256
+    assert auto_chunk_steps(32000 * 4096) == 256

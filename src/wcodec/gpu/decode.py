@@ -25,13 +25,14 @@ CONFIG = {K.MODE_BYTES: (16, 4), K.MODE_F16BITS: (16, 4), K.MODE_F32BITS: (16, 4
 
 #: inline PTX (ballot/popc prefix count, funnel shift) on the GPU; the interpreter has no asm
 ASM = True
-#: decode table of each program's first chunk in shared memory (needs ASM)
-SMEM = True
-#: prefetch the word and tail streams into L1 ahead of use (needs ASM)
-PF = True
+#: decode table of each program's first chunk in shared memory (needs ASM): 0 off, 1 read with
+#: generic loads, 2 read with ld.shared where all of a program's chunks use it (kernels.py)
+SMEM = 2
+#: prefetch the word (and tail) streams into L1 ahead of use (needs ASM), by mode
+PF = {K.MODE_BYTES: True, K.MODE_F16BITS: True, K.MODE_F32BITS: True}
 #: register cap of the rANS kernel by mode (absent: the compiler's choice). 32 lets 4 programs of
 #: 16 warps (64 warps) share an SM; the F16 loop fits without spills, the F32 one would not
-MAXNREG = {K.MODE_F16BITS: 32}
+MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
 
 
 def _interpreting() -> bool:
@@ -99,6 +100,7 @@ class Prepared:
         self.desc = {k: nb(d).to(device) for k, d in plan.desc.items() if d.shape[0]}
         self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
                      for k, (td, progs, _) in plan.int8.items()}
+        self.status = {}  # per-launch chunk status, allocated by the first run()
 
 
 def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
@@ -106,7 +108,8 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
 
     buf: uint8[plan.buf_nbytes] on the device, the first upload_nbytes holding the sections
     (fill_host layout), the rest scratch. out: uint8[>= plan.out_nbytes] (byte offsets of
-    plan.outputs). Returns {mode: int32[n_chunks] status} for check() once the stream is done.
+    plan.outputs). Returns {mode: int32[n_chunks] status} for check() once the stream is done;
+    these buffers belong to ``prep`` and are rewritten by its next run().
     """
     from . import kernels as KK
     plan = prep.plan
@@ -120,11 +123,14 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
         mode, R, pb = key
         W, S = prep.cfg[mode]
         n = dd.shape[0]
-        st = torch.empty(n, dtype=torch.int32, device=buf.device)
+        st = prep.status.get(key)
+        if st is None:  # reused by later runs of this plan (each run rewrites all of it)
+            st = prep.status[key] = torch.empty(n, dtype=torch.int32, device=buf.device)
         KK.rans_chunks_kernel[(-(-n // W),)](dd, n, buf, buf16, buf32, prep.lut, prep.lut.data_ptr(),
                                              views[mode], st, MODE=mode, R=R, PB=pb, W=W, S=S,
-                                             NFIELDS=K.NF, ASM=prep.asm, SMEM=prep.asm and SMEM and W > 1,
-                                             PF=prep.asm and PF and mode != K.MODE_BYTES, num_warps=W,
+                                             NFIELDS=K.NF, ASM=prep.asm,
+                                             SMEM=int(SMEM) if prep.asm and W > 1 else 0,
+                                             PF=prep.asm and bool(PF.get(mode)), num_warps=W,
                                              **({"maxnreg": MAXNREG[mode]} if mode in MAXNREG and prep.asm else {}))
         status[key] = st
     for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():

@@ -66,7 +66,13 @@ def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_l
     """Decode step t (32 symbols) of every row. MASKED: the chunk may end inside this step."""
     idx = t * 32 + lanes  # chunk-relative symbol index (int32)
     slot = x & ((1 << PB) - 1)
-    if SMEM:
+    if SMEM == 2:
+        # every row of the program uses the table in shared memory: ld.shared with a 32-bit
+        # address (one IMAD instead of 64-bit generic address math; no generic-to-shared window
+        # check). tbase is the table's shared-window address here.
+        e = tl.inline_asm_elementwise("ld.shared.b64 $0, [$1];", "=l,r", [tbase + (slot << 3).to(tl.int32)],
+                                      dtype=tl.int64, is_pure=False, pack=1)
+    elif SMEM:
         # generic-address load: the program's table in shared memory, or a row's own in global
         # (not pure: must stay after the fill's barrier)
         e = tl.inline_asm_elementwise("ld.b64 $0, [$1];", "=l,l", [tbase + (slot.to(tl.int64) << 3)],
@@ -125,6 +131,36 @@ def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_l
 
 
 @triton.jit
+def _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_row, wlast,
+                tail_lane, tsh, out_row, low1_row, low0_row, MODE: tl.constexpr, R: tl.constexpr,
+                PB: tl.constexpr, W: tl.constexpr, S: tl.constexpr, ASM: tl.constexpr,
+                SMEM: tl.constexpr, PF: tl.constexpr):
+    """The decode loop: ``full`` unmasked iterations of S steps, then the masked remainder."""
+    for it in range(0, full):
+        if PF:
+            # pull the word and tail lines a few steps ahead into L1: their first touch is
+            # otherwise an L2 round trip inside the state-update chain (ncu: 66% of stalls on L1TEX)
+            wp = words_row + tl.minimum(pos + 128, wlast)
+            if MODE == 0:  # byte planes have no tail stream
+                tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l",
+                                          [wp.to(tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+            else:
+                tp = tail_lane + (it * S + 8) * R
+                tl.inline_asm_elementwise("prefetch.global.L1 [$1]; prefetch.global.L1 [$2]; mov.u32 $0, 0;",
+                                          "=r,l,l", [wp.to(tl.int64), tp.to(tl.int64)], dtype=tl.int32,
+                                          is_pure=False, pack=1)
+        for s in tl.static_range(S):
+            x, pos, bad = _step(it * S + s, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row,
+                                wlast, tail_lane, tsh, out_row, low1_row, low0_row, MODE, R, PB,
+                                W, False, ASM, SMEM)
+    for t in range(full * S, n_steps):
+        x, pos, bad = _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast,
+                            tail_lane, tsh, out_row, low1_row, low0_row, MODE, R, PB, W, True,
+                            ASM, SMEM)
+    return x, pos, bad
+
+
+@triton.jit
 def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_ptr, lut_addr,
                        out_ptr, status_ptr, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
                        W: tl.constexpr, S: tl.constexpr, NFIELDS: tl.constexpr,
@@ -136,6 +172,10 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
     element per thread that has a single blocked layout, element i on thread i, so a chunk is
     one warp in lane order, as the ballot needs, whatever layouts Triton picks. (2-D [W, 32]
     tiles got 4 rows per warp from Triton 3.6's coalescing of the table gathers.)
+
+    SMEM: 0 tables read from global memory; 1 the first row's table in shared memory, read with
+    generic loads (rows on other tables read theirs from global); 2 as 1, but programs whose rows
+    all use that table read it with ld.shared.
 
     desc_ptr: int64[n_items, NFIELDS] chunk descriptors (layout.py). lut_ptr: int64 decode
     tables, lut_addr: the same as an integer address (SMEM). out_ptr: uint8 (MODE_BYTES), int16 (MODE_F16BITS) or int32 (MODE_F32BITS) output
@@ -190,31 +230,36 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
         # Triton puts a barrier before any later op that reuses that scratch. Rows whose chunk
         # has another table read their own from global memory (generic addresses).
         lut0 = tl.load(desc_ptr + pid * W * NFIELDS + D_LUT)
+        lut_off = tl.load(d + D_LUT)
+        if SMEM == 2:
+            # before the fill: this reduction's scratch is where the table goes
+            uni = tl.min((lut_off == lut0).to(tl.int32)) == 1
         tbl = tl.load(lut_ptr + lut0 + tl.arange(0, 1 << PB))
         keep = tl.gather(tbl, tl.zeros([32], tl.int32), 0)
         sbase = tl.inline_asm_elementwise(
             "{ .reg .u64 a; mov.u64 a, global_smem; cvta.shared.u64 $0, a; }", "=l,r", [lt],
             dtype=tl.int64, is_pure=True, pack=1)
-        lut_off = tl.load(d + D_LUT)
         tbase = tl.where(lut_off == lut0, sbase, lut_addr + lut_off * 8)
+        if SMEM == 2:
+            sbase32 = tl.inline_asm_elementwise("mov.u32 $0, global_smem;", "=r,r", [lt],
+                                                dtype=tl.int32, is_pure=True, pack=1)
 
-    for it in range(0, full):
-        if PF:
-            # pull the word and tail lines a few steps ahead into L1: their first touch is
-            # otherwise an L2 round trip inside the state-update chain (ncu: 66% of stalls on L1TEX)
-            wp = words_row + tl.minimum(pos + 128, wlast)
-            tp = tail_lane + (it * S + 8) * R
-            tl.inline_asm_elementwise("prefetch.global.L1 [$1]; prefetch.global.L1 [$2]; mov.u32 $0, 0;",
-                                      "=r,l,l", [wp.to(tl.int64), tp.to(tl.int64)], dtype=tl.int32,
-                                      is_pure=False, pack=1)
-        for s in tl.static_range(S):
-            x, pos, bad = _step(it * S + s, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row,
-                                wlast, tail_lane, tsh, out_row, low1_row, low0_row, MODE, R, PB,
-                                W, False, ASM, SMEM)
-    for t in range(full * S, n_steps):
-        x, pos, bad = _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast,
-                            tail_lane, tsh, out_row, low1_row, low0_row, MODE, R, PB, W, True,
-                            ASM, SMEM)
+    if SMEM == 2:
+        # all rows on the shared-memory table (the usual case: a table covers many programs):
+        # ld.shared; else the generic loads above. uni was reduced before the fill (the
+        # reduction's scratch is the table's).
+        if uni:
+            x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, sbase32,
+                                      words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
+                                      MODE, R, PB, W, S, ASM, 2, PF)
+        else:
+            x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
+                                      words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
+                                      MODE, R, PB, W, S, ASM, 1, PF)
+    else:
+        x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
+                                  words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
+                                  MODE, R, PB, W, S, ASM, SMEM, PF)
 
     p = tl.max(tl.reshape(pos, [W, 32]), axis=1)
     wl = tl.max(tl.reshape(wlen, [W, 32]), axis=1)
@@ -274,9 +319,12 @@ def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
         x = tl.cumsum(tl.cumsum(r, axis=1), axis=0)
     elif mode == 3:
         # AVG is a nonlinear recurrence: a wavefront over anti-diagonals k = row + col, one
-        # element per row per step; the top neighbour is re-read from the reconstructed plane.
+        # element per row per step.
         rv = tl.arange(0, BH)
         left = tl.zeros([BH], tl.int32)
+        # the top neighbour is re-read from the reconstructed plane. (A lane-shuffle version,
+        # row r on lane r, top = shfl.up of `left`, did not finish on the H200 in 90 s: reverted;
+        # benchmarks/RESULTS_gpu.md)
         for k in range(0, h + w - 1):
             c = k - rv
             on = (c >= 0) & (c < w) & (rv < h)

@@ -31,16 +31,27 @@ LANES = reference.LANES
 STATE_LOWER = reference.STATE_LOWER
 DEFAULT_PROB_BITS = 12
 DEFAULT_CHUNK_STEPS = 1024
-#: planes of at least this many symbols use SHORT_CHUNK_STEPS, so that one such tensor decoded
-#: alone (a 4096x4096 layer: 2048 chunks) fills a GPU; smaller ones keep the long chunks, whose
-#: 32 states cost half as much per weight (all-MiniLM-L6-v2 bf16: 10.567 vs ~10.60 bits/weight)
+#: planes of at least this many symbols use shorter chunks, so that one such tensor decoded
+#: alone fills a GPU; smaller ones keep the long chunks, whose 32 states cost half as much per
+#: weight (all-MiniLM-L6-v2 bf16: 10.567 vs ~10.60 bits/weight)
 LARGE_PLANE = 1 << 24
+#: (planes below this many symbols, steps per chunk) for planes >= LARGE_PLANE, then
+#: SHORT_CHUNK_STEPS. The GPU decoder runs one chunk per warp, its steps one after another, so
+#: a layer decoded alone takes ~waves x steps x ~0.4 us (H200, benchmarks/RESULTS_gpu.md): a
+#: 4096x4096 layer (2^24) with 256 steps is 2048 chunks, 16 warps per SM, 77 us; with 128 steps
+#: 4096 chunks, 48 us, for +0.1 bit/weight. 11008x4096 keeps 256: 5504 chunks already fill one
+#: wave; 192/224 (two waves) measured slower, 128 only 3% faster for +0.1 bit/weight.
+SHORT_CHUNK_RULE = ((1 << 25, 128),)
 SHORT_CHUNK_STEPS = 256
 
 
 def auto_chunk_steps(n_symbols: int) -> int:
     """The default steps per chunk for a plane of ``n_symbols`` symbols."""
-    return SHORT_CHUNK_STEPS if n_symbols >= LARGE_PLANE else DEFAULT_CHUNK_STEPS
+    if n_symbols < LARGE_PLANE:
+        return DEFAULT_CHUNK_STEPS
+    return next((s for lim, s in SHORT_CHUNK_RULE if n_symbols < lim), SHORT_CHUNK_STEPS)
+
+
 MAX_CHUNK_STEPS = 1 << 16
 #: candidate table segment lengths in symbols tried by ``tables="auto"`` (besides one table)
 SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16, 1 << 15)
