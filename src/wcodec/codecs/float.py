@@ -17,6 +17,8 @@ infinities, -0.0, subnormals.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import rans
@@ -54,6 +56,38 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
         if cost < best[0] - 1e-9 * n:
             best = (cost, j)
     return best[1]
+
+
+class FloatParts(NamedTuple):
+    """The validated pieces of a float record shared by the CPU and GPU decoders."""
+
+    layout: tuple  # (total bits, exponent bits, mantissa bits, low byte planes)
+    head_bits: int
+    tail_bits: int
+    alphabet: np.ndarray  # [k <= 256] uint16 head values
+    head: "rans.RansPlane"
+    tail: np.ndarray  # packed tail bits, uint8
+
+
+def parse(record: EncodedTensor) -> FloatParts:
+    """Check a float record's parameters and shared sections. Raises CorruptDataError."""
+    if record.dtype not in LAYOUT:
+        raise CorruptDataError(f"float codec: dtype {record.dtype} not supported")
+    W, E, M, L = LAYOUT[record.dtype]
+    p, n = record.params, record.numel
+    j, R = int(p["head_bits"]), int(p["tail_bits"])
+    if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
+        raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {record.dtype}")
+    alphabet = record.section("head.alphabet", np.uint16)
+    if n and not (1 <= alphabet.size <= 256):
+        raise CorruptDataError("float codec: head alphabet must have 1..256 entries")
+    if alphabet.size and int(alphabet.max()) >= (1 << (E + j)):
+        raise CorruptDataError("float codec: head alphabet value out of range")
+    head = rans.RansPlane.from_sections(p["head"], record.sections, "head")
+    if head.n_symbols != n:
+        raise CorruptDataError(f"float codec: head plane has {head.n_symbols} symbols, tensor {n}")
+    tail = record.section("tail", np.uint8, (n * R + 7) // 8)
+    return FloatParts((W, E, M, L), j, R, alphabet, head, tail)
 
 
 class FloatCodec(Codec):
@@ -95,26 +129,13 @@ class FloatCodec(Codec):
                              info={"head_bits": j})
 
     def decode(self, record: EncodedTensor) -> np.ndarray:
-        if record.dtype not in LAYOUT:
-            raise CorruptDataError(f"float codec: dtype {record.dtype} not supported")
-        W, E, M, L = LAYOUT[record.dtype]
-        p = record.params
-        n = record.numel
-        j, R = int(p["head_bits"]), int(p["tail_bits"])
-        if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
-            raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {record.dtype}")
-        alphabet = record.section("head.alphabet", np.uint16)
-        if not (1 <= alphabet.size <= 256) and n:
-            raise CorruptDataError("float codec: head alphabet must have 1..256 entries")
-        if alphabet.size and int(alphabet.max()) >= (1 << (E + j)):
-            raise CorruptDataError("float codec: head alphabet value out of range")
-        plane = rans.RansPlane.from_sections(p["head"], record.sections, "head")
-        if plane.n_symbols != n:
-            raise CorruptDataError(f"float codec: head plane has {plane.n_symbols} symbols, tensor {n}")
-        head = rans.decode(plane, where="head plane")
+        parts = parse(record)
+        W, E, M, L = parts.layout
+        p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
+        alphabet, tail = parts.alphabet, parts.tail
+        head = rans.decode(parts.head, where="head plane")
         if n and int(head.max()) >= alphabet.size:
             raise CorruptDataError("float codec: head symbol outside the alphabet")
-        tail = record.section("tail", np.uint8, (n * R + 7) // 8)
         low = np.empty((L, n), dtype=np.uint8)
         for k, name in enumerate(("low1", "low0")[:L]):
             lp = p["low"][k]

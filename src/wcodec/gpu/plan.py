@@ -16,7 +16,7 @@ import numpy as np
 from .. import rans
 from ..codecs.base import DTYPES, EncodedTensor, itemsize
 # dtype -> (total bits W, exponent bits E, mantissa bits M, low byte planes L); CODEC_LAYOUT.md
-from ..codecs.float import LAYOUT as FLOAT_LAYOUT, MAX_HEAD_BITS
+from ..codecs.float import parse as parse_float
 from ..errors import CorruptDataError, UnsupportedError
 from . import layout as K
 
@@ -154,22 +154,10 @@ class Plan:
             raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
 
     def _add_float(self, rec: EncodedTensor, out: Output, oi: int) -> None:
-        if rec.dtype not in FLOAT_LAYOUT:
-            raise CorruptDataError(f"float codec: dtype {rec.dtype} not supported")
-        W, E, M, L = FLOAT_LAYOUT[rec.dtype]
-        p, n = rec.params, rec.numel
-        j, R = int(p["head_bits"]), int(p["tail_bits"])
-        if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
-            raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {rec.dtype}")
-        alphabet = rec.section("head.alphabet", np.uint16)
-        if n and not (1 <= alphabet.size <= 256):
-            raise CorruptDataError("float codec: head alphabet must have 1..256 entries")
-        if alphabet.size and int(alphabet.max()) >= (1 << (E + j)):
-            raise CorruptDataError("float codec: head alphabet value out of range")
-        head = rans.RansPlane.from_sections(p["head"], rec.sections, "head")
-        if head.n_symbols != n:
-            raise CorruptDataError(f"float codec: head plane has {head.n_symbols} symbols, tensor {n}")
-        tail = rec.section("tail", np.uint8, (n * R + 7) // 8)
+        parts = parse_float(rec)
+        W, E, M, L = parts.layout
+        p, n, j, R = rec.params, rec.numel, parts.head_bits, parts.tail_bits
+        alphabet, head, tail = parts.alphabet, parts.head, parts.tail
         if n == 0:
             return
         lows = []
