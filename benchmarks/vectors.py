@@ -8,6 +8,11 @@ encoding. wcodec on the CPU and, when CUDA is present, on the GPU; faiss-cpu in 
     python benchmarks/vectors.py                      # 50K base, 1K queries from ../shared/data
     python benchmarks/vectors.py --stack100k          # base + noisy copy (labelled), 100K
     python benchmarks/vectors.py --no-faiss --device cuda
+    python benchmarks/vectors.py --no-opq --repeat 2   # anchors timed twice each, interleaved
+    python benchmarks/vectors.py --only-opq            # faiss OPQ rows only (slow to train)
+
+The anchor timing rows (wcodec annealing vs faiss k-means, same m, same process) run first,
+interleaved ``--repeat`` times; the machine is shared, so take the ratio per pair.
 """
 
 from __future__ import annotations
@@ -48,26 +53,7 @@ def row(rows, method, device, err, bpv, recall, seconds, note=""):
           flush=True)
 
 
-def run_wcodec(rows, base, x, queries, truth, devices, m_anchor, budgets, m_res):
-    for dev in devices:
-        if dev.startswith("cuda"):
-            compress(base[:2048], AnnealingConfig(m=16, device=dev, max_iterations=2))  # warm-up
-        t0 = time.perf_counter()
-        idx = compress(base, AnnealingConfig(m=m_anchor, device=dev))
-        dt = time.perf_counter() - t0
-        _, ids = idx.search(queries, 10)
-        row(rows, f"wcodec anchors m={m_anchor}", dev, idx.energy, idx.bytes_per_vector,
-            recall_at_k(ids, truth, 10), dt, f"{idx.iterations} it")
-        for b in budgets:
-            t0 = time.perf_counter()
-            idx = compress(base, AnnealingConfig(m=m_res, device=dev, bytes_per_vector=b))
-            dt = time.perf_counter() - t0
-            _, ids = idx.search(queries, 10)
-            row(rows, f"wcodec m={m_res} + {idx.codes.shape[1]} codes", dev, idx.mse(x), idx.bytes_per_vector,
-                recall_at_k(ids, truth, 10), dt, f"budget {b} B")
-
-
-def faiss_rows(rows, x, queries, truth, m_anchor, budgets, opq: bool):
+def faiss_kmeans(rows, x, m_anchor, note=""):
     import faiss
 
     n, d = x.shape
@@ -75,12 +61,56 @@ def faiss_rows(rows, x, queries, truth, m_anchor, budgets, opq: bool):
     km = faiss.Kmeans(d, m_anchor, niter=20, seed=1, max_points_per_centroid=10 ** 7)
     km.train(x)
     dt = time.perf_counter() - t0
-    dist, lab = km.index.search(x, 1)
-    flat = faiss.IndexFlatL2(d)
-    flat.add(km.centroids)
-    _, cid = flat.search(queries, 1)
+    dist, _ = km.index.search(x, 1)
     row(rows, f"faiss k-means m={m_anchor}", "cpu", float(dist.mean()),
-        (m_anchor * d * 2) / n + math.log2(m_anchor) / 8, float("nan"), dt, "20 it")
+        (m_anchor * d * 2) / n + math.log2(m_anchor) / 8, float("nan"), dt, ("20 it " + note).strip())
+    return dt
+
+
+def anchors_timing(rows, base, x, queries, truth, devices, m_anchor, repeat, faiss_too):
+    """wcodec anchors and faiss k-means, interleaved ``repeat`` times (same process)."""
+    for dev in devices:  # warm-up: numba kernels (cached on disk) and CUDA context, not timed
+        compress(base[:2048], AnnealingConfig(m=16, device=dev, max_iterations=2))
+    for rep in range(repeat):
+        for dev in devices:
+            t0 = time.perf_counter()
+            idx = compress(base, AnnealingConfig(m=m_anchor, device=dev))
+            dt = time.perf_counter() - t0
+            _, ids = idx.search(queries, 10)
+            row(rows, f"wcodec anchors m={m_anchor}", dev, idx.energy, idx.bytes_per_vector,
+                recall_at_k(ids, truth, 10), dt, f"{idx.iterations} it, run {rep + 1}")
+            if dev == "cpu":
+                wc = dt
+        if faiss_too:
+            fa = faiss_kmeans(rows, x, m_anchor, f"run {rep + 1}")
+            if "cpu" in devices:
+                print(f"  run {rep + 1}: wcodec / faiss CPU time = {wc / fa:.2f}", flush=True)
+
+
+def run_wcodec(rows, base, x, queries, truth, devices, budgets, m_res):
+    for dev in devices:
+        for b in budgets:
+            t0 = time.perf_counter()
+            idx = compress(base, AnnealingConfig(m=m_res, device=dev, bytes_per_vector=b))
+            dt = time.perf_counter() - t0
+            _, ids = idx.search(queries, 10)
+            row(rows, f"wcodec m={m_res} + {idx.codes.shape[1]} codes", dev, idx.mse(x), idx.bytes_per_vector,
+                recall_at_k(ids, truth, 10), dt, f"budget {b} B, r={idx.books.rank} dims")
+
+
+def norm_scaled_recall(rec, x, queries, truth):
+    """recall@10 of faiss codes ranked as wcodec ranks with stored norms: |x|^2 - 2 |x| q.x_hat /
+    |x_hat| (norms taken exact here, i.e. free, as they nearly are for normalised data)."""
+    dec = np.maximum(np.linalg.norm(rec, axis=1), 1e-30)
+    true = np.linalg.norm(x, axis=1)
+    dist = true[None, :] ** 2 - 2 * (true / dec)[None, :] * (queries @ rec.T)
+    return recall_at_k(np.argsort(dist, axis=1)[:, :10], truth, 10)
+
+
+def faiss_rows(rows, x, queries, truth, budgets, opq: bool, only_opq: bool = False, opq_list=None):
+    import faiss
+
+    n, d = x.shape
     divisors = [k for k in range(1, d + 1) if d % k == 0]
     tables = 256 * d * 2 / n
     rot = d * d * 2 / n
@@ -95,7 +125,12 @@ def faiss_rows(rows, x, queries, truth, m_anchor, budgets, opq: bool):
             keys.add((f"OPQ{o},PQ{o}", o + tables + rot))
     if opq:
         keys |= {("OPQ16,PQ16", 16 + tables + rot), ("OPQ32,PQ32", 32 + tables + rot)}
+    if opq_list:
+        keys = {k for k in keys if not k[0].startswith("OPQ")}
+        keys |= {(f"OPQ{o},PQ{o}", o + tables + rot) for o in opq_list}
     for key, bpv in sorted(keys, key=lambda kv: kv[1]):
+        if only_opq and not key.startswith("OPQ"):
+            continue
         t0 = time.perf_counter()
         index = faiss.index_factory(d, key)
         index.train(x)
@@ -110,7 +145,8 @@ def faiss_rows(rows, x, queries, truth, m_anchor, budgets, opq: bool):
             rec = index.reconstruct_n(0, n)
         _, ids = index.search(queries, 10)
         row(rows, f"faiss {key}", "cpu", float(((rec - x) ** 2).sum(1).mean()), bpv,
-            recall_at_k(ids, truth, 10), dt)
+            recall_at_k(ids, truth, 10), dt,
+            f"norm-scaled ranking: recall {norm_scaled_recall(rec, x, queries, truth):.3f}")
 
 
 def main() -> int:
@@ -124,6 +160,10 @@ def main() -> int:
     ap.add_argument("--budgets", type=float, nargs="*", default=[21.0, 37.0])
     ap.add_argument("--no-faiss", action="store_true")
     ap.add_argument("--no-opq", action="store_true", help="skip faiss OPQ (slow to train)")
+    ap.add_argument("--only-opq", action="store_true", help="faiss OPQ rows only (no wcodec, no k-means)")
+    ap.add_argument("--opq-list", type=int, nargs="*", default=None,
+                    help="faiss OPQ sizes to run instead of the budget-derived ones and 16, 32")
+    ap.add_argument("--repeat", type=int, default=1, help="anchor timing runs (interleaved with faiss)")
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args()
     base, queries, label = load(args)
@@ -139,9 +179,11 @@ def main() -> int:
             pass
     rows = []
     print(f"{label}: {x.shape[0]} x {x.shape[1]}, {len(queries)} queries", flush=True)
-    run_wcodec(rows, base, x, queries, truth, devices, args.anchors, args.budgets, args.residual_anchors)
+    if not args.only_opq:
+        anchors_timing(rows, base, x, queries, truth, devices, args.anchors, args.repeat, not args.no_faiss)
+        run_wcodec(rows, base, x, queries, truth, devices, args.budgets, args.residual_anchors)
     if not args.no_faiss:
-        faiss_rows(rows, x, queries, truth, args.anchors, args.budgets, not args.no_opq)
+        faiss_rows(rows, x, queries, truth, args.budgets, not args.no_opq, args.only_opq, args.opq_list)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"\n{label} ({x.shape[0]} x {x.shape[1]}, {len(queries)} queries)")

@@ -44,14 +44,83 @@ def test_residual_search_and_roundtrip(real, tmp_path):
     dist, ids = idx.search(queries, 10)
     assert recall_at_k(ids, truth, 10) > 0.5
     rec = idx.reconstruct()
-    exact = ((queries[:5, None, :].astype(np.float32) - rec[ids[:5]]) ** 2).sum(-1)
-    np.testing.assert_allclose(dist[:5], exact, atol=1e-4)  # ADC = exact distance to the decoded vector
+    # ADC with stored norms = |q|^2 + |x|^2 - 2 |x| / |x_hat| q.x_hat, |x| as stored (8-bit)
+    q5 = queries[:5].astype(np.float32)
+    true = idx.stored_norms[ids[:5]]
+    np.testing.assert_allclose(true, np.linalg.norm(base[ids[:5]].astype(np.float32), axis=-1), rtol=2e-3)
+    dec = np.linalg.norm(rec[ids[:5]], axis=-1)
+    want = (q5 ** 2).sum(1)[:, None] + true ** 2 - 2 * (true / dec) * np.einsum("qd,qkd->qk", q5, rec[ids[:5]])
+    np.testing.assert_allclose(dist[:5], want, atol=1e-4)
+    assert idx.nbytes_parts()["norms"] < 200  # normalised embeddings: one level, a fixed ~150 B
     path = tmp_path / "idx.wcodec"
     idx.save(path)
     back = load(path)
     assert np.array_equal(back.assignments, idx.assignments) and np.array_equal(back.codes, idx.codes)
     np.testing.assert_array_equal(back.reconstruct(), rec)
+    np.testing.assert_array_equal(back.stored_norms, idx.stored_norms)
+    assert back.nbytes == idx.nbytes
     assert back.search(queries, 10)[1].tolist() == ids.tolist()
+
+
+def test_residual_without_norms_is_exact_decoded_distance(real):
+    base, queries = real
+    cfg = AnnealingConfig(m=16, max_iterations=6, bytes_per_vector=60, pq_iterations=4, store_norms=False,
+                          opq_iterations=0)
+    idx = compress(base, cfg)
+    assert idx.norm_codes is None and idx.nbytes_parts()["norms"] == 0
+    dist, ids = idx.search(queries, 10)
+    rec = idx.reconstruct()
+    exact = ((queries[:5, None, :].astype(np.float32) - rec[ids[:5]]) ** 2).sum(-1)
+    np.testing.assert_allclose(dist[:5], exact, atol=1e-4)  # ADC = exact distance to the decoded vector
+
+
+def test_coded_tables_and_truncated_rotation(real, tmp_path):
+    base, queries = real
+    common = dict(m=16, max_iterations=6, bytes_per_vector=120, pq_iterations=4, opq_iterations=1)
+    fine = compress(base, AnnealingConfig(table_precision=0, residual_dims=0, **common))
+    coarse = compress(base, AnnealingConfig(table_precision=16, residual_dims=0, **common))
+    # same number of subspaces or more for the same budget; tables coded smaller; error barely moves
+    assert coarse.books.nbytes < 0.85 * fine.books.nbytes
+    assert coarse.codes.shape[1] >= fine.codes.shape[1]
+    trunc = compress(base, AnnealingConfig(residual_dims=96, **common))
+    assert trunc.books.rank == 96 and trunc.books.rotation_q.shape == (96, 384)
+    assert trunc.books.sub_sizes.sum() == 96 and trunc.bytes_per_vector <= 120
+    r = trunc.books.rotation
+    np.testing.assert_allclose(r @ r.T, np.eye(96), atol=0.02)  # orthonormal rows (int8 steps)
+    assert trunc.mse(base) < 0.7 * trunc.energy
+    auto = compress(base, AnnealingConfig(**common))  # residual_dims=-1: water-filling rank
+    assert auto.codes.shape[1] <= auto.books.rank < 384 and auto.bytes_per_vector <= 120
+    assert auto.mse(base) < coarse.mse(base)
+    path = tmp_path / "trunc.wcodec"
+    trunc.save(path)
+    back = load(path)
+    np.testing.assert_array_equal(back.reconstruct(), trunc.reconstruct())
+    assert back.search(queries, 5)[1].tolist() == trunc.search(queries, 5)[1].tolist()
+
+
+def test_waterfill_rank():
+    from wcodec.vectors.residual import waterfill_rank
+
+    lam = 0.9 ** np.arange(100)
+    ranks = [waterfill_rank(lam, m) for m in (1, 4, 16, 64, 100)]
+    assert ranks == sorted(ranks) and ranks[-1] == 100  # more codes, more dimensions
+    assert all(r >= m for r, m in zip(ranks, (1, 4, 16, 64, 100)))
+    assert waterfill_rank(np.ones(10), 2) == 10  # a flat spectrum keeps every direction
+    assert waterfill_rank(np.zeros(5), 1) == 5
+
+
+def test_quantize_rows_precision():
+    from wcodec.vectors.residual import quantize_rows
+
+    mat = np.random.default_rng(0).standard_normal((8, 500)).astype(np.float32)
+    mat[3] = 0.0
+    mat[4, 0] = 50.0  # an outlier: the max-based step wins, nothing clips
+    for p in (0.0, 4.0, 16.0):
+        q, s = quantize_rows(mat, p)
+        err = np.abs(q * s[:, None] - mat).max(axis=1)
+        assert (err <= 0.5001 * s).all() and s[3] == 1.0
+    q16, _ = quantize_rows(mat, 16.0)
+    assert len(np.unique(q16[0])) < 130  # about +-4 RMS at 16 steps per RMS
 
 
 def test_budget_too_small_gives_anchors_only():
@@ -124,3 +193,13 @@ def test_cli_compress_search(tmp_path, capsys):
     assert "recall@3" in capsys.readouterr().out
     args = parser.parse_args(["vectors", "compress", str(tmp_path / "missing.npy"), str(out)])
     assert args.func(args) == 1
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+def test_torch_cpu_residual_matches_numpy(real):
+    base, queries = real
+    cfg = dict(m=16, max_iterations=6, bytes_per_vector=120, pq_iterations=4, opq_iterations=1)
+    a = compress(base[:1500], AnnealingConfig(device="cpu", **cfg))
+    b = compress(base[:1500], AnnealingConfig(device="torch-cpu", **cfg))
+    assert a.codes.shape == b.codes.shape and a.books.rank == b.books.rank
+    assert abs(a.mse(base[:1500]) - b.mse(base[:1500])) <= 0.02 * a.mse(base[:1500])

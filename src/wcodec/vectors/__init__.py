@@ -3,8 +3,9 @@
 N x d vectors become m anchors plus one assignment per vector, found by annealing (assign to the
 nearest anchor, reduce robust per-anchor statistics, move anchors by a cooling temperature,
 merge and split every few iterations, stop on converged energy), on the CPU (numpy) or the GPU
-(torch). With a bytes-per-vector budget, residual codes (rotation + product codebooks, codes
-entropy coded with wcodec's rANS) make the index searchable by asymmetric distances::
+(torch). With a bytes-per-vector budget, residual codes (a truncated PCA/OPQ rotation + product
+codebooks, tables and codes entropy coded with wcodec's rANS, plus each vector's 8-bit norm)
+make the index searchable by asymmetric distances::
 
     from wcodec.vectors import AnnealingConfig, compress, load
     index = compress(points, AnnealingConfig(m=256, bytes_per_vector=21, device="cuda"))

@@ -45,6 +45,16 @@ class AnnealingConfig:
         refine_iterations: Lloyd iterations (T = 0) on all points after a subsampled hot phase.
         pq_iterations: annealing iterations used to train each residual codebook.
         opq_iterations: Procrustes refinements of the residual rotation after its PCA start.
+        table_precision: int8 step of the rotation and codebook tables as RMS / table_precision
+            per row (0 = max / 127, the finest); the int8 tables are rANS coded, so a coarser
+            step makes them smaller (16: about 6 bits per entry, error below 1e-3 of the MSE).
+        residual_dims: rotated dimensions r coded (top principal directions of the residuals);
+            0 = all d; -1 = auto, by reverse water-filling of the residual spectrum for the
+            number of codes that fits the budget (residual.waterfill_rank). Fewer dimensions
+            save table bytes and drop directions too weak to be worth code bits.
+        store_norms: with residual codes, store each vector's norm (8-bit, rANS coded: nearly
+            free for normalised embeddings) and search by ``|x|^2 - 2 |x| q.x_hat / |x_hat|``
+            (the decoded direction at the true norm) instead of the distance to x_hat.
         verbose: print one line per iteration.
     """
 
@@ -64,6 +74,9 @@ class AnnealingConfig:
     refine_iterations: int = 6
     pq_iterations: int = 12
     opq_iterations: int = 2
+    table_precision: float = 16.0
+    residual_dims: int = -1
+    store_norms: bool = True
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -79,6 +92,7 @@ class AnnealingConfig:
             (self.bytes_per_vector is None or self.bytes_per_vector > 0, "bytes_per_vector must be > 0"),
             (self.subsample >= 0 and self.refine_iterations >= 0, "bad subsample/refine_iterations"),
             (self.pq_iterations >= 1 and self.opq_iterations >= 0, "bad pq/opq iterations"),
+            (self.table_precision >= 0 and self.residual_dims >= -1, "bad table_precision/residual_dims"),
             (self.device == "cpu" or self.device == "torch-cpu" or self.device.startswith("cuda"),
              f"device must be 'cpu', 'torch-cpu' or 'cuda[:N]', got {self.device!r}"),
         ]

@@ -11,7 +11,7 @@ from . import coding
 from .anneal import anneal
 from .backends import get_backend
 from .config import AnnealingConfig, validate_points
-from .residual import CODEBOOK_SIZE, ResidualCodebooks, train_residual
+from .residual import CODEBOOK_SIZE, ResidualCodebooks, train_residual, waterfill_rank
 
 #: estimated coded bytes of one residual code column per vector, and per plane (tables, states)
 CODE_BYTES_EST = 0.99
@@ -30,6 +30,9 @@ class CompressedIndex:
         iterations: annealing iterations run.
         books: ResidualCodebooks (rotation + 256-entry codebooks) or None.
         codes: [N, M] uint8 residual codes or None.
+        norm_codes: [N] uint8 quantized vector norms |x| (with residual codes and
+            ``store_norms``) or None; |x| = norm_range[0] + norm_range[1] * code.
+        norm_range: [2] float32 (offset, step) of the norm codes, or None.
         source_itemsize: bytes per element of the compressed input (2 for float16).
         info: timings and figures for reports (seconds, backend, merges, splits, history).
     """
@@ -40,9 +43,12 @@ class CompressedIndex:
     iterations: int
     books: ResidualCodebooks | None = None
     codes: np.ndarray | None = None
+    norm_codes: np.ndarray | None = None
+    norm_range: np.ndarray | None = None
     source_itemsize: int = 4
     info: dict = field(default_factory=dict)
     _coded: dict = field(default_factory=dict, repr=False)
+    _adc: tuple = field(default=(), repr=False)
 
     @property
     def n_vectors(self) -> int:
@@ -57,22 +63,25 @@ class CompressedIndex:
         return int(self.anchors.shape[0])
 
     def coded(self) -> dict:
-        """The rANS planes of assignments and codes (computed once): {"assignments", "codes"}."""
+        """The rANS planes of assignments, codes and norms (computed once):
+        {"assignments", "codes", "norms"}."""
         if not self._coded:
             self._coded["assignments"] = coding.encode_planes(coding.assignment_planes(self.assignments, self.m))
             cols = [] if self.codes is None else [self.codes[:, s] for s in range(self.codes.shape[1])]
             self._coded["codes"] = coding.encode_planes(cols)
+            self._coded["norms"] = coding.encode_planes([] if self.norm_codes is None else [self.norm_codes])
         return self._coded
 
     def nbytes_parts(self) -> dict:
-        """Stored bytes by part: anchors (float16), assignments and codes (rANS coded),
-        rotation and codebooks (int8 + float32 scales)."""
+        """Stored bytes by part: anchors (float16), assignments, codes and norms (rANS coded),
+        rotation and codebooks (rANS-coded int8 + float32 scales)."""
         coded = self.coded()
         return {
             "anchors": int(self.anchors.size) * 2,
             "assignments": coding.coded_nbytes(coded["assignments"]),
             "codebooks": 0 if self.books is None else self.books.nbytes,
             "codes": coding.coded_nbytes(coded["codes"]),
+            "norms": coding.coded_nbytes(coded["norms"]) + (0 if self.norm_range is None else 8),
         }
 
     @property
@@ -105,11 +114,22 @@ class CompressedIndex:
         x = validate_points(points)
         return float(((self.reconstruct() - x) ** 2).sum(axis=1).mean())
 
+    @property
+    def stored_norms(self) -> np.ndarray | None:
+        """[N] float32 decoded norms |x| of the original vectors, or None if not stored."""
+        if self.norm_codes is None or self.norm_range is None:
+            return None
+        return (self.norm_range[0] + self.norm_range[1] * self.norm_codes.astype(np.float32)).astype(np.float32)
+
     def search(self, queries, k: int = 10):
         """k nearest vectors of each query by asymmetric distance (queries exact, base coded).
 
-        queries: [nq, d] or [d] float. Returns (distances [nq, k] float32 squared L2 ascending,
-        ids [nq, k] int64). Raises InvalidPointsError on bad queries, ValueError on k < 1.
+        Without stored norms the distance is the exact ``|q - x_hat|^2`` to the decoded vector
+        x_hat; with them it is ``|q|^2 + |x|^2 - 2 (|x| / |x_hat|) q.x_hat``: the decoded
+        direction at the stored true norm (quantization shrinks x_hat, by more for worse-coded
+        vectors, which otherwise biases the ranking). queries: [nq, d] or [d] float. Returns
+        (distances [nq, k] float32 squared L2 ascending, ids [nq, k] int64). Raises
+        InvalidPointsError on bad queries, ValueError on k < 1.
         """
         from .search import adc_search
 
@@ -119,11 +139,22 @@ class CompressedIndex:
             raise InvalidPointsError(f"queries have dimension {q.shape[1]}, the index {self.dim}")
         if k < 1:
             raise ValueError("k must be >= 1")
-        if "norms" not in self.info:
-            rec = self.reconstruct()
-            self.info["norms"] = np.einsum("ij,ij->i", rec, rec).astype(np.float32)
+        if not self._adc:
+            self._adc = self._adc_terms()
+        norms, scale = self._adc
         return adc_search(q, k, self.anchors, self.assignments.astype(np.int64), self.codes,
-                          self.books, self.info["norms"])
+                          self.books, norms, scale)
+
+    def _adc_terms(self):
+        """(additive term [N] float32, scale [N] float32 or None) of the ADC distance."""
+        rec = self.reconstruct()
+        dec2 = np.einsum("ij,ij->i", rec, rec).astype(np.float32)
+        true = self.stored_norms
+        if true is None:
+            return dec2, None
+        dec = np.sqrt(dec2)
+        scale = np.where(dec > 0, true / np.where(dec > 0, dec, 1.0), 1.0).astype(np.float32)
+        return (true * true).astype(np.float32), scale
 
     def save(self, path, metadata: dict | None = None) -> None:
         """Write the index to a .wcodec container (see wcodec.vectors.storage)."""
@@ -131,19 +162,41 @@ class CompressedIndex:
         save_index(self, path, metadata)
 
 
-def _residual_budget(n: int, d: int, m: int, budget: float, assign_bytes: int) -> int:
-    """Number of subspaces M that fits bytes_per_vector ``budget`` (0 if none fits)."""
-    fixed = m * d * 2 + assign_bytes + (d * d + 4 * d) + (CODEBOOK_SIZE * d + 4 * d)
-    left = budget * n - fixed
-    return int(max(0, min(d, left // (n * CODE_BYTES_EST + PLANE_OVERHEAD_EST))))
+def _table_bits(precision: float) -> float:
+    """Estimated coded bits per int8 table entry at ``table_precision`` (Gaussian-like rows)."""
+    return 8.0 if precision <= 0 else min(8.0, float(np.log2(4.133 * precision)) + 0.15)
+
+
+def _residual_budget(n: int, d: int, r: int, budget: float, used: int, precision: float) -> int:
+    """Number of subspaces M that fits bytes_per_vector ``budget`` (0 if none fits).
+
+    used: bytes already spent (anchors, assignments, norms); r: rotated dims coded."""
+    tables = (r * d + CODEBOOK_SIZE * r) * _table_bits(precision) / 8 + 8 * r + 2 * PLANE_OVERHEAD_EST
+    left = budget * n - used - tables
+    return int(max(0, min(r, left // (n * CODE_BYTES_EST + PLANE_OVERHEAD_EST))))
+
+
+def quantize_norms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vector norms |x| of [N, d] float32 as 8-bit codes: (codes [N] uint8, [offset, step] f32).
+
+    The step is the range / 255, but at least 2**-10 of the largest norm: finer is useless for
+    ranking, and normalised embeddings (float16 norms within 1e-4 of 1) get one level, which
+    codes in almost no bytes."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    lo, hi = float(norms.min()), float(norms.max())
+    step = max((hi - lo) / 255.0, hi * 2.0 ** -10, 1e-30)
+    codes = np.clip(np.rint((norms - lo) / step), 0, 255).astype(np.uint8)
+    return codes, np.array([lo, step], dtype=np.float32)
 
 
 def compress(points, config: AnnealingConfig | None = None, log=None) -> CompressedIndex:
     """Compress points [N, d] (float16/32/64) into anchors + assignments (+ residual codes).
 
     With ``config.bytes_per_vector`` set, residual codes are added with as many subspaces as
-    fit the budget in actual coded bytes (all parts counted); if even anchors and assignments
-    exceed it, the index holds no codes (check ``.bytes_per_vector``). Raises
+    fit the budget in actual coded bytes (all parts counted: anchors, assignments, norms,
+    coded tables, codes), over ``config.residual_dims`` rotated dimensions (by default the
+    water-filling rank for that many codes, the two fitted to each other); if even anchors and
+    assignments exceed it, the index holds no codes (check ``.bytes_per_vector``). Raises
     InvalidPointsError on bad points, UnsupportedError for 'cuda' without a GPU.
     """
     config = config or AnnealingConfig()
@@ -167,11 +220,23 @@ def compress(points, config: AnnealingConfig | None = None, log=None) -> Compres
                       splits=res.splits, history=res.history, config=config.to_dict())
     if config.bytes_per_vector is not None:
         n, d = x.shape
-        assign_bytes = index.nbytes_parts()["assignments"]
-        n_sub = _residual_budget(n, d, index.m, config.bytes_per_vector, assign_bytes)
+        norm_codes = norm_range = None
+        if config.store_norms:
+            norm_codes, norm_range = quantize_norms(x)
+        parts = replace(index, norm_codes=norm_codes, norm_range=norm_range, _coded={}).nbytes_parts()
+        used = parts["anchors"] + parts["assignments"] + parts["norms"]
+        r = d if config.residual_dims <= 0 else min(config.residual_dims, d)
+        n_sub = _residual_budget(n, d, r, config.bytes_per_vector, used, config.table_precision)
+        if config.residual_dims < 0:  # auto: rank and number of codes, each fitted to the other
+            eig = np.linalg.eigvalsh(backend.get(z.T @ z).astype(np.float64) / max(n, 1))
+            for _ in range(3):
+                r = waterfill_rank(eig, max(n_sub, 1))
+                n_sub = _residual_budget(n, d, r, config.bytes_per_vector, used, config.table_precision)
+        res_cfg = replace(config, residual_dims=r)
         while n_sub >= 1:
-            books, codes = train_residual(z, n_sub, config, backend, log=log)
-            trial = replace(index, books=books, codes=codes, info=index.info, _coded={})
+            books, codes = train_residual(z, n_sub, res_cfg, backend, log=log)
+            trial = replace(index, books=books, codes=codes, norm_codes=norm_codes, norm_range=norm_range,
+                            info=index.info, _coded={}, _adc=())
             if trial.bytes_per_vector <= config.bytes_per_vector or n_sub == 1:
                 index = trial
                 break

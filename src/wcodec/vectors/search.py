@@ -2,7 +2,9 @@
 
 For a query q and a coded vector x_hat = a[l] + y_hat R (anchor, rotated residual y_hat):
 ``|q - x_hat|^2 = |q|^2 - 2 q.a[l] - 2 sum_s LUT_s[code_s] + |x_hat|^2`` with
-``LUT_s[c] = <(R q)_s, codebook_s[c]>``; |x_hat|^2 is computed once per index.
+``LUT_s[c] = <(R q)_s, codebook_s[c]>``; |x_hat|^2 is computed once per index. With stored
+norms the index passes |x|^2 for the additive term and a per-vector scale |x| / |x_hat| of the
+inner product ``q.x_hat = q.a[l] + sum_s LUT_s[code_s]``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ def _kernel():
     import numba
 
     @numba.njit(parallel=True, cache=True, fastmath=False)
-    def adc_block(qa, lut, labels, codes, norms, out):  # pragma: no cover - compiled
+    def adc_block(qa, lut, labels, codes, norms, scale, out):  # pragma: no cover - compiled
         nq, n = out.shape
         n_sub = codes.shape[1]
         for qi in numba.prange(nq):
@@ -24,7 +26,7 @@ def _kernel():
                 acc = 0.0
                 for s in range(n_sub):
                     acc += lut[qi, s, codes[i, s]]
-                out[qi, i] = norms[i] - 2.0 * (qa[qi, labels[i]] + acc)
+                out[qi, i] = norms[i] - 2.0 * scale[i] * (qa[qi, labels[i]] + acc)
     return adc_block
 
 
@@ -32,11 +34,12 @@ _ADC = None
 
 
 def adc_search(queries: np.ndarray, k: int, anchors: np.ndarray, labels: np.ndarray,
-               codes: np.ndarray | None, books, norms: np.ndarray):
+               codes: np.ndarray | None, books, norms: np.ndarray, scale: np.ndarray | None = None):
     """Top-k nearest coded vectors by ADC.
 
     queries [nq, d] float32; anchors [m, d] float32; labels [N] int64; codes [N, M] uint8 or None
-    (anchors only); books: ResidualCodebooks or None; norms [N] float32 = |x_hat|^2.
+    (anchors only); books: ResidualCodebooks or None; norms [N] float32 = |x_hat|^2 (or the
+    stored |x|^2); scale [N] float32 factor of the inner product q.x_hat (None = 1).
     Returns (distances [nq, k] float32 squared L2, ascending; ids [nq, k] int64).
     """
     global _ADC
@@ -46,6 +49,7 @@ def adc_search(queries: np.ndarray, k: int, anchors: np.ndarray, labels: np.ndar
     k = min(k, n)
     if codes is None:
         codes = np.zeros((n, 0), dtype=np.uint8)
+    scale = np.ones(n, dtype=np.float32) if scale is None else np.ascontiguousarray(scale, np.float32)
     nq = queries.shape[0]
     dist_out = np.empty((nq, k), dtype=np.float32)
     ids_out = np.empty((nq, k), dtype=np.int64)
@@ -55,7 +59,7 @@ def adc_search(queries: np.ndarray, k: int, anchors: np.ndarray, labels: np.ndar
         qa = np.ascontiguousarray(q @ anchors.T, dtype=np.float32)
         lut = _tables(q, books)
         dist = np.empty((q.shape[0], n), dtype=np.float32)
-        _ADC(qa, lut, labels, codes, norms, dist)
+        _ADC(qa, lut, labels, codes, norms, scale, dist)
         part = np.argpartition(dist, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (q.shape[0], 1))
         pd = np.take_along_axis(dist, part, axis=1)
         order = np.argsort(pd, axis=1, kind="stable")

@@ -2,10 +2,13 @@
 
 Tensors: ``vectors.anchors`` F16 [m, d]; rANS planes of the assignments and residual codes
 (``vectors.assignments.<i>.{freqs,states,offsets,words}``, ``vectors.codes.<s>.*``, stored as
-coded: the container keeps these uint16/uint32 arrays raw); with residual codes also
-``vectors.rotation`` I8 [d, d], ``vectors.rotation_scale`` F32 [d], ``vectors.codebooks`` I8
-[256, d], ``vectors.codebook_scale`` F32 [d]. Metadata key ``wcodec.vectors``: JSON with the
-format version, N, d, m, sub_sizes, plane parameters, energy, iterations and the config.
+coded: the container keeps these uint16/uint32 arrays raw); with residual codes also the
+rANS planes ``vectors.rotation.0.*`` (int8 [r, d] as bytes) and ``vectors.codebooks.0.*``
+(int8 [256, r]), ``vectors.rotation_scale`` F32 [r], ``vectors.codebook_scale`` F32 [r], and with
+stored norms ``vectors.norms.0.*`` (uint8 [N]) and ``vectors.norm_range`` F32 [2]. Metadata key
+``wcodec.vectors``: JSON with the format version, N, d, m, r, sub_sizes, plane parameters,
+energy, iterations and the config. Version 1 files (raw int8 [d, d] / [256, d] tables
+``vectors.rotation`` and ``vectors.codebooks``, no norms) still load.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from . import coding
 from .residual import ResidualCodebooks
 
 META_KEY = "wcodec.vectors"
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)
 P = "vectors."
 
 
@@ -33,17 +37,26 @@ def save_index(index, path, metadata: dict | None = None) -> None:
     c_sec, c_params = coding.plane_sections(coded["codes"], P + "codes")
     tensors.update(a_sec)
     tensors.update(c_sec)
+    n_sec, n_params = coding.plane_sections(coded["norms"], P + "norms")
+    tensors.update(n_sec)
+    if index.norm_range is not None:
+        tensors[P + "norm_range"] = np.asarray(index.norm_range, dtype=np.float32)
     books = index.books
+    t_params = {}
     if books is not None:
-        tensors.update({P + "rotation": books.rotation_q, P + "rotation_scale": books.rotation_scale,
-                        P + "codebooks": books.codebooks_q, P + "codebook_scale": books.codebook_scale})
+        for name, planes in books.planes().items():
+            sec, t_params[name] = coding.plane_sections(planes, P + name)
+            tensors.update(sec)
+        tensors.update({P + "rotation_scale": books.rotation_scale, P + "codebook_scale": books.codebook_scale})
     info = {k: v for k, v in index.info.items() if k in ("backend", "seconds", "merges", "splits", "config")}
     meta = {
         "version": VERSION, "n": index.n_vectors, "d": index.dim, "m": index.m,
         "energy": index.energy, "iterations": index.iterations,
         "source_itemsize": index.source_itemsize,
         "sub_sizes": None if books is None else [int(s) for s in books.sub_sizes],
-        "assignment_planes": a_params, "code_planes": c_params, "info": info,
+        "r": None if books is None else books.rank,
+        "assignment_planes": a_params, "code_planes": c_params, "norm_planes": n_params,
+        "table_planes": t_params, "info": info,
     }
     all_meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     all_meta[META_KEY] = json.dumps(meta)
@@ -69,7 +82,7 @@ def load_index(path):
             n, d, m = int(meta["n"]), int(meta["d"]), int(meta["m"])
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptDataError(f"{path}: bad '{META_KEY}' metadata ({e})") from None
-        if meta.get("version") != VERSION:
+        if meta.get("version") not in READABLE:
             raise FormatError(f"{path}: vectors index version {meta.get('version')} unknown (reader: {VERSION})")
         tensors = {k: f.get_tensor(k) for k in f.keys() if k.startswith(P)}
     anchors = _need(tensors, P + "anchors", (m, d)).astype(np.float32)
@@ -80,18 +93,43 @@ def load_index(path):
     books = codes = None
     if meta.get("sub_sizes"):
         sizes = np.array(meta["sub_sizes"], dtype=np.int64)
-        if sizes.sum() != d or (sizes < 1).any():
-            raise CorruptDataError(f"{path}: subspace sizes {sizes.tolist()} do not cover d={d}")
-        books = ResidualCodebooks(_need(tensors, P + "rotation", (d, d)), _need(tensors, P + "rotation_scale", (d,)),
-                                  _need(tensors, P + "codebooks", (256, d)), _need(tensors, P + "codebook_scale", (d,)),
-                                  sizes)
+        r = int(meta.get("r") or d)
+        if sizes.sum() != r or (sizes < 1).any() or not 1 <= r <= d:
+            raise CorruptDataError(f"{path}: subspace sizes {sizes.tolist()} do not cover r={r} (d={d})")
+        if meta["version"] == 1:
+            rot_q, cb_q = _need(tensors, P + "rotation", (d, d)), _need(tensors, P + "codebooks", (256, d))
+        else:
+            rot_q = _table(meta, tensors, "rotation", (r, d))
+            cb_q = _table(meta, tensors, "codebooks", (256, r))
+        books = ResidualCodebooks(rot_q, _need(tensors, P + "rotation_scale", (r,)), cb_q,
+                                  _need(tensors, P + "codebook_scale", (r,)), sizes)
         c_planes = coding.planes_from_sections(meta["code_planes"], tensors, P + "codes")
         if len(c_planes) != sizes.size:
             raise CorruptDataError(f"{path}: {len(c_planes)} code planes for {sizes.size} subspaces")
         codes = np.stack(coding.decode_planes(c_planes, n, "vectors codes"), axis=1)
+    norm_codes = norm_range = None
+    if meta.get("norm_planes"):
+        n_planes = coding.planes_from_sections(meta["norm_planes"], tensors, P + "norms")
+        if len(n_planes) != 1:
+            raise CorruptDataError(f"{path}: {len(n_planes)} norm planes, expected 1")
+        norm_codes = coding.decode_planes(n_planes, n, "vectors norms")[0]
+        norm_range = _need(tensors, P + "norm_range", (2,))
     index = CompressedIndex(anchors, labels, float(meta["energy"]), int(meta["iterations"]), books, codes,
-                            int(meta.get("source_itemsize", 4)), info=dict(meta.get("info", {})))
+                            norm_codes, norm_range, int(meta.get("source_itemsize", 4)),
+                            info=dict(meta.get("info", {})))
     return index
+
+
+def _table(meta: dict, tensors: dict, name: str, shape: tuple) -> np.ndarray:
+    """Decode the rANS-coded int8 table ``name`` of the given shape."""
+    try:
+        params = meta["table_planes"][name]
+    except (KeyError, TypeError):
+        raise CorruptDataError(f"vectors index: no planes for table '{name}'") from None
+    planes = coding.planes_from_sections(params, tensors, P + name)
+    if len(planes) != 1:
+        raise CorruptDataError(f"vectors index: table '{name}' has {len(planes)} planes, expected 1")
+    return coding.decode_planes(planes, int(np.prod(shape)), f"vectors {name}")[0].view(np.int8).reshape(shape)
 
 
 def _need(tensors: dict, name: str, shape: tuple) -> np.ndarray:
