@@ -24,7 +24,7 @@ import numpy as np
 from .. import rans
 from ..errors import CorruptDataError
 from . import _kernels as K
-from .base import Codec, EncodedTensor, register
+from .base import DTYPES, Codec, EncodedTensor, register
 
 # dtype -> (total bits, exponent bits, mantissa bits, low byte planes)
 LAYOUT = {"BF16": (16, 8, 7, 0), "F16": (16, 5, 10, 0), "F32": (32, 8, 23, 2)}
@@ -133,9 +133,6 @@ class FloatCodec(Codec):
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
-        head = rans.decode(parts.head, where="head plane")
-        if n and int(head.max()) >= alphabet.size:
-            raise CorruptDataError("float codec: head symbol outside the alphabet")
         low = np.empty((L, n), dtype=np.uint8)
         for k, name in enumerate(("low1", "low0")[:L]):
             lp = p["low"][k]
@@ -147,9 +144,13 @@ class FloatCodec(Codec):
             else:
                 low[k] = record.section(f"{name}.raw", np.uint8, n)
         out = np.empty(n, dtype=UINT[W])
-        K.merge_float(head, alphabet if alphabet.size else np.zeros(1, np.uint16), M - j, tail, R,
-                      8 * L, W - 1, low, out, size=n)
-        from .base import DTYPES
+        head = parts.head  # validated by parse
+        lookup, words = rans.kernel_inputs(head)
+        status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
+                                      head.chunks_per_table, lookup, head.prob_bits,
+                                      K.placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low, out,
+                                      size=n if head.n_chunks > 1 else 0)
+        rans.check_status(status, "head plane")
         return out.view(DTYPES[record.dtype]).reshape(record.shape)
 
 

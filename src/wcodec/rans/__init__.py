@@ -289,7 +289,23 @@ def encode(
 
 
 _STATUS = {1: "reads past the end of its words", 2: "does not end in the initial state",
-           3: "has an initial state out of range"}
+           3: "has an initial state out of range", 4: "decodes a symbol outside the alphabet"}
+
+
+def kernel_inputs(plane: RansPlane) -> tuple[np.ndarray, np.ndarray]:
+    """(lookup [n_tables, 2**prob_bits] uint32, words) for the numba decoders of a validated
+    plane; words holds at least one word, since the branchless decoder always loads one."""
+    tables = plane.full_tables().reshape(-1, ALPHABET)
+    lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
+    words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
+    return lookup, words
+
+
+def check_status(status: np.ndarray, where: str) -> None:
+    """Raise CorruptDataError naming the first failed chunk of a numba decoder's status array."""
+    if status.size and status.any():
+        c = int(np.argmax(status != 0))
+        raise CorruptDataError(f"{where}: chunk {c} {_STATUS.get(int(status[c]), 'is corrupt')}")
 
 
 def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = None,
@@ -305,9 +321,9 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
         out = np.empty(n, dtype=np.uint8)
     elif out.dtype != np.uint8 or out.shape != (n,):
         raise ValueError("out must be uint8 of shape (n_symbols,)")
-    tables = plane.full_tables().reshape(-1, ALPHABET)
     cs, cpt = plane.chunk_size, plane.chunks_per_table
     if backend == "reference":
+        tables = plane.full_tables().reshape(-1, ALPHABET)
         for c in range(plane.n_chunks):
             lo, hi = int(plane.offsets[c]), int(plane.offsets[c + 1])
             m = min(n, (c + 1) * cs) - c * cs
@@ -320,12 +336,8 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
     if backend != "numba":
         raise ValueError(f"unknown backend {backend!r}")
     from . import cpu
-    lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
-    # the branchless decoder always loads a word (clamped): give it one to load
-    words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
+    lookup, words = kernel_inputs(plane)
     status = cpu.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
                                plane.prob_bits, out, size=n if plane.n_chunks > 1 else 0)
-    if status.size and status.any():
-        c = int(np.argmax(status != 0))
-        raise CorruptDataError(f"{where}: chunk {c} {_STATUS.get(int(status[c]), 'is corrupt')}")
+    check_status(status, where)
     return out

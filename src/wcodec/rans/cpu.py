@@ -102,8 +102,10 @@ def encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits):
 
 
 @nb.njit(**_jit)
-def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out):
-    """Decode chunk c into ``out``; returns its status (see decode_chunks)."""
+def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out,
+                  out_base=0):
+    """Decode chunk c into ``out`` (symbol j of the plane at ``out[j - out_base]``); returns its
+    status (see decode_chunks)."""
     mask = (1 << prob_bits) - 1
     lut = lookup[c // chunks_per_table]
     start = c * chunk_size
@@ -122,7 +124,7 @@ def _decode_chunk(c, states, offsets, words, n, chunk_size, chunks_per_table, lo
         lane = i & (LANES - 1)
         xl = x[lane]
         e = np.int64(lut[xl & mask])
-        out[start + i] = e & 0xFF
+        out[start + i - out_base] = e & 0xFF
         xl = (((e >> 8) & 0xFFF) + 1) * (xl >> prob_bits) + (e >> 20)
         # branchless renormalisation (the branch is unpredictable); the word index is clamped,
         # so corrupt data never reads out of bounds, and a wrong word count is flagged below
