@@ -14,7 +14,7 @@ Times are GPU time of back-to-back calls; the one-call time (host launch cost in
 printed beside ours and DFloat11's.
 
 Competitors need packages absent from the device image, carried as wheels (.whl/, see
-benchmarks/RESULTS_gpu.md): ``dfloat11`` 0.5.0 + ``dahuffman`` 0.4.2 (its decode kernel, the
+benchmarks/RESULTS.md): ``dfloat11`` 0.5.0 + ``dahuffman`` 0.4.2 (its decode kernel, the
 package's own decode.ptx, run through cupy; its pure-Python encoder runs once per layer in a
 background process) and ``nvidia-nvcomp-cu13`` + ``nvidia-libnvcomp-cu13`` (ANS codec). Prints
 one table last; logs under --out (default $OUT or .).
@@ -108,7 +108,7 @@ def bench(fn, torch, reps=20, warm=3, target_s=2e-3):
 def bench_call(fn, torch, reps=20, warm=3):
     """Median seconds of one call timed alone (events around it, GPU idle before): includes the
     host's launch cost (Python + Triton launcher), which a lone small decode pays. The figures in
-    RESULTS_gpu.md before 2026-11-21 (second run) were timed this way."""
+    RESULTS.md before 2026-11-21 (second run) were timed this way."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -256,7 +256,7 @@ def nvcomp_ans(torch, shape, w):
 # ---- our kernel: variants ---------------------------------------------------------------------
 # (warps = chunks per program, steps per iteration, table in smem: 1 generic loads / 2 ld.shared,
 #  L1 prefetch of words/tails, register cap); inline asm always (the portable path is the
-#  interpreter's: 219-295 GB/s, RESULTS_gpu.md)
+#  interpreter's: 219-295 GB/s, RESULTS.md)
 VARIANTS = [(16, 4, 1, True, 32), (16, 4, 2, True, 32), (8, 4, 2, True, 32), (16, 2, 2, True, 32),
             (16, 4, 2, False, 32)]
 STEPS = (256, 192, 128)  # encoder chunk lengths tried on the single layers

@@ -20,7 +20,7 @@ STATUS = {K.ST_READ_PAST: "reads past the end of its words",
           K.ST_SYMBOL: "decodes a symbol outside the head alphabet"}
 
 #: (warps per program = chunks per program, decode steps per loop iteration) of the rANS kernel,
-#: by mode (measured on an H200; benchmarks/RESULTS_gpu.md)
+#: by mode (measured on an H200; benchmarks/RESULTS.md)
 CONFIG = {K.MODE_BYTES: (16, 4), K.MODE_F16BITS: (16, 4), K.MODE_F32BITS: (16, 4)}
 
 #: inline PTX (ballot/popc prefix count, funnel shift) on the GPU; the interpreter has no asm

@@ -324,7 +324,7 @@ def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
         left = tl.zeros([BH], tl.int32)
         # the top neighbour is re-read from the reconstructed plane. (A lane-shuffle version,
         # row r on lane r, top = shfl.up of `left`, did not finish on the H200 in 90 s: reverted;
-        # benchmarks/RESULTS_gpu.md)
+        # benchmarks/RESULTS.md)
         for k in range(0, h + w - 1):
             c = k - rv
             on = (c >= 0) & (c < w) & (rv < h)

@@ -37,7 +37,7 @@ DEFAULT_CHUNK_STEPS = 1024
 LARGE_PLANE = 1 << 24
 #: (planes below this many symbols, steps per chunk) for planes >= LARGE_PLANE, then
 #: SHORT_CHUNK_STEPS. The GPU decoder runs one chunk per warp, its steps one after another, so
-#: a layer decoded alone takes ~waves x steps x ~0.4 us (H200, benchmarks/RESULTS_gpu.md): a
+#: a layer decoded alone takes ~waves x steps x ~0.4 us (H200, benchmarks/RESULTS.md): a
 #: 4096x4096 layer (2^24) with 256 steps is 2048 chunks, 16 warps per SM, 77 us; with 128 steps
 #: 4096 chunks, 48 us, for +0.1 bit/weight. 11008x4096 keeps 256: 5504 chunks already fill one
 #: wave; 192/224 (two waves) measured slower, 128 only 3% faster for +0.1 bit/weight.
