@@ -127,32 +127,30 @@ def _merge_blocks(b0, b1, head, head_base, placed, tail, tail_bits, tail_shift, 
     sign_at = np.uint64(sign_shift)
     tail_at = np.uint64(tail_shift)
     seen = np.uint64(0)
+    fields = np.empty(8, dtype=np.uint64)
     for blk in range(b0, b1):
         i0 = blk * 8
-        if tail_bits <= 8 and i0 + 8 <= n:
+        k_end = min(8, n - i0)
+        if tail_bits <= 8 and k_end == 8:
             # a whole block of 8 fields in one 64-bit word: no branches (1.6x faster)
             base = blk * tail_bits
             word = np.uint64(0)
             for q in range(tail_bits):
                 word |= np.uint64(tail[base + q]) << np.uint64(8 * q)
             for k in range(8):
-                t = (word >> (np.uint64(k) * R)) & fmask
-                h = placed[head[i0 + k - head_base]]
-                seen |= h
-                b = h | ((t >> (R - np.uint64(1))) << sign_at) | ((t & tmask) << tail_at)
-                if low_planes == 2:
-                    b |= (np.uint64(low[0, i0 + k]) << np.uint64(8)) | np.uint64(low[1, i0 + k])
-                out[i0 + k] = b
+                fields[k] = (word >> (np.uint64(k) * R)) & fmask
         else:
             lo, hi = _load_block(tail, blk * tail_bits, min(tail_bits, n_tail - blk * tail_bits))
-            for k in range(min(8, n - i0)):
-                t = _field(lo, hi, k * tail_bits, tail_bits)
-                h = placed[head[i0 + k - head_base]]
-                seen |= h
-                b = h | ((t >> (R - np.uint64(1))) << sign_at) | ((t & tmask) << tail_at)
-                if low_planes == 2:
-                    b |= (np.uint64(low[0, i0 + k]) << np.uint64(8)) | np.uint64(low[1, i0 + k])
-                out[i0 + k] = b
+            for k in range(k_end):
+                fields[k] = _field(lo, hi, k * tail_bits, tail_bits)
+        for k in range(k_end):
+            t = fields[k]
+            h = placed[head[i0 + k - head_base]]
+            seen |= h
+            b = h | ((t >> (R - np.uint64(1))) << sign_at) | ((t & tmask) << tail_at)
+            if low_planes == 2:
+                b |= (np.uint64(low[0, i0 + k]) << np.uint64(8)) | np.uint64(low[1, i0 + k])
+            out[i0 + k] = b
     return seen
 
 
