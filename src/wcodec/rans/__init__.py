@@ -25,6 +25,7 @@ from .tables import (
     coded_cost_bits,
     decode_lookup,
     normalize_freqs,
+    normalize_many,
 )
 
 LANES = reference.LANES
@@ -224,7 +225,7 @@ def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int) -> int:
     best = None
     for cpt in sorted(candidates, reverse=True):
         groups = np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks else counts
-        freqs = np.stack([normalize_freqs(g, prob_bits) for g in groups]) if n_chunks else None
+        freqs = normalize_many(groups, prob_bits) if n_chunks else None
         cost = (coded_cost_bits(groups, freqs, prob_bits) + _table_bits(freqs[:, :alphabet_size])) if n_chunks else 0.0
         if best is None or cost < best[0]:
             best = (cost, cpt)
@@ -266,9 +267,9 @@ def encode(
     if cpt < 1:
         raise ValueError("tables must be 'auto' or a positive number of chunks per table")
     n_tables = -(-max(n_chunks, 1) // cpt)
-    freqs = np.zeros((n_tables, ALPHABET), dtype=np.uint16)
-    for t in range(n_tables):
-        freqs[t] = normalize_freqs(counts[t * cpt:(t + 1) * cpt].sum(axis=0), prob_bits)
+    groups = (np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks
+              else np.zeros((1, ALPHABET), dtype=np.int64))
+    freqs = normalize_many(groups, prob_bits)
     if backend == "reference":
         states, offsets, words = [], [0], []
         for c in range(n_chunks):

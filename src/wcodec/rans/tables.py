@@ -25,27 +25,17 @@ def normalize_freqs(counts: np.ndarray, prob_bits: int) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.int64)
     if counts.shape != (ALPHABET,):
         raise ValueError(f"counts must have shape (256,), got {counts.shape}")
-    total_prob = 1 << prob_bits
-    total = int(counts.sum())
-    freqs = np.zeros(ALPHABET, dtype=np.int64)
-    if total == 0:
-        freqs[0] = total_prob
-        return freqs.astype(np.uint16)
-    present = counts > 0
-    freqs[present] = np.maximum(1, (counts[present] * total_prob) // total)
-    diff = total_prob - int(freqs.sum())
-    if diff > 0:
-        # Rounding down left room: the most frequent symbol takes it (least relative change).
-        freqs[int(np.argmax(counts))] += diff
-    while diff < 0:
-        # The max(1, .) bumps overshot: take one from each of the largest frequencies in turn.
-        order = np.argsort(-freqs, kind="stable")
-        for s in order:
-            if diff == 0 or freqs[s] <= 1:
-                break
-            freqs[s] -= 1
-            diff += 1
-    return freqs.astype(np.uint16)
+    return normalize_many(counts[None, :], prob_bits)[0]
+
+
+def normalize_many(counts: np.ndarray, prob_bits: int) -> np.ndarray:
+    """:func:`normalize_freqs` of every row: [T, 256] counts -> [T, 256] uint16 frequencies."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if counts.ndim != 2 or counts.shape[1] != ALPHABET:
+        raise ValueError(f"counts must have shape (T, 256), got {counts.shape}")
+    from ._normalize import normalize_rows
+
+    return normalize_rows(counts, prob_bits)
 
 
 def cumulative(freqs: np.ndarray) -> np.ndarray:
