@@ -123,3 +123,17 @@ def test_truncated_words_and_bad_params():
             rans.RansPlane.from_sections(params, base.sections("p"), "p")
     with pytest.raises(CorruptDataError):
         rans.RansPlane.from_sections({"n_symbols": 1}, base.sections("p"), "p")
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.int64, 256, elements=st.integers(0, 10**9)), st.sampled_from([11, 12]))
+def test_normalize_properties(counts, prob_bits):
+    from wcodec.rans.tables import normalize_many
+
+    counts[counts % 3 == 0] = 0  # many absent symbols
+    f = normalize_freqs(counts, prob_bits).astype(np.int64)
+    assert f.sum() == 1 << prob_bits
+    if counts.any():
+        assert ((f > 0) == (counts > 0)).all()
+    rows = normalize_many(np.stack([counts, counts[::-1]]), prob_bits)
+    assert np.array_equal(rows[0], f) and np.array_equal(rows[1], normalize_freqs(counts[::-1], prob_bits))
