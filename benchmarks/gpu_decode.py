@@ -8,6 +8,7 @@ poisoned first) before it is timed.
 
     PYTHONPATH=src python3 benchmarks/gpu_decode.py [--no-7b] [--no-e2e] [--no-competitors] [--no-int8]
         [--sweep] [--steps-11008 256,128] [--steps-7b auto,256] [--minilm carry/minilm_l6_bf16.wcodec]
+        [--pair]  (only: default vs two chunks per warp, single layers and the model)
         [--out DIR]
 
 Times are GPU time of back-to-back calls; the one-call time (host launch cost included) is
@@ -264,14 +265,20 @@ DEFAULT_VARIANT = (16, 4, 2, True, 32)  # what wcodec.gpu.decode uses (CONFIG, S
 
 
 def vtag(v):
-    W, S, smem, pf, mr = v
-    return f"W={W} S={S} smem={smem} pf={int(pf)} maxnreg={mr or '-'}"
+    W, S, smem, pf, mr = v[:5]
+    pair = len(v) > 5 and v[5]
+    return f"W={W} S={S} smem={smem} pf={int(pf)} maxnreg={mr or '-'}" + (" PAIR" if pair else "")
 
 
-def set_variant(D, K, dec, W, S, smem, pf=True, maxnreg=None):
+def set_variant(D, K, dec, W, S, smem, pf=True, maxnreg=None, pair=False):
     D.SMEM = smem
     D.PF = {m: pf for m in D.PF}
-    D.MAXNREG = {K.MODE_F16BITS: maxnreg, K.MODE_BYTES: maxnreg} if maxnreg else {}
+    D.PAIR = {m: bool(pair) for m in D.PAIR}
+    caps = {K.MODE_F16BITS: maxnreg, K.MODE_BYTES: maxnreg} if maxnreg else {}
+    if pair:
+        D.MAXNREG_PAIR = caps
+    else:
+        D.MAXNREG = caps
     for m in D.CONFIG:
         D.CONFIG[m] = (W, S)
     if dec is not None:
@@ -322,6 +329,9 @@ def main():
     ap.add_argument("--int8-child", type=int, metavar="SEED", help=argparse.SUPPRESS)
     ap.add_argument("--int8-timeout", type=float, default=120.0)
     ap.add_argument("--no-int8", action="store_true")
+    ap.add_argument("--pair", action="store_true",
+                    help="only: default vs two-chunks-per-warp variants on single layers and the model")
+    ap.add_argument("--budget-s", type=float, default=150.0, help="--pair: skip the second model past this")
     args = ap.parse_args()
     if args.df11_encode:
         shape = tuple(int(v) for v in args.df11_encode[0].split("x"))
@@ -347,6 +357,8 @@ def main():
     from wcodec.codecs import decode_tensor, encode_tensor
     from wcodec.gpu import decode as D
     from wcodec.gpu import layout as K
+    if args.pair:
+        return pair_compare(args, torch, triton, D, K, encode_tensor, decode_tensor)
 
     seed = int(time.time() * 1000) % (1 << 31)
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
@@ -505,6 +517,107 @@ def main():
         log(f"| {w_} | {g_} | {e_} |")
     with open(os.path.join(args.out, "gpu_decode_table.json"), "w") as f:
         json.dump(ROWS, f, indent=1)
+
+
+# (W, S, smem, pf, maxnreg, two chunks per warp)
+PAIR_VARIANTS = [(16, 4, 2, True, 40, True), (16, 4, 2, True, 48, True), (8, 4, 2, True, 40, True)]
+
+
+def pair_compare(args, torch, triton, D, K, encode_tensor, decode_tensor):
+    """One device call: bit-exactness and back-to-back / one-call times of the default kernel and
+    the PAIR variants on 11008x4096 (256 and 128 steps), 4096x4096 (auto = 128) and the whole
+    7B-shaped model (auto rule; then 128 steps for every plane >= 2^24 if time is left)."""
+    from concurrent.futures import ThreadPoolExecutor
+    T0 = time.time()
+    seed = int(time.time() * 1000) % (1 << 31)
+    log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
+        f"cpus {os.cpu_count()} seed {seed} date {time.strftime('%Y-%m-%d %H:%M')}")
+    table = []  # (what, variant tag, us, GB/s, one-call GB/s, b/w, ok)
+
+    def enc_layer(job):
+        shape, steps = job
+        bits = layer_bits(shape, seed + shape[0])
+        rec = encode_tensor(bits, "BF16", chunk_steps=steps)
+        assert np.array_equal(decode_tensor(rec).reshape(-1), bits.reshape(-1)), "CPU round trip"
+        return shape, bits, rec
+    jobs = [((11008, 4096), None), ((11008, 4096), 128), ((4096, 4096), None)]
+    with ThreadPoolExecutor(3) as ex:
+        layers = list(ex.map(enc_layer, jobs))
+    log(f"layers encoded + CPU round trip: {time.time() - T0:.1f} s")
+    for shape, bits, rec in layers:
+        st = rec.params["head"]["chunk_steps"]
+        dec = Decoder([("w", rec)])
+        for v in [DEFAULT_VARIANT + (False,)] + PAIR_VARIANTS:
+            set_variant(D, K, dec, *v)
+            try:
+                ok, t, t1 = timed(dec, torch, bits)
+            except Exception as e:  # noqa: BLE001
+                log(f"  {shape} {vtag(v)}: {type(e).__name__} {str(e)[:300]}")
+                continue
+            what = f"{shape[0]}x{shape[1]} steps {st}"
+            table.append((what, vtag(v), t * 1e6, dec.raw / t / 1e9, dec.raw / t1 / 1e9, rec.bits_per_weight, ok))
+            log(f"  {what} {vtag(v)}: {t * 1e6:.1f} us {dec.raw / t / 1e9:.0f} GB/s (one call "
+                f"{dec.raw / t1 / 1e9:.0f}), {rec.bits_per_weight:.3f} b/w, bit-exact={ok} [{time.time() - T0:.0f} s]")
+        del dec
+    set_variant(D, K, None, *DEFAULT_VARIANT)
+    best_single = {}
+    for r in table:
+        if r[6] and "PAIR" in r[1]:
+            best_single.setdefault(r[1], []).append(r[2])
+    order = sorted(best_single, key=lambda k: sum(best_single[k]))  # best PAIR variant overall
+    pv = [v for v in PAIR_VARIANTS if vtag(v) in order[:2]]
+    shapes = llama7b_shapes(np.random.default_rng(seed))
+    for st7 in ("auto", "128"):
+        if st7 != "auto" and time.time() - T0 > args.budget_s:
+            log(f"model with steps {st7}: skipped ({time.time() - T0:.0f} s > budget {args.budget_s:.0f} s)")
+            continue
+        steps = None if st7 == "auto" else int(st7)
+        t0 = time.time()
+
+        def enc(k_spec):
+            k, (name, shape, std) = k_spec
+            w = synth_bf16(torch, shape, std, torch.Generator(device="cuda").manual_seed(seed + k))
+            b = bits_np(w)
+            return name, b, encode_tensor(b, "BF16", chunk_steps=steps if b.size >= (1 << 24) else None)
+        items, originals = [], {}
+        with ThreadPoolExecutor(os.cpu_count() or 8) as ex:
+            for name, b, r in ex.map(enc, enumerate(shapes)):
+                items.append((name, r))
+                originals[name] = b
+        n_w = sum(r.numel for _, r in items)
+        bw = 8 * sum(r.nbytes for _, r in items) / n_w
+        log(f"7B steps {st7}: encoded in {time.time() - t0:.1f} s, {bw:.3f} b/w")
+        dec = Decoder(items)
+        ref = None
+        for v in [DEFAULT_VARIANT + (False,)] + pv:
+            set_variant(D, K, dec, *v)
+            try:
+                views = dec.check()
+                if ref is None:  # the default against the original bits, once (host copy)
+                    ok = all(torch.equal(views[n].view(torch.int16).cpu(), torch.from_numpy(originals[n].view(np.int16)))
+                             for n, _ in items)
+                    ref = dec.out.clone() if ok else None
+                else:  # the others against the default's output, on the device
+                    ok = bool(torch.equal(dec.out, ref))
+                del views
+                t = bench(dec.run, torch, reps=7)
+                t1 = bench_call(dec.run, torch, reps=5)
+            except Exception as e:  # noqa: BLE001
+                log(f"  7B {vtag(v)}: {type(e).__name__} {str(e)[:300]}")
+                continue
+            what = f"7B model steps {st7}"
+            table.append((what, vtag(v), t * 1e6, dec.raw / t / 1e9, dec.raw / t1 / 1e9, bw, ok))
+            log(f"  {what} {vtag(v)}: {t * 1e3:.2f} ms {dec.raw / t / 1e9:.0f} GB/s (one call "
+                f"{dec.raw / t1 / 1e9:.0f}), bit-exact={ok} [{time.time() - T0:.0f} s]")
+        del dec, ref, items, originals
+        torch.cuda.empty_cache()
+    set_variant(D, K, None, *DEFAULT_VARIANT)
+    log("\n| what | variant | us | GB/s | one call GB/s | b/w | bit-exact |\n|---|---|---:|---:|---:|---:|---|")
+    for r in table:
+        log(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.0f} | {r[4]:.0f} | {r[5]:.3f} | {r[6]} |")
+    with open(os.path.join(args.out, "pair_table.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    return 0
 
 
 def int8_parent(seed, timeout):

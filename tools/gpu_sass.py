@@ -19,15 +19,15 @@ from wcodec.gpu import kernels as KK  # noqa: E402
 from wcodec.gpu import layout as K  # noqa: E402
 
 
-def compile_variant(mode, R, PB, W, S, asm, smem=0, pf=0, maxnreg=None):
+def compile_variant(mode, R, PB, W, S, asm, smem=0, pf=0, maxnreg=None, pair=0):
     out_t = {0: "*u8", 1: "*i16", 2: "*i32"}[mode]
     sig = {"desc_ptr": "*i64", "n_items": "i32", "buf8_ptr": "*u8", "buf16_ptr": "*i16",
            "buf32_ptr": "*i32", "lut_ptr": "*i64", "lut_addr": "i64", "out_ptr": out_t, "status_ptr": "*i32",
            "MODE": "constexpr", "R": "constexpr", "PB": "constexpr", "W": "constexpr",
            "S": "constexpr", "NFIELDS": "constexpr", "ASM": "constexpr", "SMEM": "constexpr",
-           "PF": "constexpr"}
+           "PF": "constexpr", "PAIR": "constexpr"}
     const = {"MODE": mode, "R": R, "PB": PB, "W": W, "S": S, "NFIELDS": K.NF, "ASM": asm, "SMEM": int(smem),
-             "PF": bool(pf)}
+             "PF": bool(pf), "PAIR": bool(pair)}
     src = ASTSource(KK.rans_chunks_kernel, sig, const)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": W, **({"maxnreg": maxnreg} if maxnreg else {})})
 
@@ -80,8 +80,8 @@ if __name__ == "__main__":
     ap.add_argument("--variants", default="1,5,12,4,2,1;1,5,12,4,2,0;1,5,12,4,1,1;1,5,12,4,4,1;1,5,12,1,2,1;1,5,12,8,2,1;0,0,12,4,2,1;2,5,12,4,2,1")
     a = ap.parse_args()
     for v in a.variants.split(";"):
-        mode, R, PB, W, S, asm, smem, pf, mr = (int(x) for x in (v + ",0,0,0").split(",")[:9])
-        k = compile_variant(mode, R, PB, W, S, bool(asm), smem, pf, mr or None)
+        mode, R, PB, W, S, asm, smem, pf, mr, pair = (int(x) for x in (v + ",0,0,0,0").split(",")[:10])
+        k = compile_variant(mode, R, PB, W, S, bool(asm), smem, pf, mr or None, pair)
         t = sass(k)
         n, body = main_loop_count(t)
         regs = resources(k)
@@ -90,9 +90,9 @@ if __name__ == "__main__":
             op = b.split()[0] if not b.startswith("@") else b.split()[1]
             op = op.split(".")[0]
             kinds[op] = kinds.get(op, 0) + 1
-        nst = kinds.get("STG", 0) // (2 if mode == 2 else 1)
+        nst = kinds.get("STG", 0) // (2 if mode == 2 else 1)  # chunk-steps (a pair stores twice)
         top = ", ".join(f"{o}:{c}" for o, c in sorted(kinds.items(), key=lambda x: -x[1])[:12])
-        print(f"mode={mode} R={R} PB={PB} W={W} S={S} asm={asm} smem={smem} pf={pf} maxnreg={mr}: {regs}, "
+        print(f"mode={mode} R={R} PB={PB} W={W} S={S} asm={asm} smem={smem} pf={pf} maxnreg={mr} pair={pair}: {regs}, "
               f"main loop {n} instr, {nst} steps = {n / max(nst, 1):.1f} per step | {top}")
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)

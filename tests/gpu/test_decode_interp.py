@@ -188,3 +188,44 @@ def test_auto_chunk_steps_rule():
     assert auto_chunk_steps(4096 * 4096) == 128
     assert auto_chunk_steps(11008 * 4096) == 256
     assert auto_chunk_steps(32000 * 4096) == 256
+
+
+@pytest.fixture
+def pair_mode(monkeypatch):
+    """Two chunks per warp (decode.PAIR) in every mode."""
+    from wcodec.gpu import decode as D
+    monkeypatch.setattr(D, "PAIR", {m: True for m in D.PAIR})
+    return D
+
+
+@pytest.mark.parametrize("W,S", [(2, 2), (4, 1), (16, 4)])
+def test_pair_two_chunks_per_warp(pair_mode, W, S):
+    # chunk counts that leave the last program partly empty (rows clamped to the last chunk),
+    # a partial last chunk, chains of different lengths in one program (several tensors per
+    # launch), several tables per plane, F32 with coded low planes (byte launch + F32 launch)
+    rng = np.random.default_rng(13 + W)
+    x = rng.standard_normal((40, 300)).astype(np.float32)
+    items = [("a", encode_tensor(_bf16(rng, (37, 61)), "BF16", codec="float", chunk_steps=3)),
+             ("b", encode_tensor(_bf16(rng, (5, 33), std=0.5), "BF16", codec="float", chunk_steps=1)),
+             ("c", encode_tensor(x.astype(np.float16), "F16", codec="float", chunk_steps=5)),
+             ("d", encode_tensor((x.view(np.uint32) & 0xFFFFFF00).view(np.float32), "F32", codec="float",
+                                 chunk_steps=8)),
+             ("e", _int8_with_modes(rng, (37, 29), "I8", 8))]
+    cfg = {m: (W, S) for m in pair_mode.CONFIG}
+    out = decode_records(items, DEVICE, config=cfg)
+    for name, rec in items:
+        ref = np.ascontiguousarray(decode_tensor(rec, name)).view(np.uint8).reshape(-1)
+        assert np.array_equal(_bits(out[name]).reshape(-1), ref), name
+
+
+def test_pair_corrupt_chunk_named(pair_mode):
+    # a corrupt chunk in the second chain (b) of a program is reported, with its tensor
+    rng = np.random.default_rng(14)
+    rec = encode_tensor(_bf16(rng, (64, 64)), "BF16", codec="float", chunk_steps=4)
+    n_chunks = rec.params["head"]["n_symbols"] // (32 * 4)
+    def flip(s):
+        s[(n_chunks - 1) * 32:] ^= np.uint32(0x00F00F00)  # the last chunk's states
+        return s
+    bad = _corrupt(rec, "head.states", flip)
+    with pytest.raises(CorruptDataError, match=f"'bad'.*chunk {n_chunks - 1}"):
+        decode_records([("ok", rec), ("bad", bad)], DEVICE, config={m: (2, 2) for m in pair_mode.CONFIG})

@@ -33,6 +33,26 @@ PF = {K.MODE_BYTES: True, K.MODE_F16BITS: True, K.MODE_F32BITS: True}
 #: register cap of the rANS kernel by mode (absent: the compiler's choice). 32 lets 4 programs of
 #: 16 warps (64 warps) share an SM; the F16 loop fits without spills, the F32 one would not
 MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
+#: two chunks per warp, decoded in one interleaved loop (kernels._step2), by mode, with its own
+#: register cap. Off: measured 1.1-1.5x slower than one chunk per warp on an H200, single layers
+#: and the 7B model alike; the SM is throughput-bound (L1/shared pipe), not latency-bound, once
+#: it holds ~48 warps (benchmarks/RESULTS.md, third pass)
+PAIR = {K.MODE_BYTES: False, K.MODE_F16BITS: False, K.MODE_F32BITS: False}
+MAXNREG_PAIR = {K.MODE_F16BITS: 40, K.MODE_BYTES: 40}
+
+
+def _pair_fits(desc: np.ndarray, W: int) -> bool:
+    """Whether the PAIR kernel may run on these chunk descriptors with W warps per program: it
+    addresses each program's second chain (rows pid*2W + W + w) through the first chain's
+    (pid*2W + w) bases plus int32 offsets (words, tail words, output elements), which must fit
+    with room for a chunk's own extent (< 2**22 symbols, words or tail words)."""
+    n = desc.shape[0]
+    p = -(-n // (2 * W))
+    rows = (np.arange(p)[:, None] * 2 * W + np.arange(W)[None, :]).reshape(-1)
+    a = desc[np.minimum(rows, n - 1)]
+    b = desc[np.minimum(rows + W, n - 1)]
+    d = np.abs(b[:, [K.D_WBEG, K.D_TAILW, K.D_OUT]] - a[:, [K.D_WBEG, K.D_TAILW, K.D_OUT]])
+    return bool(d.size == 0 or int(d.max()) < (1 << 31) - (1 << 23))
 
 
 def _interpreting() -> bool:
@@ -101,6 +121,8 @@ class Prepared:
         self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
                      for k, (td, progs, _) in plan.int8.items()}
         self.status = {}  # per-launch chunk status, allocated by the first run()
+        self._pair_ok = {}  # (key, W) -> _pair_fits, computed on first use
+
 
 
 def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
@@ -122,16 +144,23 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
     for key, dd in prep.desc.items():
         mode, R, pb = key
         W, S = prep.cfg[mode]
+        pair = bool(PAIR.get(mode)) and W > 1
+        if pair:
+            pk = (key, W)
+            if pk not in prep._pair_ok:
+                prep._pair_ok[pk] = _pair_fits(plan.desc[key], W)
+            pair = prep._pair_ok[pk]
+        caps = MAXNREG_PAIR if pair else MAXNREG
         n = dd.shape[0]
         st = prep.status.get(key)
         if st is None:  # reused by later runs of this plan (each run rewrites all of it)
             st = prep.status[key] = torch.empty(n, dtype=torch.int32, device=buf.device)
-        KK.rans_chunks_kernel[(-(-n // W),)](dd, n, buf, buf16, buf32, prep.lut, prep.lut.data_ptr(),
+        KK.rans_chunks_kernel[(-(-n // (2 * W if pair else W)),)](dd, n, buf, buf16, buf32, prep.lut, prep.lut.data_ptr(),
                                              views[mode], st, MODE=mode, R=R, PB=pb, W=W, S=S,
                                              NFIELDS=K.NF, ASM=prep.asm,
                                              SMEM=int(SMEM) if prep.asm and W > 1 else 0,
-                                             PF=prep.asm and bool(PF.get(mode)), num_warps=W,
-                                             **({"maxnreg": MAXNREG[mode]} if mode in MAXNREG and prep.asm else {}))
+                                             PF=prep.asm and bool(PF.get(mode)), PAIR=pair, num_warps=W,
+                                             **({"maxnreg": caps[mode]} if mode in caps and prep.asm else {}))
         status[key] = st
     for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
         o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else

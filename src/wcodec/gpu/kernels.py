@@ -60,11 +60,8 @@ def _funnel(w0, w1, sh, ASM: tl.constexpr):
 
 
 @triton.jit
-def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_lane, tsh, out_row,
-          low1_row, low0_row, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
-          W: tl.constexpr, MASKED: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr):
-    """Decode step t (32 symbols) of every row. MASKED: the chunk may end inside this step."""
-    idx = t * 32 + lanes  # chunk-relative symbol index (int32)
+def _tab(x, lut_row, tbase, PB: tl.constexpr, SMEM: tl.constexpr):
+    """The decode table entry of each lane's state (int64)."""
     slot = x & ((1 << PB) - 1)
     if SMEM == 2:
         # every row of the program uses the table in shared memory: ld.shared with a 32-bit
@@ -79,12 +76,20 @@ def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_l
                                       dtype=tl.int64, is_pure=False, pack=1)
     else:
         e = tl.load(lut_row + slot.to(tl.int32))
+    return e
+
+
+@triton.jit
+def _renorm(e, x, pos, bad, idx, n, lt, words_row, wlast, PB: tl.constexpr, W: tl.constexpr,
+            MASKED: tl.constexpr, ASM: tl.constexpr):
+    """State update from the table entry, then the renormalisation read. Returns (x, pos, bad,
+    output value, active mask)."""
     lo = e.to(tl.uint32)
     val = (e >> 32).to(tl.uint32)
     xn = (lo & 0x1FFF) * (x >> PB) + (lo >> 13)
     need = xn < 65536
+    act = idx < n
     if MASKED:
-        act = idx < n
         need = need & act
     before, total = _lane_prefix(need, lt, W, ASM)
     w = tl.load(words_row + tl.minimum(pos + before, wlast), mask=need, other=0)
@@ -96,20 +101,38 @@ def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_l
     else:
         x = xn
         bad |= val
+    return x, pos, bad, val, act
+
+
+@triton.jit
+def _tails(t, act, tail_lane, toff, MODE: tl.constexpr, R: tl.constexpr, MASKED: tl.constexpr):
+    """Step t's two tail words of each lane (uint32): its 32 R-bit fields are R consecutive
+    words, lane k's field at bit k * R (at tail_lane + toff, toff an int32 element offset)."""
     if MODE == 0:
-        if MASKED:
-            tl.store(out_row + idx, val.to(tl.uint8), mask=act)
-        else:
-            tl.store(out_row + idx, val.to(tl.uint8))
+        w0 = act.to(tl.uint32)
+        w1 = w0
     else:
-        # this step's 32 tail fields are R consecutive words: lane k's field at bit k * R
-        tp = tail_lane + t * R
+        tp = tail_lane + (toff + t * R)
         if MASKED:
             w0 = tl.load(tp, mask=act, other=0).to(tl.uint32, bitcast=True)
             w1 = tl.load(tp + 1, mask=act, other=0).to(tl.uint32, bitcast=True)
         else:
             w0 = tl.load(tp).to(tl.uint32, bitcast=True)
             w1 = tl.load(tp + 1).to(tl.uint32, bitcast=True)
+    return w0, w1
+
+
+@triton.jit
+def _emit(val, act, idx, w0, w1, tsh, out_row, ooff, low1_row, low0_row, MODE: tl.constexpr,
+          R: tl.constexpr, MASKED: tl.constexpr, ASM: tl.constexpr):
+    """Merge each lane's value with its tail (and low bytes) and store it at out_row + ooff + idx."""
+    oi = ooff + idx
+    if MODE == 0:
+        if MASKED:
+            tl.store(out_row + oi, val.to(tl.uint8), mask=act)
+        else:
+            tl.store(out_row + oi, val.to(tl.uint8))
+    else:
         tail = _funnel(w0, w1, tsh, ASM)
         mant = tail & ((1 << (R - 1)) - 1)
         sign = (tail >> (R - 1)) & 1
@@ -124,10 +147,38 @@ def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_l
                 b0 = tl.load(low0_row + idx).to(tl.uint32)
             bits = (val | (sign << 31) | (mant << 16) | (b1 << 8) | b0).to(tl.int32, bitcast=True)
         if MASKED:
-            tl.store(out_row + idx, bits, mask=act)
+            tl.store(out_row + oi, bits, mask=act)
         else:
-            tl.store(out_row + idx, bits)
+            tl.store(out_row + oi, bits)
+
+
+@triton.jit
+def _step(t, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_lane, tsh, out_row,
+          low1_row, low0_row, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
+          W: tl.constexpr, MASKED: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr):
+    """Decode step t (32 symbols) of every row. MASKED: the chunk may end inside this step."""
+    idx = t * 32 + lanes  # chunk-relative symbol index (int32)
+    e = _tab(x, lut_row, tbase, PB, SMEM)
+    x, pos, bad, val, act = _renorm(e, x, pos, bad, idx, n, lt, words_row, wlast, PB, W, MASKED, ASM)
+    w0, w1 = _tails(t, act, tail_lane, 0, MODE, R, MASKED)
+    _emit(val, act, idx, w0, w1, tsh, out_row, 0, low1_row, low0_row, MODE, R, MASKED, ASM)
     return x, pos, bad
+
+
+@triton.jit
+def _prefetch(it, pos, words_row, wlast, tail_lane, toff, MODE: tl.constexpr, R: tl.constexpr,
+              S: tl.constexpr):
+    """Pull the word and tail lines a few steps ahead into L1: their first touch is otherwise an
+    L2 round trip inside the state-update chain (ncu: 66% of stalls on L1TEX)."""
+    wp = words_row + tl.minimum(pos + 128, wlast)
+    if MODE == 0:  # byte planes have no tail stream
+        tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l",
+                                  [wp.to(tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tp = tail_lane + (toff + (it * S + 8) * R)
+        tl.inline_asm_elementwise("prefetch.global.L1 [$1]; prefetch.global.L1 [$2]; mov.u32 $0, 0;",
+                                  "=r,l,l", [wp.to(tl.int64), tp.to(tl.int64)], dtype=tl.int32,
+                                  is_pure=False, pack=1)
 
 
 @triton.jit
@@ -138,17 +189,7 @@ def _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_
     """The decode loop: ``full`` unmasked iterations of S steps, then the masked remainder."""
     for it in range(0, full):
         if PF:
-            # pull the word and tail lines a few steps ahead into L1: their first touch is
-            # otherwise an L2 round trip inside the state-update chain (ncu: 66% of stalls on L1TEX)
-            wp = words_row + tl.minimum(pos + 128, wlast)
-            if MODE == 0:  # byte planes have no tail stream
-                tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l",
-                                          [wp.to(tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
-            else:
-                tp = tail_lane + (it * S + 8) * R
-                tl.inline_asm_elementwise("prefetch.global.L1 [$1]; prefetch.global.L1 [$2]; mov.u32 $0, 0;",
-                                          "=r,l,l", [wp.to(tl.int64), tp.to(tl.int64)], dtype=tl.int32,
-                                          is_pure=False, pack=1)
+            _prefetch(it, pos, words_row, wlast, tail_lane, 0, MODE, R, S)
         for s in tl.static_range(S):
             x, pos, bad = _step(it * S + s, x, pos, bad, lanes, n, lt, lut_row, tbase, words_row,
                                 wlast, tail_lane, tsh, out_row, low1_row, low0_row, MODE, R, PB,
@@ -161,17 +202,118 @@ def _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_
 
 
 @triton.jit
+def _step2(t, xa, posa, bada, xb, posb, badb, lanes, na, nb, lt, luta, lutb, tba, tbb, wr, wla,
+           wlb, tl_, tob, tsh, orow, oob, l1a, l1b, l0a, l0b, MODE: tl.constexpr,
+           R: tl.constexpr, PB: tl.constexpr, W: tl.constexpr, MASKED: tl.constexpr,
+           ASM: tl.constexpr, SMEM: tl.constexpr):
+    """Step t of two chunks per warp (chains a and b), phase by phase: each chain's step is a
+    dependent chain of loads (table -> state -> ballot -> word) that mostly waits on memory; two
+    independent chains in one instruction stream put the other's loads in that wait.
+
+    Chain b is addressed through chain a's 64-bit bases (wr, tl_, orow) plus int32 offsets: its
+    word position posb and clamp wlb include its offset, tob / oob offset its tails and outputs
+    (the host checks that they fit, decode._pair_fits). Three 64-bit pointers fewer to keep live:
+    without this the loop spilled at the 40-register cap that fits 3 programs of 16 warps per SM."""
+    idx = t * 32 + lanes
+    ea = _tab(xa, luta, tba, PB, SMEM)
+    eb = _tab(xb, lutb, tbb, PB, SMEM)
+    xa, posa, bada, va, acta = _renorm(ea, xa, posa, bada, idx, na, lt, wr, wla, PB, W, MASKED, ASM)
+    xb, posb, badb, vb, actb = _renorm(eb, xb, posb, badb, idx, nb, lt, wr, wlb, PB, W, MASKED, ASM)
+    w0a, w1a = _tails(t, acta, tl_, 0, MODE, R, MASKED)
+    _emit(va, acta, idx, w0a, w1a, tsh, orow, 0, l1a, l0a, MODE, R, MASKED, ASM)
+    w0b, w1b = _tails(t, actb, tl_, tob, MODE, R, MASKED)
+    _emit(vb, actb, idx, w0b, w1b, tsh, orow, oob, l1b, l0b, MODE, R, MASKED, ASM)
+    return xa, posa, bada, xb, posb, badb
+
+
+@triton.jit
+def _chunk_loop2(xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, lt, luta, lutb,
+                 tba, tbb, wr, wla, wlb, tl_, tob, tsh, orow, oob, l1a, l1b, l0a, l0b,
+                 MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr, W: tl.constexpr,
+                 S: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr, PF: tl.constexpr):
+    """_chunk_loop for two chunks per warp (_step2)."""
+    for it in range(0, full):
+        if PF:
+            _prefetch(it, posa, wr, wla, tl_, 0, MODE, R, S)
+            _prefetch(it, posb, wr, wlb, tl_, tob, MODE, R, S)
+        for s in tl.static_range(S):
+            xa, posa, bada, xb, posb, badb = _step2(
+                it * S + s, xa, posa, bada, xb, posb, badb, lanes, na, nb, lt, luta, lutb, tba, tbb,
+                wr, wla, wlb, tl_, tob, tsh, orow, oob, l1a, l1b, l0a, l0b, MODE, R, PB, W,
+                False, ASM, SMEM)
+    for t in range(full * S, n_steps):
+        xa, posa, bada, xb, posb, badb = _step2(
+            t, xa, posa, bada, xb, posb, badb, lanes, na, nb, lt, luta, lutb, tba, tbb, wr, wla,
+            wlb, tl_, tob, tsh, orow, oob, l1a, l1b, l0a, l0b, MODE, R, PB, W, True, ASM, SMEM)
+    return xa, posa, bada, xb, posb, badb
+
+
+@triton.jit
+def _chunk_rows(desc_ptr, row, lanes, buf8_ptr, buf16_ptr, buf32_ptr, out_ptr, MODE: tl.constexpr,
+                R: tl.constexpr, NFIELDS: tl.constexpr):
+    """Per-lane fields of the chunk of each row (row: int32 [W * 32], already clamped).
+
+    Returns n, wlen, wlast, x, lut_off, words_row, out_row, tail_lane, low1_row, low0_row, and
+    the int64 indices behind the first three pointers (wbeg, out, tail word)."""
+    d = desc_ptr + row.to(tl.int64) * NFIELDS
+    n = tl.load(d + D_N).to(tl.int32)
+    wbeg = tl.load(d + D_WBEG)
+    wlen = (tl.load(d + D_WEND) - wbeg).to(tl.int32)
+    wlast = tl.maximum(wlen - 1, 0)  # clamp: a corrupt stream reads in bounds, then fails
+    x = tl.load(buf32_ptr + tl.load(d + D_STATES) + lanes).to(tl.uint32, bitcast=True)
+    lut_off = tl.load(d + D_LUT)
+    words_row = buf16_ptr + wbeg
+    oo = tl.load(d + D_OUT)
+    out_row = out_ptr + oo
+    if MODE != 0:
+        tw = tl.load(d + D_TAILW)
+        tail_lane = buf32_ptr + tw + ((lanes * R) >> 5)
+    else:
+        tw = oo * 0
+        tail_lane = buf32_ptr
+    if MODE == 2:
+        low1_row = buf8_ptr + tl.load(d + D_LOW1)
+        low0_row = buf8_ptr + tl.load(d + D_LOW0)
+    else:
+        low1_row = buf8_ptr
+        low0_row = buf8_ptr
+    return n, wlen, wlast, x, lut_off, words_row, out_row, tail_lane, low1_row, low0_row, wbeg, oo, tw
+
+
+@triton.jit
+def _init_bad(x, W: tl.constexpr):
+    """[W] nonzero where a row's initial states are out of range."""
+    return tl.max(tl.reshape((x < 65536).to(tl.int32), [W, 32]), axis=1)
+
+
+@triton.jit
+def _chunk_status(init_bad, x, pos, wlen, bad, W: tl.constexpr):
+    """int32 [W] status of each row's chunk (layout.py) from its final state (init_bad: _init_bad)."""
+    p = tl.max(tl.reshape(pos, [W, 32]), axis=1)
+    wl = tl.max(tl.reshape(wlen, [W, 32]), axis=1)
+    final_bad = tl.max(tl.reshape((x != 65536).to(tl.int32), [W, 32]), axis=1) | (p != wl).to(tl.int32)
+    status = tl.where(init_bad != 0, ST_INIT, tl.where(p > wl, ST_READ_PAST,
+                                                       tl.where(final_bad != 0, ST_FINAL, 0)))
+    return tl.where((status == 0) & (tl.max(tl.reshape(bad >> 31, [W, 32]), axis=1) != 0),
+                    ST_SYMBOL, status)
+
+
+@triton.jit
 def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_ptr, lut_addr,
                        out_ptr, status_ptr, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
                        W: tl.constexpr, S: tl.constexpr, NFIELDS: tl.constexpr,
                        ASM: tl.constexpr = False, SMEM: tl.constexpr = False,
-                       PF: tl.constexpr = False):
-    """Decode W chunks per program, one per warp (launch with num_warps=W), S steps per iteration.
+                       PF: tl.constexpr = False, PAIR: tl.constexpr = False):
+    """Decode W chunks per program, one per warp (launch with num_warps=W), S steps per iteration;
+    PAIR: 2 * W chunks per program, two per warp (rows pid*2W + w and pid*2W + W + w), decoded
+    in one interleaved loop (_step2).
 
     Every tensor is 1-D of W * 32 elements (element i: lane i % 32 of chunk i // 32). With one
     element per thread that has a single blocked layout, element i on thread i, so a chunk is
     one warp in lane order, as the ballot needs, whatever layouts Triton picks. (2-D [W, 32]
-    tiles got 4 rows per warp from Triton 3.6's coalescing of the table gathers.)
+    tiles got 4 rows per warp from Triton 3.6's coalescing of the table gathers.) PAIR keeps two
+    such sets of tensors rather than one of 2 * W * 32 elements, whose layout could put two
+    lanes of one chunk on a thread.
 
     SMEM: 0 tables read from global memory; 1 the first row's table in shared memory, read with
     generic loads (rows on other tables read theirs from global); 2 as 1, but programs whose rows
@@ -185,43 +327,49 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
     pid = tl.program_id(0)
     el = tl.arange(0, W * 32)
     lanes = el % 32
+    CPP: tl.constexpr = 2 * W if PAIR else W  # chunks per program
     # rows past the end repeat the last chunk (same values to the same places; status masked),
     # so the unmasked main loop needs no row mask. Every lane loads its chunk's fields (one
     # broadcast transaction per warp, once).
-    d = desc_ptr + tl.minimum(pid * W + el // 32, n_items - 1).to(tl.int64) * NFIELDS
-    n = tl.load(d + D_N).to(tl.int32)
-    wbeg = tl.load(d + D_WBEG)
-    wlen = (tl.load(d + D_WEND) - wbeg).to(tl.int32)
-    wlast = tl.maximum(wlen - 1, 0)  # clamp: a corrupt stream reads in bounds, then fails
-    x = tl.load(buf32_ptr + tl.load(d + D_STATES) + lanes).to(tl.uint32, bitcast=True)
-    init_bad = tl.max(tl.reshape((x < 65536).to(tl.int32), [W, 32]), axis=1)
-    lut_row = lut_ptr + tl.load(d + D_LUT)
-    words_row = buf16_ptr + wbeg
-    out_row = out_ptr + tl.load(d + D_OUT)
+    rowa = pid * CPP + el // 32
+    na, wlena, wlasta, xa, luta_off, wra, ora, tla, l1a, l0a, wba, ooa, twa = _chunk_rows(
+        desc_ptr, tl.minimum(rowa, n_items - 1), lanes, buf8_ptr, buf16_ptr, buf32_ptr, out_ptr,
+        MODE, R, NFIELDS)
+    init_ba = _init_bad(xa, W)
+    if PAIR:
+        nb, wlenb, wlastb, xb, lutb_off, _wrb, _orb, _tlb, l1b, l0b, wbb, oob, twb = _chunk_rows(
+            desc_ptr, tl.minimum(rowa + W, n_items - 1), lanes, buf8_ptr, buf16_ptr, buf32_ptr,
+            out_ptr, MODE, R, NFIELDS)
+        # chain b relative to chain a's bases (int32; the host checked they fit): its word
+        # position and clamp, tail and output offsets
+        dwb = (wbb - wba).to(tl.int32)
+        wlastb = wlastb + dwb
+        tob = (twb - twa).to(tl.int32)
+        oob = (oob - ooa).to(tl.int32)
+        init_bb = _init_bad(xb, W)
+        n_min = tl.minimum(tl.min(na), tl.min(nb))
+        n_max = tl.maximum(tl.max(na), tl.max(nb))
+    else:
+        n_min = tl.min(na)
+        n_max = tl.max(na)
     lt = lanes
     if ASM:
         # lanes below this one (the input only makes it a per-lane tensor op)
         lt = tl.inline_asm_elementwise("mov.u32 $0, %lanemask_lt;", "=r,r", [lt], dtype=tl.int32,
                                        is_pure=True, pack=1)
-    if MODE != 0:
-        tbit = lanes * R
-        tail_lane = buf32_ptr + tl.load(d + D_TAILW) + (tbit >> 5)
-        tsh = (tbit & 31).to(tl.uint32)
-    else:
-        tail_lane = buf32_ptr
-        tsh = 0
-    if MODE == 2:
-        low1_row = buf8_ptr + tl.load(d + D_LOW1)
-        low0_row = buf8_ptr + tl.load(d + D_LOW0)
-    else:
-        low1_row = buf8_ptr
-        low0_row = buf8_ptr
-    pos = tl.zeros([W * 32], tl.int32)
-    bad = tl.zeros([W * 32], tl.uint32)
-    full = tl.min(n) // (32 * S)  # iterations in which every row has S full steps
-    n_steps = tl.cdiv(tl.max(n), 32)
+    tsh = ((lanes * R) & 31).to(tl.uint32)
+    posa = tl.zeros([W * 32], tl.int32)
+    bada = tl.zeros([W * 32], tl.uint32)
+    full = n_min // (32 * S)  # iterations in which every row has S full steps
+    n_steps = tl.cdiv(n_max, 32)
 
-    tbase = tl.zeros([W * 32], tl.int64)
+    luta = lut_ptr + luta_off
+    tba = tl.zeros([W * 32], tl.int64)
+    if PAIR:
+        lutb = lut_ptr + lutb_off
+        tbb = tba
+        posb = dwb
+        badb = bada
     if SMEM:
         # The first row's decode table goes to shared memory (a 32-lane gather from a 16-32 KB
         # table touches ~30 L1 lines, ~4 shared-memory wavefronts). tl.gather lowers to "store the
@@ -229,50 +377,69 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
         # fill, and the loop reads it with ld; nothing else in the loop uses shared memory, and
         # Triton puts a barrier before any later op that reuses that scratch. Rows whose chunk
         # has another table read their own from global memory (generic addresses).
-        lut0 = tl.load(desc_ptr + pid * W * NFIELDS + D_LUT)
-        lut_off = tl.load(d + D_LUT)
+        lut0 = tl.load(desc_ptr + pid * CPP * NFIELDS + D_LUT)
         if SMEM == 2:
             # before the fill: this reduction's scratch is where the table goes
-            uni = tl.min((lut_off == lut0).to(tl.int32)) == 1
+            on0 = (luta_off == lut0).to(tl.int32)
+            if PAIR:
+                on0 = on0 & (lutb_off == lut0).to(tl.int32)
+            uni = tl.min(on0) == 1
         tbl = tl.load(lut_ptr + lut0 + tl.arange(0, 1 << PB))
         keep = tl.gather(tbl, tl.zeros([32], tl.int32), 0)
         sbase = tl.inline_asm_elementwise(
             "{ .reg .u64 a; mov.u64 a, global_smem; cvta.shared.u64 $0, a; }", "=l,r", [lt],
             dtype=tl.int64, is_pure=True, pack=1)
-        tbase = tl.where(lut_off == lut0, sbase, lut_addr + lut_off * 8)
+        tba = tl.where(luta_off == lut0, sbase, lut_addr + luta_off * 8)
+        if PAIR:
+            tbb = tl.where(lutb_off == lut0, sbase, lut_addr + lutb_off * 8)
         if SMEM == 2:
             sbase32 = tl.inline_asm_elementwise("mov.u32 $0, global_smem;", "=r,r", [lt],
                                                 dtype=tl.int32, is_pure=True, pack=1)
 
-    if SMEM == 2:
+    if PAIR:
+        if SMEM == 2:
+            # as below: ld.shared when all 2W rows use the shared-memory table
+            if uni:
+                xa, posa, bada, xb, posb, badb = _chunk_loop2(
+                    xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, lt, luta, lutb,
+                    sbase32, sbase32, wra, wlasta, wlastb, tla, tob, tsh, ora, oob, l1a, l1b,
+                    l0a, l0b, MODE, R, PB, W, S, ASM, 2, PF)
+            else:
+                xa, posa, bada, xb, posb, badb = _chunk_loop2(
+                    xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, lt, luta, lutb,
+                    tba, tbb, wra, wlasta, wlastb, tla, tob, tsh, ora, oob, l1a, l1b, l0a, l0b,
+                    MODE, R, PB, W, S, ASM, 1, PF)
+        else:
+            xa, posa, bada, xb, posb, badb = _chunk_loop2(
+                xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, lt, luta, lutb,
+                tba, tbb, wra, wlasta, wlastb, tla, tob, tsh, ora, oob, l1a, l1b, l0a, l0b,
+                MODE, R, PB, W, S, ASM, SMEM, PF)
+    elif SMEM == 2:
         # all rows on the shared-memory table (the usual case: a table covers many programs):
         # ld.shared; else the generic loads above. uni was reduced before the fill (the
         # reduction's scratch is the table's).
         if uni:
-            x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, sbase32,
-                                      words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
-                                      MODE, R, PB, W, S, ASM, 2, PF)
+            xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, sbase32,
+                                         wra, wlasta, tla, tsh, ora, l1a, l0a,
+                                         MODE, R, PB, W, S, ASM, 2, PF)
         else:
-            x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
-                                      words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
-                                      MODE, R, PB, W, S, ASM, 1, PF)
+            xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
+                                         wra, wlasta, tla, tsh, ora, l1a, l0a,
+                                         MODE, R, PB, W, S, ASM, 1, PF)
     else:
-        x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
-                                  words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
-                                  MODE, R, PB, W, S, ASM, SMEM, PF)
+        xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
+                                     wra, wlasta, tla, tsh, ora, l1a, l0a,
+                                     MODE, R, PB, W, S, ASM, SMEM, PF)
 
-    p = tl.max(tl.reshape(pos, [W, 32]), axis=1)
-    wl = tl.max(tl.reshape(wlen, [W, 32]), axis=1)
-    final_bad = tl.max(tl.reshape((x != 65536).to(tl.int32), [W, 32]), axis=1) | (p != wl).to(tl.int32)
-    status = tl.where(init_bad != 0, ST_INIT, tl.where(p > wl, ST_READ_PAST,
-                                                       tl.where(final_bad != 0, ST_FINAL, 0)))
-    status = tl.where((status == 0) & (tl.max(tl.reshape(bad >> 31, [W, 32]), axis=1) != 0),
-                      ST_SYMBOL, status)
+    status = _chunk_status(init_ba, xa, posa, wlena, bada, W)
     if SMEM:
         # keeps the fill alive; no table entry is -1 (the low word is < 2**25)
         status = tl.where(tl.max(keep) == -1, ST_FINAL, status)
-    item = pid * W + tl.arange(0, W)
+    item = pid * CPP + tl.arange(0, W)
     tl.store(status_ptr + item, status, mask=item < n_items)
+    if PAIR:
+        tl.store(status_ptr + item + W, _chunk_status(init_bb, xb, posb - dwb, wlenb, badb, W),
+                 mask=item + W < n_items)
 
 
 @triton.jit
