@@ -73,12 +73,10 @@ def test_roundtrip_property(dtype, shape, seed):
 @settings(max_examples=25, deadline=None)
 @given(arrays(np.int8, st.tuples(st.integers(1, 70), st.integers(1, 70))), st.integers(1, 9))
 def test_int8_all_modes_roundtrip(a, tile):
-    from wcodec.codecs import _predict as P
     from wcodec.codecs.int8 import Int8Codec
 
     rows, cols = a.shape
     n_tiles = -(-rows // tile) * -(-cols // tile)
-    x = a.astype(np.int16)
     for signed, arr, dtype in ((True, a, "I8"), (False, a.view(np.uint8), "U8")):
         xs = arr.astype(np.int16)
         modes = (np.arange(n_tiles) % len(MODE_NAMES)).astype(np.uint8)

@@ -1,7 +1,6 @@
 """Every tensor of the real checkpoints round-trips bit-exact (fp32, and rounded to bf16 and fp16)."""
 
 import numpy as np
-import pytest
 
 from tests._models import shared_model_tensors, to_bf16_bits
 from wcodec.codecs import decode_tensor, encode_tensor

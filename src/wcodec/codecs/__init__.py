@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError, UnsupportedError, WcodecError
-from .base import DTYPES, FLOAT_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, itemsize, register
+from .base import DTYPES, FLOAT_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
 from . import raw  # noqa: F401  (registers "raw")
 
 MODES = ("lossless", "int8")

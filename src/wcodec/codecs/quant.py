@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError
-from .base import Codec, EncodedTensor, register
+from .base import DTYPES, Codec, EncodedTensor, register
 from .int8 import Int8Codec, decode_int8, view_2d
 
 
@@ -77,7 +77,6 @@ class QuantCodec(Codec):
         rows, _ = view_2d(record.shape)
         scales = record.section("scales", np.float32, rows)
         q = decode_int8(record, record.params["q"]).view(np.int8)
-        from .base import DTYPES
         return dequantize(q, scales, rows, record.dtype).view(DTYPES[record.dtype]).reshape(record.shape)
 
 

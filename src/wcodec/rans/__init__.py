@@ -266,7 +266,6 @@ def encode(
     cpt = _choose_tables(counts, chunk_size, prob_bits) if tables == "auto" else int(tables)
     if cpt < 1:
         raise ValueError("tables must be 'auto' or a positive number of chunks per table")
-    n_tables = -(-max(n_chunks, 1) // cpt)
     groups = (np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks
               else np.zeros((1, ALPHABET), dtype=np.int64))
     freqs = normalize_many(groups, prob_bits)

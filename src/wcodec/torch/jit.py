@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .tensors import from_numpy, torch_dtype
+from .tensors import torch_dtype
 
 _ALIGN = 256  # the GPU decoder places outputs at 256-byte aligned offsets
 
