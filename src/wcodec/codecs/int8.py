@@ -111,16 +111,9 @@ def decode_int8(record: EncodedTensor, p: dict) -> np.ndarray:
     if plane.n_symbols != rows * cols:
         raise CorruptDataError(f"int8 codec: residual plane has {plane.n_symbols} symbols, tensor {rows * cols}")
     res = rans.decode(plane, where="residual plane")
-    if p["all_none"]:
-        return _untile(res, rows, cols, th, tw)
+    if p["all_none"] and cols <= tw:
+        return res  # one tile column and nothing to predict: tile-major order is row-major
     return P.reconstruct(res, rows, cols, th, tw, modes, bool(p["signed"]), size=rows * cols).reshape(-1)
-
-
-def _untile(res: np.ndarray, rows: int, cols: int, th: int, tw: int) -> np.ndarray:
-    """Tile-major plane -> row-major bytes, for all-NONE tensors (no prediction to undo)."""
-    if cols <= tw:  # one tile column: tile-major order is already row-major
-        return res
-    return P.reconstruct(res, rows, cols, th, tw, np.zeros(((rows + th - 1) // th) * ((cols + tw - 1) // tw), np.uint8), False, size=rows * cols).reshape(-1)
 
 
 register(Int8Codec())
