@@ -49,17 +49,19 @@ def _progress(enabled: bool, desc: str):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
-              workers: int | None = None) -> None:
+              workers: int | None = None, codec: str | None = None) -> None:
     """Compress a dict of tensors into one .wcodec file (atomic: nothing is left on failure).
 
     tensors: {name: numpy array or torch tensor}; any dtype of :data:`wcodec.codecs.DTYPES`
     (torch bfloat16 included). Tensors sharing memory (tied weights) are stored once, the others
     as aliases. metadata: str -> str. mode: "lossless" (bit-exact) or "int8" (lossy
     per-channel quantization of float tensors). workers: encoding threads (default: up to 4).
+    codec: ``"fixed"`` stores BF16 weights in the fixed-rate layout the fused matmul kernels read
+    (``wcodec.torch.CompressedLinear``; about 12 bits/weight), other tensors as the policy says.
     Raises UnsupportedError (dtype), TypeError (not a tensor / bad metadata), OSError.
     """
     with Writer(filename, metadata) as w:
-        encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers)
+        encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers, codec=codec)
 
 
 def _to_torch(arr: np.ndarray, dtype: str):
@@ -159,7 +161,7 @@ class safe_open:  # noqa: N801  (the safetensors name)
 
 def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int | None = None,
                                  metadata: dict | None = None, max_shard_size: int | None = None,
-                                 progress: bool = False) -> list[Path]:
+                                 progress: bool = False, codec: str | None = None) -> list[Path]:
     """Convert a checkpoint to .wcodec, streaming tensor by tensor.
 
     src: a .safetensors file, a torch .pt/.pth/.bin/.ckpt state dict, or a model folder
@@ -167,6 +169,7 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     that receives ``model.wcodec`` (or shards + ``model.wcodec.index.json`` beyond
     ``max_shard_size`` bytes, default 5 GiB) and, for a folder source, copies of its config,
     tokenizer and other non-weight files. metadata: extra str -> str merged into the source's.
+    codec: as in :func:`save_file`.
     Returns the written paths. Raises WcodecError subclasses on bad input, OSError on I/O.
     """
     src, dst = Path(src), Path(dst)
@@ -176,11 +179,11 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     try:
         if dst.suffix == ".wcodec":
             with Writer(dst, meta) as w:
-                encode_into(w, items, mode, workers, bar)
+                encode_into(w, items, mode, workers, bar, codec=codec)
             return [w.path]
         kw = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
         with ShardedWriter(dst, metadata=meta, **kw) as w:
-            encode_into(w, items, mode, workers, bar)
+            encode_into(w, items, mode, workers, bar, codec=codec)
         paths = list(w.paths)
         if src.is_dir():
             paths += sources.copy_side_files(src, dst)

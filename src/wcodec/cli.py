@@ -46,7 +46,7 @@ def cmd_encode(args) -> int:
     # a model folder also gets the codec recorded in its config.json (quantization_config)
     convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
     paths = convert(args.src, args.dst, mode=args.mode, workers=args.workers,
-                    max_shard_size=args.max_shard_size, progress=not args.quiet)
+                    max_shard_size=args.max_shard_size, progress=not args.quiet, codec=args.codec)
     src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
                                                else Path(args.src).rglob("*")) if p.is_file())
     out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
@@ -191,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dst", help="output *.wcodec file, or a folder (shards, index, config files)")
     sp.add_argument("--mode", choices=("lossless", "int8"), default="lossless",
                     help="lossless (bit-exact, default) or int8 (lossy per-channel quantization of float tensors)")
+    sp.add_argument("--codec", choices=("fixed",), default=None,
+                    help="fixed: BF16 weights in the fixed-rate layout that CompressedLinear multiplies "
+                         "without decoding to memory (about 12 bits/weight; default: rANS, the smallest)")
     sp.add_argument("--workers", type=int, default=None, help="encoding threads (default: up to 4)")
     sp.add_argument("--max-shard-size", type=_size, default=None, help="folder output: bytes per shard (default 5GiB)")
 

@@ -17,6 +17,13 @@ DTYPES = {
 FLOAT_DTYPES = ("BF16", "F16", "F32")
 
 
+def view_2d(shape: tuple) -> tuple[int, int]:
+    """The [rows, cols] view of a tensor: rows = dim 0 (1 for 0-d and 1-d tensors)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    rows = int(shape[0]) if len(shape) >= 2 else 1
+    return rows, (numel // rows if rows else 0)
+
+
 def itemsize(dtype: str) -> int:
     return np.dtype(DTYPES[dtype]).itemsize
 

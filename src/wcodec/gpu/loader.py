@@ -39,6 +39,22 @@ def _cpu_fallback(items, device):
     return out
 
 
+def _load_fixed(items, dev, crcs, workers) -> dict:
+    """Codec "fixed" records: sections checked on the host, uploaded, decoded by its own kernel."""
+    from ..errors import WcodecError
+    from .fixed import decode, from_sections
+    if crcs is not None:
+        with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
+            _check_sections(pool, items, crcs)
+    out = {}
+    for name, rec in items:
+        try:
+            out[name] = decode(from_sections(rec.params, rec.sections, rec.shape, dev)).reshape(tuple(rec.shape))
+        except WcodecError as e:
+            raise type(e)(f"tensor '{name}': {e}") from None
+    return out
+
+
 def _check_crc(name, sec, arr, want) -> None:
     if zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)) & 0xFFFFFFFF != want:
         raise ChecksumError(f"tensor '{name}': section '{sec}' checksum mismatch (corrupt data)")
@@ -107,6 +123,11 @@ def load_records(items, device="cuda", separate: bool = False, crcs: dict | None
             from . import decode as D
         except ImportError:
             fallback = True
+    if not fallback and any(rec.codec == "fixed" for _, rec in items):
+        rest = [(n, r) for n, r in items if r.codec != "fixed"]
+        out = load_records(rest, dev, separate, crcs, batch_bytes, workers, config) if rest else {}
+        out.update(_load_fixed([(n, r) for n, r in items if r.codec == "fixed"], dev, crcs, workers))
+        return out
     if fallback:
         if crcs is not None:
             with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
