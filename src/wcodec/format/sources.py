@@ -22,7 +22,9 @@ from . import spec
 from .encode import Item
 
 ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
-             "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
+             "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8",
+             "F8_E4M3": "|u1", "F8_E5M2": "|u1", "F8_E4M3FNUZ": "|u1", "F8_E5M2FNUZ": "|u1",
+             "F8_E8M0": "|u1", "C64": "<c8"}
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 OTHER_WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx")
@@ -112,7 +114,11 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
 # -- torch -----------------------------------------------------------------------------------------
 TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
                 "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
-                "float32": "F32", "float64": "F64"}
+                "float32": "F32", "float64": "F64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+                "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+                "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": "F4_X2", "complex64": "C64"}
+#: dtypes without a numpy dtype, viewed as unsigned bits of their size
+BITS_DTYPES = ("BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4_X2")
 
 
 def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
@@ -131,6 +137,9 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
     if dtype == "BF16":
         import torch
         arr = t.view(torch.int16).numpy().view(np.uint16)
+    elif dtype in BITS_DTYPES:
+        import torch
+        arr = t.view(torch.uint8).numpy()
     else:
         arr = t.numpy()
     return arr, dtype, ident
