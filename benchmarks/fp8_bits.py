@@ -10,6 +10,7 @@ Columns (bits/weight over all FP8 weights of the model):
   H(byte)     order-0 entropy of the whole byte (the joint symbol the codec codes)
   H(s)+H(e)+H(m)  order-0 entropies of sign, exponent and mantissa coded as separate symbols
   H(e)+1+M    exponent coded, sign and mantissa raw (the float codec's head-only layout)
+  1+H(|x|)    sign raw, the 7 other bits one symbol (half the table of the joint byte)
   wcodec      the fp8 codec's actual size (tables, states, offsets, scales included)
   zipnn       ZipNN 0.5 torch FP8 mode (if installed)
 """
@@ -58,7 +59,7 @@ def main() -> None:
     for tname, st, E, M in FORMATS:
         zn = ZipNN(input_format="torch", bytearray_dtype=tname) if ZipNN else None
         for model, tensors in models.items():
-            n = joint = split = head = coded = zbytes = 0
+            n = joint = split = head = signraw = coded = zbytes = 0
             for name, w in tensors.items():
                 q, _scale = cast_fp8(w, tname)
                 b = q.view(__import__("torch").uint8).numpy().reshape(-1)
@@ -67,19 +68,20 @@ def main() -> None:
                 s, e, m = b >> 7, (b >> M) & ((1 << E) - 1), b & ((1 << M) - 1)
                 split += entropy(np.bincount(s)) + entropy(np.bincount(e)) + entropy(np.bincount(m))
                 head += entropy(np.bincount(e)) + b.size * (1 + M)
+                signraw += b.size + entropy(np.bincount(b & 0x7F))
                 rec = encode_tensor(b.reshape(w.shape), st, name=name)
                 assert np.array_equal(decode_tensor(rec, name).reshape(-1), b), name
                 coded += rec.nbytes + 4  # + the float32 scale kept beside
                 if zn is not None:
                     zc = zn.compress(q.contiguous())
                     zbytes += len(zc)
-            rows.append((st, model, len(tensors), n, joint / n, split / n, head / n, 8 * coded / n,
+            rows.append((st, model, len(tensors), n, joint / n, split / n, head / n, signraw / n, 8 * coded / n,
                          8 * zbytes / n if zn else float("nan")))
     print(f"# machine: {platform.machine()} {platform.processor() or ''}, python {platform.python_version()}")
-    print(f"| format | model | tensors | weights | raw | H(byte) | H(s)+H(e)+H(m) | H(e)+1+M | wcodec fp8 | ZipNN |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for st, model, k, n, j, sp, h, c, z in rows:
-        print(f"| {st} | {model} | {k} | {n} | 8.000 | {j:.3f} | {sp:.3f} | {h:.3f} | {c:.3f} | {z:.3f} |")
+    print("| format | model | tensors | weights | raw | H(byte) | H(s)+H(e)+H(m) | H(e)+1+M | 1+H(|x|) | wcodec fp8 | ZipNN |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for st, model, k, n, j, sp, h, sr, c, z in rows:
+        print(f"| {st} | {model} | {k} | {n} | 8.000 | {j:.3f} | {sp:.3f} | {h:.3f} | {sr:.3f} | {c:.3f} | {z:.3f} |")
 
 
 if __name__ == "__main__":

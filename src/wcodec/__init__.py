@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 from .errors import ChecksumError, CorruptDataError, FormatError, UnsupportedError, WcodecError
 from .errors import ClosedError, DeviceError, InvalidInputError, MissingDependencyError, TensorNotFoundError
+from .errors import SharedTensorsError
 
 # name -> module holding it; imported on first access (PEP 562) to keep `import wcodec` light
 _LAZY = {
@@ -21,6 +22,7 @@ _SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli", "torch", "gpu"
 
 __all__ = ["WcodecError", "CorruptDataError", "FormatError", "ChecksumError", "UnsupportedError",
            "InvalidInputError", "ClosedError", "TensorNotFoundError", "DeviceError", "MissingDependencyError",
+           "SharedTensorsError",
            "__version__", *_LAZY]
 
 

@@ -37,6 +37,8 @@ def _item(name: str, t) -> Item:
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         return Item(name, np.ascontiguousarray(arr), dtype, ident)
     if type(t).__module__.startswith("torch"):
+        if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+            raise InvalidInputError(f"tensor '{name}': {t.layout} tensors are not supported (dense tensors only)")
         arr, dtype, ident = sources.torch_to_numpy(t, name)
         return Item(name, arr, dtype, ident)
     raise InvalidInputError(f"tensor '{name}': expected a numpy array or torch tensor, got {type(t).__name__}")

@@ -48,3 +48,8 @@ class DeviceError(WcodecError, RuntimeError):
 
 class MissingDependencyError(WcodecError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class SharedTensorsError(WcodecError, RuntimeError):
+    """Tensors share memory in a way that cannot be stored once (safetensors raises
+    RuntimeError for it): none of them covers the whole shared storage."""

@@ -5,7 +5,8 @@ rANS chunks cover contiguous symbol ranges and decode independently, so an eleme
 a chunk range. A sub-record is cut out of the record (the chunks' states, rebased word offsets
 and words, the one frequency table of each table segment crossed, the matching tail bits or
 tile rows) and decoded by the codec's own decoder, so the partial and full paths share every
-line of decoding. Codecs without a partial path (none today) decode whole and slice.
+line of decoding. Ranges over half the tensor, and codecs without a partial path (none today),
+decode whole and slice.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def decode_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
     if rec.codec == "raw":
         size = np.dtype(dt).itemsize
         return rec.section("data", np.uint8, rec.numel * size)[e0 * size:e1 * size].view(dt).copy()
+    if 2 * (e1 - e0) > rec.numel:  # most of the tensor: one parallel decode of all chunks is faster
+        return decode_tensor(rec).reshape(-1)[e0:e1].copy()
     if rec.codec == "float":
         return _float_range(rec, e0, e1).view(dt)
     if rec.codec == "fp8":

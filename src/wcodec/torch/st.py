@@ -69,8 +69,9 @@ def _overlapping(names: list, state_dict: dict) -> list[list]:
 def shared_names(state_dict: dict, preferred=()) -> dict[str, list[str]]:
     """{kept name: [dropped names]} for tensors sharing storage, by safetensors' rule: keep the
     first (sorted) name covering the whole storage, preferring names in ``preferred``. Raises
-    InvalidInputError when no name of a group covers its storage."""
-    from ..errors import InvalidInputError
+    SharedTensorsError (a RuntimeError, as in safetensors) when no name of a group covers its
+    storage."""
+    from ..errors import SharedTensorsError
     groups: dict = {}
     for k, v in state_dict.items():
         key = _storage_key(v)
@@ -82,7 +83,7 @@ def shared_names(state_dict: dict, preferred=()) -> dict[str, list[str]]:
             continue
         complete = sorted(n for n in names if _is_complete(state_dict[n]))
         if not complete:
-            raise InvalidInputError(f"tensors {sorted(names)} share memory but none covers all of it: "
+            raise SharedTensorsError(f"tensors {sorted(names)} share memory but none covers all of it: "
                                     "refusing to store more than the model holds")
         keep = next((n for n in complete if n in set(preferred)), complete[0])
         out[keep] = sorted(n for n in names if n != keep)
@@ -101,14 +102,19 @@ def save_model(model: torch.nn.Module, filename, metadata: dict | None = None, f
             del state[n]
     if force_contiguous:
         state = {k: v.contiguous() for k, v in state.items()}
+    else:
+        from ..errors import InvalidInputError
+        bad = next((k for k, v in state.items() if not v.is_contiguous()), None)
+        if bad is not None:  # safetensors refuses these; so does save_model without the flag
+            raise InvalidInputError(f"tensor '{bad}' is not contiguous; use save_model(..., force_contiguous=True)")
     api.save_file(state, filename, meta or None, mode)
 
 
 def load_model(model: torch.nn.Module, filename, strict: bool = True, device="cpu") -> tuple[list, list]:
     """Load a checkpoint into ``model``; returns (missing, unexpected) names as safetensors does.
 
-    Names that share storage in the model count as present when one of them is in the file.
-    strict: raise RuntimeError (as torch / safetensors) when names are missing or unexpected.
+    Names that share storage in the model count as present when one of them is in the file;
+    a dropped name that the file holds anyway is reported unexpected (safetensors' rule). strict: raise RuntimeError (as torch / safetensors) when names are missing or unexpected.
     """
     state = load_file(filename, device=device)
     dropped = shared_names(model.state_dict(), preferred=state.keys())
@@ -119,7 +125,7 @@ def load_model(model: torch.nn.Module, filename, strict: bool = True, device="cp
         for n in names:
             if n in missing:
                 missing.remove(n)
-            elif n not in state:
+            else:
                 unexpected.append(n)
     if strict and (missing or unexpected):
         msg = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
