@@ -148,6 +148,15 @@ def test_missing_torch_names_the_extra(monkeypatch):
     assert isinstance(e.value, ImportError)
 
 
+def test_wcodec_torch_without_torch_names_the_extra():
+    import subprocess
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import wcodec.torch\nexcept ImportError as e:\n"
+            "    import wcodec; assert isinstance(e, wcodec.MissingDependencyError); print(e)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert "pip install 'wcodec[torch]'" in out
+
+
 def test_map_location_forms(tmp_path):
     sd = {"w": torch.randn(20, 30), "b": torch.arange(5)}
     sd["tied"] = sd["w"]
@@ -300,3 +309,36 @@ def test_import_wcodec_torch_stays_lazy():
             "wcodec.torch.save_file; assert 'wcodec.torch.st' in sys.modules; "
             "assert 'wcodec.torch.linear' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fp4_and_fp8_through_safetensors_files_and_header_schema(tmp_path):
+    """safetensors writes FP4 as "F4" with the last dim doubled: encode/decode keeps its bytes,
+    dtype and shape; the header of a file with the new dtypes matches the schema."""
+    import json
+    from importlib import resources
+
+    from safetensors.torch import save_file as st_save
+
+    from wcodec.format.reader import Reader
+    sd = {"fp4": _random(torch.float4_e2m1fn_x2, (6, 40), 1), "e8m0": _random(torch.float8_e8m0fnu, (4, 4), 2),
+          "fp8": _random(torch.float8_e5m2fnuz, (20, 20), 3), "c": _random(torch.complex64, (3,), 4)}
+    st_save(sd, tmp_path / "m.safetensors")
+    wcodec.encode_safetensors_to_wcodec(tmp_path / "m.safetensors", tmp_path / "m.wcodec")
+    out = wcodec.torch.load_file(tmp_path / "m.wcodec")
+    assert all(_same_bits(out[k], v) for k, v in sd.items())
+    wcodec.decode_to_safetensors(tmp_path / "m.wcodec", tmp_path / "back.safetensors")
+
+    def header(p):
+        raw = p.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        h = json.loads(raw[8:8 + n])
+        h.pop("__metadata__", None)
+        return h, raw[8 + n:]
+    (h0, d0), (h1, d1) = header(tmp_path / "m.safetensors"), header(tmp_path / "back.safetensors")
+    assert {k: (v["dtype"], v["shape"]) for k, v in h0.items()} == {k: (v["dtype"], v["shape"]) for k, v in h1.items()}
+    assert h1["fp4"]["dtype"] == "F4" and h1["fp4"]["shape"] == [6, 80]
+    assert all(d0[slice(*h0[k]["data_offsets"])] == d1[slice(*h1[k]["data_offsets"])] for k in sd)
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(resources.files("wcodec").joinpath("schema/header.schema.json").read_text())
+    with Reader(tmp_path / "m.wcodec") as r:
+        jsonschema.validate(r.header, schema)

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import (ClosedError, DeviceError, InvalidInputError, MissingDependencyError, TensorNotFoundError,
-                     UnsupportedError)
+from .errors import DeviceError, InvalidInputError, MissingDependencyError, UnsupportedError
 from .format import CheckpointReader, Item, ShardedWriter, Writer, encode_into
 from .format.encode import map_in_threads
 from .format import sources
+from .safeopen import safe_open  # re-exported: wcodec.safe_open
+
+__all__ = ["save_file", "load_file", "save", "load", "safe_open", "encode_safetensors_to_wcodec",
+           "load_wcodec_checkpoint", "decode_to_safetensors", "placement", "torch_device", "import_torch"]
 
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
               "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
@@ -188,9 +191,6 @@ def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True
     """
     with CheckpointReader(filename) as r:
         return _load(r, r.keys(), device, framework, verify)
-
-
-from .safeopen import safe_open  # noqa: E402  (re-exported: wcodec.safe_open)
 
 
 def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int | None = None,

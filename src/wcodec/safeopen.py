@@ -40,6 +40,7 @@ class safe_open:  # noqa: N801  (the safetensors name)
             raise InvalidInputError("framework='np' only loads to device='cpu'")
         self._reader = CheckpointReader(filename)
         self.framework, self.device, self.verify = framework, device, verify
+        self._verified: set = set()  # tensors whose section checksums a slice already checked
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -130,8 +131,9 @@ class Slice:
 
     ``s[i]``, ``s[a:b]``, ``s[a:b, ...]``: decodes only the chunks of the rows of dim 0 that the
     index touches; other dims (and fancy indices) are applied with numpy semantics on those
-    rows. Section checksums are checked when the handle verifies; the decoded-tensor checksum
-    covers the whole tensor, so it is not checked on a partial read.
+    rows. Section checksums (of the whole tensor's compressed bytes) are checked on the handle's
+    first slice of a tensor when it verifies; the decoded-tensor checksum covers the whole
+    tensor, so it is not checked on a partial read.
     """
 
     def __init__(self, handle: safe_open, name: str):
@@ -160,7 +162,9 @@ class Slice:
             r0, r1, first = _rows_of(idx[0], self.shape[0]) if idx else (0, self.shape[0], slice(None))
             rest = idx[1:]
         inner = int(np.prod(self.shape[1:], dtype=np.int64))
-        rec = r.record(self.name, verify=self._h.verify)
+        # section checksums cover whole sections: checked on this handle's first slice of the tensor
+        rec = r.record(self.name, verify=self._h.verify and self.name not in self._h._verified)
+        self._h._verified.add(self.name)
         flat = decode_range(rec, r0 * inner, r1 * inner)
         if not self.shape:
             arr = flat.reshape(())[rest] if rest else flat.reshape(())

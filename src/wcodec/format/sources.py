@@ -24,7 +24,7 @@ from .encode import Item
 ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
              "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8",
              "F8_E4M3": "|u1", "F8_E5M2": "|u1", "F8_E4M3FNUZ": "|u1", "F8_E5M2FNUZ": "|u1",
-             "F8_E8M0": "|u1", "C64": "<c8"}
+             "F8_E8M0": "|u1", "C64": "<c8", "F4_X2": "|u1"}
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 OTHER_WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx")
@@ -58,8 +58,12 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
             dtype, shape, (a, b) = e["dtype"], [int(d) for d in e["shape"]], e["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise CorruptDataError(f"{path.name}: tensor '{name}': malformed entry") from None
-        if dtype not in ST_DTYPES:
-            raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
+        if dtype == "F4":  # safetensors counts FP4 values; wcodec stores torch's packed pairs
+            if not shape or shape[-1] % 2:
+                raise UnsupportedError(f"tensor '{name}': F4 with an odd last dimension is not supported")
+            dtype, shape = "F4_X2", shape[:-1] + [shape[-1] // 2]
+        if dtype not in ST_DTYPES or dtype == "F4_X2" and e["dtype"] != "F4":
+            raise UnsupportedError(f"tensor '{name}': dtype {e['dtype']} is not supported")
         numel = int(np.prod(shape, dtype=np.int64))
         dt = np.dtype(ST_DTYPES[dtype])
         if not (0 <= a <= b <= size - 8 - n) or b - a != numel * dt.itemsize:
@@ -89,6 +93,8 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
     for name, dtype, shape in specs:
         nbytes = int(np.prod(shape, dtype=np.int64)) * spec.TENSOR_ITEMSIZE[dtype]
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        if dtype == "F4_X2":  # safetensors' F4 counts FP4 values: two per byte
+            header[name].update(dtype="F4", shape=list(shape[:-1]) + [2 * shape[-1]] if shape else [2])
         off += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces

@@ -13,6 +13,12 @@ Imported only on use (``import wcodec`` never imports torch). Entry points:
 
 from __future__ import annotations
 
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    from ..errors import MissingDependencyError
+    raise MissingDependencyError("wcodec.torch needs torch, which is not installed: pip install 'wcodec[torch]'") from None
+
 from .jit import CompressedWeights
 from .tensors import from_numpy, torch_dtype
 
