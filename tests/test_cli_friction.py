@@ -57,6 +57,8 @@ def test_output_kind_is_explicit(st_file, tmp_path, capsys):
     assert "--to folder" in _err(capsys)[0] and not (tmp_path / "out.wc").exists()
     assert main(["encode", "-q", "--to", "file", str(st_file), str(tmp_path / "out.wc")]) == 1
     assert "must end in .wcodec" in _err(capsys)[0]
+    assert main(["encode", "-q", "--to", "folder", str(st_file), str(tmp_path / "f.wcodec")]) == 1
+    assert "must not end in .wcodec" in _err(capsys)[0] and not (tmp_path / "f.wcodec").exists()
     assert main(["encode", "-q", "--to", "folder", str(st_file), str(tmp_path / "out.wc")]) == 0
     assert "to folder" in capsys.readouterr().out and (tmp_path / "out.wc" / "model.wcodec").is_file()
     assert main(["encode", "-q", str(st_file), str(tmp_path / "slash") + "/"]) == 0

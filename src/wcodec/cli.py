@@ -95,6 +95,8 @@ def _output_kind(src: Path, dst: Path, to: str | None, raw_dst: str) -> str:
     if to is not None:
         if to == "file" and dst.suffix != ".wcodec":
             raise CliError(f"a file output must end in .wcodec, got '{dst}'")
+        if to == "folder" and dst.suffix == ".wcodec":
+            raise CliError(f"a folder output must not end in .wcodec, got '{dst}'")
         return to
     if dst.suffix == ".wcodec":
         return "file"

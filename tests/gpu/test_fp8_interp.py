@@ -57,3 +57,14 @@ def test_fp8_corrupt_stream_is_reported():
     rec.sections["data.words"] = words
     with pytest.raises(CorruptDataError, match="t"):
         decode_records([("t", rec)], DEVICE)
+
+
+def test_seed_gpu_decoder_runs_the_triton_path():
+    from wcodec.gpu import GPUDecoder
+    rng = np.random.default_rng(2)
+    rec = encode_tensor(_fp8(rng, (48, 40)), "F8_E4M3", chunk_steps=2)
+    dec = GPUDecoder(use_gpu=True, device=DEVICE)  # the interpreter runs the kernels on the CPU
+    assert dec.use_gpu
+    got = dec.decode_layer(rec, "w")
+    assert got.dtype == torch.float8_e4m3fn and tuple(got.shape) == (48, 40)
+    assert np.array_equal(got.cpu().view(torch.uint8).numpy(), decode_tensor(rec))
