@@ -85,6 +85,9 @@ def test_error_line_hides_temp_names_errno_and_names_extras():
         "wcodec: error: this needs torch, which is not installed: pip install 'wcodec[torch]'"
     assert "wcodec[gpu]" in error_line(ModuleNotFoundError("x", name="triton"))
     assert error_line(ValueError("first line\nsecond line")) == "wcodec: error: first line"
+    e = ValueError("x.bin: cannot load as a weights-only torch state dict: Weights only load failed. In PyTorch "
+                   "2.6, ... Re-running `torch.load` with `weights_only` set to `False` will likely succeed")
+    assert "weights_only` set to `False" not in error_line(e) and "not a plain state dict" in error_line(e)
 
 
 def test_closed_pipe_is_quiet(tmp_path):

@@ -157,8 +157,11 @@ def _load(reader: CheckpointReader, names: list[str], device, framework: str, ve
         dev, post = placement(device)
         if post is not None:
             cpu = _load(reader, names, "cpu", framework, verify)
-            moved = {}  # tied names share one result
-            return {n: moved.setdefault(id(t), _apply(post, t)) for n, t in cpu.items()}
+            moved = {}  # tied names share one result (and one call of the callable)
+            for t in cpu.values():
+                if id(t) not in moved:
+                    moved[id(t)] = _apply(post, t)
+            return {n: moved[id(t)] for n, t in cpu.items()}
         load_records = _gpu_load_records() if dev.type == "cuda" else None
         if load_records is not None:
             # section checksums are checked by the loader in parallel while it stages the bytes

@@ -307,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_TORCH_REFUSAL = "Weights only load failed."
 _TMP_NAME = re.compile(r"\.([^\s/'\"]+?)(?:\.[0-9a-f]{12})?\.tmp\b")
 
 
@@ -323,6 +324,8 @@ def error_line(e: BaseException) -> str:
     else:
         msg = str(e) or type(e).__name__
     msg = _TMP_NAME.sub(r"\1", msg.strip().splitlines()[0] if msg.strip() else msg)
+    if _TORCH_REFUSAL in msg:  # drop torch's advice to retry with weights_only=False (unsafe)
+        msg = msg[:msg.index(_TORCH_REFUSAL) + len(_TORCH_REFUSAL)] + " (not a plain state dict of tensors, or corrupt)"
     return f"wcodec: error: {msg}"
 
 
