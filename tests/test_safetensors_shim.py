@@ -36,6 +36,7 @@ def test_odd_dtype_and_load(tmp_path):
     _verify(st_pt.load(st_pt.save(MMAP_DATA)))
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: sparse invariant checks
 def test_sparse(tmp_path):
     with pytest.raises(ValueError):
         st_pt.save_file({"test": torch.sparse_coo_tensor(size=(2, 3))}, tmp_path / "s.wcodec")
