@@ -12,6 +12,8 @@ from ..errors import CorruptDataError, UnsupportedError, WcodecError
 from .base import DTYPES, FLOAT_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
 from . import raw  # noqa: F401  (registers "raw")
 
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")  # as codecs.fp8 (not imported here)
+
 MODES = ("lossless", "int8")
 #: tensors with fewer elements than this are stored raw (tables and states would cost more)
 MIN_CODED_NUMEL = 256
@@ -23,6 +25,7 @@ __all__ = ["EncodedTensor", "Codec", "encode_tensor", "decode_tensor", "get_code
 def _load_all() -> None:
     # Imported lazily: these modules compile numba kernels on first use.
     from . import float as _f, int8 as _i, quant as _q, fixed as _x  # noqa: F401
+    from . import fp8 as _f8  # noqa: F401
 
 
 #: codecs a caller may prefer (``save_file(..., codec=...)``): id -> which tensors it can take;
@@ -41,6 +44,8 @@ def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
         return "int8-quant" if mode == "int8" and len(shape) >= 1 else "float"
     if dtype in ("I8", "U8"):
         return "int8"
+    if dtype in FP8_DTYPES:
+        return "fp8"
     return "raw"
 
 

@@ -27,13 +27,11 @@ _PINNED: dict = {}  # (device index, slot) -> pinned uint8 tensor, reused across
 def _cpu_fallback(items, device):
     import torch
     from ..codecs import decode_tensor
+    from ..torch.tensors import from_numpy
     from .decode import torch_dtype
     out = {}
     for name, rec in items:
-        arr = np.ascontiguousarray(decode_tensor(rec, name))
-        t = torch.from_numpy(arr.view(np.int16) if rec.dtype == "BF16" else arr)
-        if rec.dtype == "BF16":
-            t = t.view(torch.bfloat16)
+        t = from_numpy(decode_tensor(rec, name), rec.dtype)
         out[name] = t.reshape(tuple(rec.shape)).to(device) if str(device) != "cpu" else t.reshape(tuple(rec.shape))
         assert out[name].dtype == torch_dtype(rec.dtype)
     return out
