@@ -112,7 +112,7 @@ def main():
     tmp = tempfile.mkdtemp()
     df11 = {}
     if not args.no_df11:  # DFloat11's pure-Python encoder: background processes, started first
-        for sh in shapes[:3]:
+        for sh in [sh for sh in shapes if sh[0] * sh[1] <= 60_000_000]:  # its encoder: ~1 M weights/s
             p = os.path.join(tmp, f"df11_{sh[0]}x{sh[1]}.npz")
             df11[sh] = (p, subprocess.Popen([sys.executable, "-c",
                         "import sys; sys.path.insert(0, %r); from gpu_decode import df11_encode; "
