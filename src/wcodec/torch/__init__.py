@@ -9,6 +9,8 @@ Imported only on use (``import wcodec`` never imports torch). Entry points:
 - safetensors.torch's API (``wcodec.torch.st``): :func:`save_file`, :func:`load_file`,
   :func:`save`, :func:`load`, :func:`save_model`, :func:`load_model`.
 - the seed's :func:`make_decompression_hook` (``wcodec.torch.hooks``).
+- :class:`CompressedLinear`, :func:`compress_model` (``wcodec.torch.linear``): Linear layers
+  whose bf16 weight stays in the fixed-rate layout and is decoded inside the matmul.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from .jit import CompressedWeights
 from .tensors import from_numpy, torch_dtype
 
 __all__ = ["CompressedWeights", "from_numpy", "torch_dtype", "save_file", "load_file", "save", "load",
-           "save_model", "load_model", "make_decompression_hook"]
+           "save_model", "load_model", "make_decompression_hook", "CompressedLinear", "compress_model"]
 
 # name -> submodule, imported on first access (PEP 562) so that other submodules stay unloaded
 _LAZY = {"save_file": "st", "load_file": "st", "save": "st", "load": "st", "save_model": "st",
-         "load_model": "st", "make_decompression_hook": "hooks"}
+         "load_model": "st", "make_decompression_hook": "hooks", "CompressedLinear": "linear",
+         "compress_model": "linear"}
 
 
 def __getattr__(name):
