@@ -1135,6 +1135,7 @@ typedef struct {
     const uint8_t *sym;
     int64_t n, chunk_size, chunks_per_table;
     const enc_sym *tab; /* [T * 256] */
+    const uint32_t *packed; /* [T * 256]: freq | cum << 13 (the SIMD encoder's table) */
     int pb;
     uint32_t *states;
     int64_t *counts;
@@ -1174,6 +1175,75 @@ static inline __attribute__((always_inline)) void enc_body(enc_ctx *ctx, int64_t
 }
 
 static void enc_task_scalar(void *vctx, int64_t c) { enc_body(vctx, c); }
+
+#ifdef WC_X86
+/* AVX-512 encoder: the 32 lanes as two 16-lane vectors, steps in reverse, the high vector first
+ * (lanes 31..0 in reverse is the spec's order). A vector's emitted words are its lanes' low 16 bits
+ * in ascending lane order, placed just below the words already written: a compress + a masked
+ * store. floor(x / f) is a double division (exact: the quotient is below 2**21, so its rounding
+ * never reaches the next integer). The partial last step runs first, scalar. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
+static void enc_task_avx512(void *vctx, int64_t c) {
+    enc_ctx *ctx = vctx;
+    const int soft = g_soft_gather;
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    const enc_sym *tab = ctx->tab + tab_i;
+    const uint32_t *packed = ctx->packed + tab_i;
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint8_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + start + m;
+    const int pb = ctx->pb;
+    uint32_t X[LANES];
+    uint32_t absent = 0;
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER;
+    int64_t full = m / LANES;
+    for (int64_t i = m - 1; i >= full * LANES; i--) { /* the partial step: scalar, as enc_body */
+        const enc_sym *e = &tab[sym[i]];
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        absent |= e->freq == 0;
+        if (x >= e->bound) {
+            *--w = (uint16_t)x;
+            x >>= 16;
+        }
+        uint32_t q = (uint32_t)((double)x * e->rcp + 6.103515625e-05);
+        X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
+    }
+    __m512i xv[2] = {_mm512_loadu_si512(X), _mm512_loadu_si512(X + 16)};
+    const __m512i fmask = _mm512_set1_epi32(0x1FFF);
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    __mmask16 zero_f = 0;
+    for (int64_t t = full - 1; t >= 0; t--) {
+        for (int v = 1; v >= 0; v--) {
+            __m512i x = xv[v];
+            __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + t * LANES + 16 * v)));
+            __m512i e = lut16(s32, packed, soft);
+            __m512i f = _mm512_and_si512(e, fmask);
+            zero_f |= _mm512_cmpeq_epi32_mask(f, _mm512_setzero_si512());
+            __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
+            int cnt = __builtin_popcount((unsigned)emit);
+            __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+            w -= cnt;
+            _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
+            x = _mm512_mask_srli_epi32(x, emit, x, 16);
+            __m512d q0 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)),
+                                       _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
+            __m512d q1 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)),
+                                       _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
+            x = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
+                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))),
+                                 _mm512_srli_epi32(e, 13));
+            xv[v] = x;
+        }
+    }
+    _mm512_storeu_si512(ctx->states + c * LANES, xv[0]);
+    _mm512_storeu_si512(ctx->states + c * LANES + 16, xv[1]);
+    ctx->counts[c] = (ctx->scratch + start + m) - w;
+    if (absent || zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+#endif
 
 static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     PyObject *o_sym, *o_freqs, *o_states, *o_counts, *o_scratch;
@@ -1223,13 +1293,26 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
             acc += f;
         }
     }
+    uint32_t *packed = malloc((size_t)(n_tables * 256 + 1) * sizeof(uint32_t));
+    if (!packed) {
+        free(tab);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int64_t k = 0; k < n_tables * 256; k++) packed[k] = tab[k].freq | tab[k].cum << 13;
     ctx.tab = tab;
+    ctx.packed = packed;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
     Py_BEGIN_ALLOW_THREADS
-    run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
+#ifdef WC_X86
+    if (g_isa == ISA_AVX512) run_parallel(enc_task_avx512, &ctx, n_chunks, threads);
+    else
+#endif
+        run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
     Py_END_ALLOW_THREADS
     free(tab);
+    free(packed);
     if (ctx.bad) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
