@@ -146,6 +146,18 @@ def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, f
     return states, offsets.astype(np.uint32), words
 
 
+def decode_lookups(tables: np.ndarray, prob_bits: int) -> np.ndarray:
+    """Validated frequency tables [T, 256] uint16 -> [T, 2**prob_bits] uint32 packed lookup
+    tables, as ``rans.tables.decode_lookup`` of each row."""
+    e = ext()
+    if e is None:
+        from .rans.tables import decode_lookup
+        return np.stack([decode_lookup(t, prob_bits) for t in tables])
+    out = np.empty((tables.shape[0], 1 << prob_bits), dtype=np.uint32)
+    e.decode_lookup(np.ascontiguousarray(tables, dtype=np.uint16), prob_bits, out)
+    return out
+
+
 def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
                   out, numba: bool = False) -> np.ndarray:
     """Decode every chunk into ``out`` ([n] uint8, any writable contiguous buffer); returns the

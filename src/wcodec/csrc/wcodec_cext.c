@@ -516,6 +516,8 @@ typedef struct {
     const uint64_t *placed;
     uint32_t placed32[256]; /* the placed heads that fit 32 bits (the SIMD merge's table) */
     uint32_t n_valid;       /* symbols below this are in the alphabet */
+    uint16_t placed16[256]; /* the 16 bits of the placed head that hold it (BF16; F32 >> 16) */
+    int fast16;             /* the 32-wide AVX-512 merge applies (see merge_range_avx512_w) */
     const uint8_t *tail;
     int64_t n_tail;
     int tail_bits, tail_shift, sign_shift, low_planes, out_bytes;
@@ -693,6 +695,68 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
     uint64_t seen = _mm512_reduce_max_epu32(mx) >= ctx->n_valid ? BAD_SYMBOL : 0;
     return seen | merge_range(ctx, sym + (i0 - a), i0, b);
 }
+
+/* 32 values per iteration, for BF16 and F32 with tails of <= 8 bits: everything in 16-bit lanes
+ * (the upper half of an F32 is laid out as a BF16: head, sign at bit 15, tail at bit 0). The
+ * head lookup is a 256-entry word table in eight registers (four vpermt2w + three blends), the
+ * tail fields come from one byte shuffle per block and a per-lane shift. */
+__attribute__((target("avx512f,avx512bw")))
+static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+    const int R = ctx->tail_bits;
+    __m512i T[8];
+    for (int k = 0; k < 8; k++) T[k] = _mm512_loadu_si512(ctx->placed16 + 32 * k);
+    uint8_t ctl[64];
+    uint16_t shv[32];
+    for (int L = 0; L < 4; L++)
+        for (int j = 0; j < 8; j++) {
+            int o = (j * R) >> 3;
+            ctl[16 * L + 2 * j] = (uint8_t)o;
+            ctl[16 * L + 2 * j + 1] = (uint8_t)(o + 1);
+            shv[8 * L + j] = (uint16_t)((j * R) & 7);
+        }
+    const __m512i vctl = _mm512_loadu_si512(ctl), vsh = _mm512_loadu_si512(shv);
+    const __m512i vfm = _mm512_set1_epi16((short)((1 << R) - 1)), vtm = _mm512_set1_epi16((short)((1 << (R - 1)) - 1));
+    const __m512i b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
+    const __m128i sgn_r = _mm_cvtsi32_si128(R - 1);
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi_idx = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->p.n;
+    const uint8_t *tail = ctx->tail;
+    __m256i mx = _mm256_setzero_si256();
+    int64_t i0 = a;
+    for (; i0 + 32 <= b && (i0 / 8 + 3) * R + 16 <= ctx->n_tail; i0 += 32) {
+        const uint8_t *tb = tail + (i0 / 8) * R;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)tb));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + R)), 1);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + 2 * R)), 2);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + 3 * R)), 3);
+        __m512i f = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_epi8(t, vctl), vsh), vfm);
+        __m256i s8 = _mm256_loadu_si256((const __m256i *)(sym + (i0 - a)));
+        mx = _mm256_max_epu8(mx, s8);
+        __m512i idx = _mm512_cvtepu8_epi16(s8);
+        __m512i r0 = _mm512_permutex2var_epi16(T[0], idx, T[1]), r1 = _mm512_permutex2var_epi16(T[2], idx, T[3]);
+        __m512i r2 = _mm512_permutex2var_epi16(T[4], idx, T[5]), r3 = _mm512_permutex2var_epi16(T[6], idx, T[7]);
+        __mmask32 m6 = _mm512_test_epi16_mask(idx, b6), m7 = _mm512_test_epi16_mask(idx, b7);
+        __m512i h = _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, r0, r1), _mm512_mask_blend_epi16(m6, r2, r3));
+        __m512i u = _mm512_or_si512(h, _mm512_or_si512(_mm512_slli_epi16(_mm512_srl_epi16(f, sgn_r), 15),
+                                                       _mm512_and_si512(f, vtm)));
+        if (ctx->out_bytes == 2) {
+            _mm512_storeu_si512((uint16_t *)ctx->out + i0, u);
+        } else {
+            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + i0)));
+            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + i0)));
+            __m512i lo16 = _mm512_or_si512(_mm512_slli_epi16(l1, 8), l0);
+            __m512i A = _mm512_unpacklo_epi16(lo16, u), B = _mm512_unpackhi_epi16(lo16, u);
+            _mm512_storeu_si512((uint32_t *)ctx->out + i0, _mm512_permutex2var_epi64(A, lo_idx, B));
+            _mm512_storeu_si512((uint32_t *)ctx->out + i0 + 16, _mm512_permutex2var_epi64(A, hi_idx, B));
+        }
+    }
+    uint8_t m32[32];
+    _mm256_storeu_si256((__m256i *)m32, mx);
+    uint64_t seen = 0;
+    for (int j = 0; j < 32; j++)
+        if (m32[j] >= ctx->n_valid) seen = BAD_SYMBOL;
+    return seen | merge_range_avx512(ctx, sym + (i0 - a), i0, b);
+}
 #endif
 
 static void merge_task(void *vctx, int64_t t) {
@@ -712,7 +776,8 @@ static void merge_task(void *vctx, int64_t t) {
         if (st[c - c0] == 0) {
             uint64_t seen;
 #ifdef WC_X86
-            if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, start, end);
+            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, start, end);
+            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, start, end);
             else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, start, end);
             else
 #endif
@@ -772,6 +837,15 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     for (int s = 255; s >= 0; s--) {
         ctx.placed32[s] = (uint32_t)ctx.placed[s];
         if (ctx.placed[s] & BAD_SYMBOL) ctx.n_valid = (uint32_t)s;
+    }
+    /* BF16 (sign at 15, tail at 0) or F32 with both low planes (sign at 31, tail at 16, heads in
+     * the upper half): the upper 16 bits of every value are laid out alike */
+    int upper = ctx.out_bytes == 4 ? 16 : 0;
+    ctx.fast16 = R <= 8 && ctx.sign_shift == upper + 15 && ctx.tail_shift == upper &&
+                 (ctx.out_bytes == 2 ? ctx.low_planes == 0 : ctx.low_planes == 2);
+    for (int s = 0; s < 256; s++) {
+        ctx.placed16[s] = (uint16_t)(ctx.placed32[s] >> upper);
+        if (upper && (ctx.placed32[s] & 0xFFFF) && s < (int)ctx.n_valid) ctx.fast16 = 0;
     }
     threads = pick_threads(threads, (n_chunks + 1) / 2);
     Py_BEGIN_ALLOW_THREADS
@@ -1324,6 +1398,46 @@ fail:
     return NULL;
 }
 
+/* decode_lookup(freqs [T*256] uint16, prob_bits, out [T << prob_bits] uint32): the packed
+ * lookup tables of rans.tables.decode_lookup (sym | (freq-1) << 8 | (slot-cum) << 20); tables
+ * must be validated (each sums to 2**prob_bits) */
+static PyObject *py_decode_lookup(PyObject *self, PyObject *args) {
+    PyObject *o_freqs, *o_out;
+    int pb;
+    if (!PyArg_ParseTuple(args, "OiO", &o_freqs, &pb, &o_out)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nf, no;
+    const uint16_t *freqs = get_buf(&bs, o_freqs, 0, 2, &nf, "freqs");
+    if (!freqs) goto fail;
+    uint32_t *out = get_buf(&bs, o_out, 1, 4, &no, "out");
+    if (!out) goto fail;
+    if ((pb != 11 && pb != 12) || nf % 256 || no != (nf / 256) << pb) {
+        PyErr_SetString(PyExc_ValueError, "decode_lookup: bad sizes");
+        goto fail;
+    }
+    for (int64_t t = 0; t < nf / 256; t++) {
+        const uint16_t *f = freqs + t * 256;
+        uint32_t *o = out + (t << pb), cum = 0;
+        for (int s = 0; s < 256; s++) {
+            if (cum + f[s] > (1u << pb)) {
+                PyErr_SetString(PyExc_ValueError, "decode_lookup: a table sums past 2**prob_bits");
+                goto fail;
+            }
+            for (uint32_t k = 0; k < f[s]; k++) o[cum + k] = (uint32_t)s | (uint32_t)(f[s] - 1) << 8 | k << 20;
+            cum += f[s];
+        }
+        if (cum != (1u << pb)) {
+            PyErr_SetString(PyExc_ValueError, "decode_lookup: a table does not sum to 2**prob_bits");
+            goto fail;
+        }
+    }
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* module                                                                                     */
 
@@ -1388,6 +1502,7 @@ static PyMethodDef methods[] = {
     {"normalize_rows", py_normalize_rows, METH_VARARGS, "frequency normalisation of count rows"},
     {"split_float", py_split_float, METH_VARARGS, "float split into head symbols, tail bits, low bytes"},
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
+    {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
     {"isa", py_isa, METH_NOARGS, "the instruction set in use: scalar, avx2 or avx512"},
     {"set_isa", py_set_isa, METH_VARARGS, "use a (supported) instruction set"},
     {"supported_isas", py_supported_isas, METH_NOARGS, "instruction sets this CPU runs"},
