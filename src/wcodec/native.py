@@ -209,17 +209,20 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
                        placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False) -> np.ndarray:
     """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
     writable contiguous buffer); returns the [n_chunks] int32 status of
-    ``codecs._kernels.decode_merge_float``."""
+    ``codecs._kernels.decode_merge_float``. low: the low byte planes, () or (low1, low0), [n]
+    uint8 each (read in place: raw sections straight from the file)."""
     e = None if numba else ext()
     n = out.size
     n_chunks = -(-n // chunk_size)
     if e is None:
         from .codecs import _kernels
+        low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
         return _kernels.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
                                            prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
                                            out, size=n if n_chunks > 1 else 0)
     status = np.empty(n_chunks, dtype=np.int32)
+    low1, low0 = low if len(low) else (None, None)
     e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
-                         placed, tail, tail_bits, tail_shift, sign_shift, low, low.shape[0], out, status,
+                         placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
                          _threads_for(n))
     return status

@@ -247,3 +247,20 @@ def test_numba_fallback_when_disabled(tmp_path):
     assert r.returncode == 0, r.stderr
     expect = rans.encode(np.arange(5000, dtype=np.uint8) % 7).words.tobytes().hex()[:64]
     assert r.stdout.strip() == expect
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_decode_tensor_into_torch_tensor(dtype):
+    """decode_tensor(out=) fills a torch tensor's memory in place (no copy), any codec."""
+    torch = pytest.importorskip("torch")
+    a = _float_inputs(dtype, 5000, 1).reshape(50, 100)
+    a.reshape(-1)[:8] = a.reshape(-1)[8:16]  # finite, for the int8 mode
+    for mode in ("lossless", "int8"):
+        rec = encode_tensor(a, dtype, mode=mode)
+        t = torch.empty(a.shape, dtype=torch.bfloat16 if dtype == "BF16" else torch.float32)
+        view = t.view(torch.int16).numpy() if dtype == "BF16" else t.numpy()
+        got = decode_tensor(rec, "w", out=view)
+        assert np.shares_memory(got, view)
+        assert view.tobytes() == decode_tensor(rec).tobytes()
+    with pytest.raises(ValueError):
+        decode_tensor(rec, "w", out=np.empty(3, np.float32))

@@ -139,22 +139,30 @@ class FloatCodec(Codec):
         return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
                              info={"head_bits": j})
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: optional writable C-contiguous array of the tensor's size in bytes (a torch
+        tensor's memory, pinned memory, an mmap): decoded into in place, no extra copy."""
         parts = parse(record)
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
-        low = np.empty((L, n), dtype=np.uint8)
+        low = []
         for k, name in enumerate(("low1", "low0")[:L]):
             lp = p["low"][k]
             if lp.get("coded"):
                 lplane = rans.RansPlane.from_sections(lp, record.sections, name)
                 if lplane.n_symbols != n:
                     raise CorruptDataError(f"float codec: {name} plane has {lplane.n_symbols} symbols")
-                rans.decode(lplane, out=low[k], where=f"{name} plane")
+                low.append(rans.decode(lplane, where=f"{name} plane"))
             else:
-                low[k] = record.section(f"{name}.raw", np.uint8, n)
-        out = np.empty(n, dtype=UINT[W])
+                low.append(np.ascontiguousarray(record.section(f"{name}.raw", np.uint8, n)))
+        if out is None:
+            out = np.empty(n, dtype=UINT[W])
+        else:
+            if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable
+                    and out.nbytes == n * W // 8):
+                raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
+            out = out.reshape(-1).view(UINT[W])
         head = parts.head  # validated by parse
         lookup, words = rans.kernel_inputs(head)
         status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,

@@ -521,7 +521,7 @@ typedef struct {
     const uint8_t *tail;
     int64_t n_tail;
     int tail_bits, tail_shift, sign_shift, low_planes, out_bytes;
-    const uint8_t *low;
+    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each */
     void *out;
     int32_t *status;
 } merge_ctx;
@@ -556,7 +556,7 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
                                                                 int64_t a, int64_t b) {            \
         const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
         const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
-        const uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->p.n;                               \
+        const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;                                        \
         const uint64_t *placed = ctx->placed;                                                      \
         T *o = (T *)ctx->out;                                                                      \
         uint64_t seen = 0;                                                                         \
@@ -621,7 +621,7 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
     const __m256i vfm = _mm256_set1_epi32((1 << R) - 1), vtm = _mm256_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->p.n;
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
     for (; i0 + 8 <= b && (i0 / 8) * R + 8 <= ctx->n_tail; i0 += 8) {
@@ -670,7 +670,7 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
     const __m512i vfm = _mm512_set1_epi32((1 << R) - 1), vtm = _mm512_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->p.n;
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m512i mx = _mm512_setzero_si512();
     int64_t i0 = a;
     for (; i0 + 16 <= b && (i0 / 8) * R + 16 <= ctx->n_tail; i0 += 16) {
@@ -719,7 +719,7 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
     const __m512i b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1);
     const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi_idx = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    const uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->p.n;
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     const uint8_t *tail = ctx->tail;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
@@ -790,16 +790,18 @@ static void merge_task(void *vctx, int64_t t) {
 }
 
 static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
-    PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low, *o_out, *o_status;
+    PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
     long long n, cs, cpt;
     int pb, threads;
     merge_ctx ctx;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOiOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
-                          &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low,
-                          &ctx.low_planes, &o_out, &o_status, &threads))
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+                          &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
+                          &o_low0, &o_out, &o_status, &threads))
         return NULL;
     bufs_t bs = {.k = 0};
-    int64_t ns, no, nl, np_, nlow, nout, nst;
+    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst;
+    ctx.low_planes = o_low1 != Py_None ? 2 : 0;
+    ctx.low1 = ctx.low0 = NULL;
     ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
     if (!ctx.p.states) goto fail;
     ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
@@ -812,8 +814,12 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     if (!ctx.placed) goto fail;
     ctx.tail = get_buf(&bs, o_tail, 0, 1, &ctx.n_tail, "tail");
     if (!ctx.tail) goto fail;
-    ctx.low = get_buf(&bs, o_low, 0, 1, &nlow, "low");
-    if (!ctx.low) goto fail;
+    if (ctx.low_planes) {
+        ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1");
+        if (!ctx.low1) goto fail;
+        ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0");
+        if (!ctx.low0) goto fail;
+    }
     ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out");
     if (!ctx.out) goto fail;
     ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
@@ -827,8 +833,8 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     int64_t n_chunks = no - 1;
     int R = ctx.tail_bits;
     if (np_ != 256 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4) ||
-        R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 || (ctx.low_planes != 0 && ctx.low_planes != 2) ||
-        nlow != ctx.low_planes * n || (ctx.low_planes == 2 && ctx.out_bytes != 4) ||
+        R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 ||
+        (ctx.low_planes && (nlow != n || nlow0 != n || ctx.out_bytes != 4)) ||
         ctx.sign_shift < 0 || ctx.sign_shift >= 8 * ctx.out_bytes || ctx.tail_shift < 0 || ctx.tail_shift > 16) {
         PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
         goto fail;
