@@ -135,15 +135,11 @@ def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, f
     states = np.empty(n_chunks * 32, dtype=np.uint32)
     counts = np.empty(n_chunks, dtype=np.int64)
     scratch = np.empty(max(n, 1), dtype=np.uint16)
-    e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
-                    prob_bits, states, counts, scratch, _threads_for(n))
-    offsets = np.zeros(n_chunks + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    words = np.empty(int(offsets[-1]), dtype=np.uint16)
-    for c in range(n_chunks):  # each chunk's words end where its symbols end in scratch
-        end = min(n, (c + 1) * chunk_size)
-        words[offsets[c]:offsets[c + 1]] = scratch[end - counts[c]:end]
-    return states, offsets.astype(np.uint32), words
+    total = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
+                            prob_bits, states, counts, scratch, _threads_for(n))
+    offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
+    np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
+    return states, offsets, scratch[:total].copy()
 
 
 def decode_lookups(tables: np.ndarray, prob_bits: int) -> np.ndarray:

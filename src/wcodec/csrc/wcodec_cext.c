@@ -1201,9 +1201,10 @@ fail:
 }
 
 /* encode_chunks(symbols, chunk_size, chunks_per_table, freqs [T*256] uint16, prob_bits, states
- * [n_chunks*32] uint32, counts [n_chunks] int64, scratch [max(n,1)] uint16, threads): each chunk's
- * words are written backwards ending at the chunk's end in scratch (so they are in decoder order);
- * counts[c] = words of chunk c. As rans/cpu.encode_chunks.                                    */
+ * [n_chunks*32] uint32, counts [n_chunks] int64, scratch [max(n,1)] uint16, threads) -> total:
+ * each chunk's words are written backwards ending at the chunk's end in scratch (so they are in
+ * decoder order), then all are moved to scratch[:total], chunk after chunk; counts[c] = words of
+ * chunk c. As rans/cpu.encode_chunks.                                                        */
 typedef struct {
     uint64_t bound; /* 2**32 for a symbol taking the whole range */
     uint32_t freq;
@@ -1397,8 +1398,16 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
     }
+    /* compact: chunk c's words end where its symbols end; move them to the front, in order
+     * (each destination lies at or below its source) */
+    int64_t total = 0;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
+        memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
+        total += ctx.counts[c];
+    }
     bufs_release(&bs);
-    Py_RETURN_NONE;
+    return PyLong_FromLongLong(total);
 fail:
     bufs_release(&bs);
     return NULL;
