@@ -930,17 +930,39 @@ typedef struct {
     int64_t *parts; /* [n_parts, mask + 1] */
 } hh_ctx;
 
+/* four interleaved 32-bit sub-histograms: runs of equal values (weights' exponents cluster)
+ * would otherwise chain every increment through one counter (store-to-load latency) */
+#define HH_LOOP(T)                                                                               \
+    do {                                                                                         \
+        const T *x = ctx->bits;                                                                  \
+        int64_t i = a;                                                                           \
+        for (; i + 4 <= b; i += 4) {                                                             \
+            h0[(x[i] >> sh) & msk]++;                                                            \
+            h1[(x[i + 1] >> sh) & msk]++;                                                        \
+            h2[(x[i + 2] >> sh) & msk]++;                                                        \
+            h3[(x[i + 3] >> sh) & msk]++;                                                        \
+        }                                                                                        \
+        for (; i < b; i++) h0[(x[i] >> sh) & msk]++;                                             \
+    } while (0)
+
 static void hh_task(void *vctx, int64_t p) {
     hh_ctx *ctx = vctx;
     int64_t a = p * ctx->part, b = ctx->n < a + ctx->part ? ctx->n : a + ctx->part;
-    int64_t *h = ctx->parts + p * ((int64_t)ctx->mask + 1);
-    if (ctx->bytes == 2) {
-        const uint16_t *x = ctx->bits;
-        for (int64_t i = a; i < b; i++) h[(x[i] >> ctx->shift) & ctx->mask]++;
-    } else {
-        const uint32_t *x = ctx->bits;
-        for (int64_t i = a; i < b; i++) h[(x[i] >> ctx->shift) & ctx->mask]++;
+    int64_t nb = (int64_t)ctx->mask + 1;
+    int64_t *h = ctx->parts + p * nb;
+    uint32_t *sub = calloc((size_t)(4 * nb), sizeof(uint32_t));
+    if (!sub) { /* no memory for the fast path: count directly */
+        for (int64_t i = a; i < b; i++)
+            h[((ctx->bytes == 2 ? ((const uint16_t *)ctx->bits)[i] : ((const uint32_t *)ctx->bits)[i]) >> ctx->shift) & ctx->mask]++;
+        return;
     }
+    uint32_t *h0 = sub, *h1 = sub + nb, *h2 = sub + 2 * nb, *h3 = sub + 3 * nb;
+    const int sh = ctx->shift;
+    const uint32_t msk = ctx->mask;
+    if (ctx->bytes == 2) HH_LOOP(uint16_t);
+    else HH_LOOP(uint32_t);
+    for (int64_t k = 0; k < nb; k++) h[k] += (int64_t)h0[k] + h1[k] + h2[k] + h3[k];
+    free(sub);
 }
 
 static PyObject *py_head_histogram(PyObject *self, PyObject *args) {
@@ -963,6 +985,7 @@ static PyObject *py_head_histogram(PyObject *self, PyObject *args) {
     ctx.shift = shift;
     ctx.mask = mask;
     int64_t n_parts = ctx.n >= (1 << 18) ? 16 : 1;
+    while (ctx.n / n_parts >= ((int64_t)1 << 31)) n_parts *= 2; /* 32-bit sub-histograms */
     ctx.part = (ctx.n + n_parts - 1) / n_parts;
     if (ctx.part < 1) ctx.part = 1;
     ctx.parts = calloc((size_t)(n_parts * nh), sizeof(int64_t));
@@ -1132,11 +1155,20 @@ static inline __attribute__((always_inline)) void split_body_task(split_ctx *ctx
 SPLIT_FAST(split_fast16, uint16_t, 0)
 SPLIT_FAST(split_fast32, uint32_t, 1)
 
+#ifdef WC_X86
+static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1);
+#endif
+
 static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx, int64_t task) {
     if (ctx->R <= 8 && ((ctx->bytes == 2 && ctx->low_planes == 0) || (ctx->bytes == 4 && ctx->low_planes == 2))) {
         int64_t b0 = task * SPLIT_BLOCKS, n_blocks = (ctx->n + 7) / 8;
         int64_t b1 = n_blocks < b0 + SPLIT_BLOCKS ? n_blocks : b0 + SPLIT_BLOCKS;
-        int64_t done = ctx->bytes == 2 ? split_fast16(ctx, b0, b1) : split_fast32(ctx, b0, b1);
+        int64_t done = b0;
+#ifdef WC_X86
+        if (g_isa == ISA_AVX512 && ctx->sign_shift == 8 * ctx->bytes - 1 && ctx->tail_shift == 8 * ctx->bytes - 16)
+            done = split_avx512_w(ctx, b0, b1);
+#endif
+        done = ctx->bytes == 2 ? split_fast16(ctx, done, b1) : split_fast32(ctx, done, b1);
         split_body(ctx, done, b1);
     } else {
         split_body_task(ctx, task);
@@ -1144,6 +1176,52 @@ static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx,
 }
 
 static void split_task_scalar(void *vctx, int64_t task) { split_dispatch(vctx, task); }
+
+#ifdef WC_X86
+/* AVX-512 split of 32 values per iteration for BF16 and F32 (tails <= 8 bits): the upper 16 bits
+ * of a value are laid out alike in both (head, sign at bit 15, tail at bit 0); the head symbols
+ * are looked up one by one (a table of up to 4096 bytes), the 32 tail fields are computed in
+ * 16-bit lanes, narrowed to bytes and packed R bits each by pext, 8 fields per 64-bit word.
+ * Returns the first block it did not do (the rest: split_fast, then split_body). */
+__attribute__((target("avx512f,avx512bw,bmi2")))
+static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
+    const int R = ctx->R, f32 = ctx->bytes == 4;
+    const int sh = ctx->shift - (f32 ? 16 : 0);
+    const __m512i msk = _mm512_set1_epi16((short)ctx->mask), tmsk = _mm512_set1_epi16((short)ctx->tail_mask);
+    const __m128i shv = _mm_cvtsi32_si128(sh), rv = _mm_cvtsi32_si128(R - 1);
+    const uint64_t pmask = 0x0101010101010101ull * ((1u << R) - 1);
+    const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;
+    uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;
+    int64_t blk = b0;
+    for (; (blk + 4) * 8 <= ctx->n && (blk + 3) * R + 8 <= lim; blk += 4) {
+        int64_t i0 = blk * 8;
+        __m512i u;
+        if (f32) {
+            __m512i v0 = _mm512_loadu_si512((const uint32_t *)ctx->bits + i0);
+            __m512i v1 = _mm512_loadu_si512((const uint32_t *)ctx->bits + i0 + 16);
+            u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v0, 16))),
+                                   _mm512_cvtepi32_epi16(_mm512_srli_epi32(v1, 16)), 1);
+            _mm_storeu_si128((__m128i *)(low0 + i0), _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(low0 + i0 + 16), _mm512_cvtepi32_epi8(v1));
+            _mm_storeu_si128((__m128i *)(low1 + i0), _mm512_cvtepi32_epi8(_mm512_srli_epi32(v0, 8)));
+            _mm_storeu_si128((__m128i *)(low1 + i0 + 16), _mm512_cvtepi32_epi8(_mm512_srli_epi32(v1, 8)));
+        } else {
+            u = _mm512_loadu_si512((const uint16_t *)ctx->bits + i0);
+        }
+        uint16_t idx[32];
+        _mm512_storeu_si512(idx, _mm512_and_si512(_mm512_srl_epi16(u, shv), msk));
+        for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        __m512i t = _mm512_or_si512(_mm512_sll_epi16(_mm512_srli_epi16(u, 15), rv), _mm512_and_si512(u, tmsk));
+        uint64_t tb[4];
+        _mm256_storeu_si256((__m256i *)tb, _mm512_cvtepi16_epi8(t));
+        for (int q = 0; q < 4; q++) {
+            uint64_t word = _pext_u64(tb[q], pmask);
+            memcpy(ctx->tail + (blk + q) * R, &word, 8); /* bytes past R: rewritten next */
+        }
+    }
+    return blk;
+}
+#endif
 #ifdef WC_X86
 __attribute__((target("avx2,bmi2")))
 static void split_task_avx2(void *vctx, int64_t task) { split_dispatch(vctx, task); }
