@@ -12,6 +12,8 @@
  *   with the GIL released; a process-wide budget keeps concurrent calls (tensors decoded in
  *   pool threads) from oversubscribing the cores.
  *
+ * Build with -DWCODEC_NO_SIMD to get the portable path only (what ARM and other CPUs compile).
+ *
  * Inputs arrive through the buffer protocol (no numpy C API: the module builds without numpy
  * headers). The Python wrapper (wcodec/native.py) validates planes before calling; the entry
  * points still check every size they rely on, and the decoders bound every read by the words
@@ -23,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
 #define WC_X86 1
 #include <immintrin.h>
 #endif
@@ -39,6 +41,7 @@ enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 static int g_isa_max = ISA_SCALAR; /* what the CPU supports */
 static int g_isa = ISA_SCALAR;     /* what runs (tests lower it) */
 static const char *ISA_NAMES[] = {"scalar", "avx2", "avx512"};
+static int g_soft_gather = 0;      /* SIMD table lookups by scalar loads (see lut16) */
 
 /* ------------------------------------------------------------------------------------------ */
 /* threads                                                                                    */
@@ -164,8 +167,6 @@ static int decode_chunk_scalar(const plane_t *p, int64_t c, uint8_t *out) {
 /* Table lookups of 8/16 lanes. On AMD Zen the gather instructions are slow (measured on Zen 5:
  * decode 0.80 ns/symbol with vpgatherdd, 0.38 with 16 scalar loads through the stack), so there
  * the lanes are looked up one by one; elsewhere with the gather instruction. */
-static int g_soft_gather = 0;
-
 __attribute__((target("avx2"), always_inline))
 static inline __m256i lut8(__m256i idx, const uint32_t *lut, int soft) {
     if (soft) {
