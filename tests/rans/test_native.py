@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from wcodec import native, rans
@@ -264,3 +264,31 @@ def test_decode_tensor_into_torch_tensor(dtype):
         assert view.tobytes() == decode_tensor(rec).tobytes()
     with pytest.raises(ValueError):
         decode_tensor(rec, "w", out=np.empty(3, np.float32))
+
+
+@needs_ext
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.integers(1, 8), st.integers(0, 3000),
+       st.sampled_from(ISAS or ["scalar"]), st.booleans())
+def test_random_streams_reported_like_numba(seed, n, chunk_steps, n_words, which, soft):
+    """Garbage states and words under valid tables and offsets: same statuses, no crash."""
+    rng = np.random.default_rng(seed)
+    plane = rans.encode(_symbols("skewed", n, seed % 1000), 12, chunk_steps)
+    n_words = min(n_words, n // 2)
+    cuts = np.sort(rng.integers(0, n_words + 1, plane.n_chunks - 1))
+    bad = rans.RansPlane(plane.n_symbols, 12, chunk_steps, plane.chunks_per_table, plane.alphabet_size,
+                         plane.freqs, rng.integers(0, 2**32, plane.states.size, dtype=np.uint64).astype(np.uint32)
+                         | np.uint32(1 << 16) * (rng.random(plane.states.size) < 0.95),
+                         np.concatenate(([0], cuts, [n_words])).astype(np.uint32),
+                         rng.integers(0, 2**16, n_words, dtype=np.uint32).astype(np.uint16))
+    try:
+        bad.validate()
+    except CorruptDataError:
+        assume(False)  # a chunk with more words than symbols: rejected before any kernel runs
+    before, old_soft = ext.isa(), ext.set_soft_gather(soft)
+    ext.set_isa(which)
+    try:
+        assert np.array_equal(_status(bad, numba=False), _status(bad, numba=True))
+    finally:
+        ext.set_isa(before)
+        ext.set_soft_gather(old_soft)
