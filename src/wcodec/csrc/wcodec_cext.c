@@ -192,7 +192,16 @@ static inline __m512i lut16(__m512i idx, const uint32_t *lut, int soft) {
 /* lane k of mask mk reads word popcount(mk & ((1 << k) - 1)) of the step's run */
 static int32_t g_perm8[256][8];
 
+/* the encoder's compaction: lanes set in mk, ascending, at the top positions 8-popcount..7 */
+static int32_t g_top8[256][8];
+
 static void init_perm8(void) {
+    for (int mk = 0; mk < 256; mk++) {
+        int cnt = __builtin_popcount((unsigned)mk), r = 8 - cnt;
+        for (int k = 0; k < 8; k++) g_top8[mk][k] = 0;
+        for (int k = 0; k < 8; k++)
+            if (mk >> k & 1) g_top8[mk][r++] = k;
+    }
     for (int mk = 0; mk < 256; mk++) {
         int r = 0;
         for (int k = 0; k < 8; k++) {
@@ -1337,6 +1346,97 @@ static inline __attribute__((always_inline)) void enc_body(enc_ctx *ctx, int64_t
 static void enc_task_scalar(void *vctx, int64_t c) { enc_body(vctx, c); }
 
 #ifdef WC_X86
+/* the partial last step of a chunk, scalar (as enc_body); returns the word pointer */
+static inline uint16_t *enc_partial(const enc_sym *tab, const uint8_t *sym, int64_t m, int64_t full, int pb,
+                                    uint32_t *X, uint16_t *w, uint32_t *absent) {
+    for (int64_t i = m - 1; i >= full * LANES; i--) {
+        const enc_sym *e = &tab[sym[i]];
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        *absent |= e->freq == 0;
+        if (x >= e->bound) {
+            *--w = (uint16_t)x;
+            x >>= 16;
+        }
+        uint32_t q = (uint32_t)((double)x * e->rcp + 6.103515625e-05);
+        X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
+    }
+    return w;
+}
+
+/* AVX2 encoder: four 8-lane vectors, highest first. The emitted words of a vector go to the
+ * top of an 8-word store that ends at the write pointer (g_top8), so it writes only below the
+ * words already written; near the chunk's start that store could reach the previous chunk's
+ * words, so those steps run scalar. floor(x / f) in double precision (exact, as below). */
+__attribute__((target("avx2,popcnt")))
+static void enc_task_avx2(void *vctx, int64_t c) {
+    enc_ctx *ctx = vctx;
+    const int soft = g_soft_gather;
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    const enc_sym *tab = ctx->tab + tab_i;
+    const uint32_t *packed = ctx->packed + tab_i;
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint8_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + start + m, *lowest = ctx->scratch + start;
+    const int pb = ctx->pb;
+    uint32_t X[LANES], absent = 0;
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER;
+    int64_t full = m / LANES;
+    w = enc_partial(tab, sym, m, full, pb, X, w, &absent);
+    __m256i xv[4];
+    for (int v = 0; v < 4; v++) xv[v] = _mm256_loadu_si256((const __m256i *)(X + 8 * v));
+    const __m256i fmask = _mm256_set1_epi32(0x1FFF), zero = _mm256_setzero_si256();
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256d two31 = _mm256_set1_pd(2147483648.0);
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    const __m256i pack_lo = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                             0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i zero_f = zero;
+    int64_t t = full - 1;
+    for (; t >= 0 && w - 32 >= lowest; t--) {
+        for (int v = 3; v >= 0; v--) {
+            __m256i x = xv[v];
+            long long sw;
+            memcpy(&sw, sym + t * LANES + 8 * v, 8);
+            __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sw));
+            __m256i e = lut8(s32, packed, soft);
+            __m256i f = _mm256_and_si256(e, fmask);
+            zero_f = _mm256_or_si256(zero_f, _mm256_cmpeq_epi32(f, zero));
+            /* emit where x >> (32 - pb) >= f, i.e. not (f > x >> (32 - pb)) (both below 2**31) */
+            __m256i emitv = _mm256_xor_si256(_mm256_cmpgt_epi32(f, _mm256_srl_epi32(x, shift_hi)),
+                                             _mm256_set1_epi32(-1));
+            unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(emitv));
+            int cnt = __builtin_popcount(mk);
+            __m256i top = _mm256_permutevar8x32_epi32(x, _mm256_loadu_si256((const __m256i *)g_top8[mk]));
+            __m256i p16 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(top, pack_lo), 0x08);
+            /* the 8 words end at w: the emitted ones at the top, the rest below (rewritten later) */
+            _mm_storeu_si128((__m128i *)(w - 8), _mm256_castsi256_si128(p16));
+            w -= cnt;
+            x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), emitv);
+            /* x as double: x - 2**31 fits int32 */
+            __m256i xs = _mm256_xor_si256(x, sign);
+            __m256d x0 = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
+            __m256d x1 = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
+            __m256d f0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(f));
+            __m256d f1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(f, 1));
+            /* quotients are below 2**21: truncating conversions are exact */
+            __m128i q0 = _mm256_cvttpd_epi32(_mm256_div_pd(x0, f0)), q1 = _mm256_cvttpd_epi32(_mm256_div_pd(x1, f1));
+            __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            x = _mm256_add_epi32(_mm256_add_epi32(_mm256_sll_epi32(q, shift_pb),
+                                                  _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f))),
+                                 _mm256_srli_epi32(e, 13));
+            xv[v] = x;
+        }
+    }
+    for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(X + 8 * v), xv[v]);
+    /* the first steps (fewer than 32 words of room left): scalar */
+    w = enc_partial(tab, sym, (t + 1) * LANES, 0, pb, X, w, &absent);
+    memcpy(ctx->states + c * LANES, X, sizeof X);
+    ctx->counts[c] = (ctx->scratch + start + m) - w;
+    if (absent || _mm256_movemask_ps(_mm256_castsi256_ps(zero_f))) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
 /* AVX-512 encoder: the 32 lanes as two 16-lane vectors, steps in reverse, the high vector first
  * (lanes 31..0 in reverse is the spec's order). A vector's emitted words are its lanes' low 16 bits
  * in ascending lane order, placed just below the words already written: a compress + a masked
@@ -1467,6 +1567,7 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
     if (g_isa == ISA_AVX512) run_parallel(enc_task_avx512, &ctx, n_chunks, threads);
+    else if (g_isa == ISA_AVX2) run_parallel(enc_task_avx2, &ctx, n_chunks, threads);
     else
 #endif
         run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
