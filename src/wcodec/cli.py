@@ -234,6 +234,11 @@ def cmd_bench(args) -> int:
             best = min(best, time.perf_counter() - t)
     print(f"CPU decode: {_fmt_bytes(raw)} from {_fmt_bytes(coded)} in {best * 1e3:.1f} ms "
           f"= {raw / best / 1e9:.3f} GB/s (best of {args.repeat}, {len(recs)} tensors)")
+    from . import native
+    from .format.encode import default_workers
+
+    print(f"kernels: {native.path()}, {native.threads()} threads per call, "
+          f"{args.workers or default_workers()} tensor workers")
     return 0
 
 

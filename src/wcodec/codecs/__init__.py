@@ -70,15 +70,29 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     return get_codec(codec_id).encode(array, dtype, **options)
 
 
-def decode_tensor(record: EncodedTensor, name: str = "") -> np.ndarray:
+def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None = None) -> np.ndarray:
     """Decode one record to a numpy array (bfloat16 as uint16 bits).
 
+    out: optional writable C-contiguous array of the tensor's byte size (a view of a torch
+    tensor, pinned memory, an mmap); the float codec decodes straight into it, other codecs copy
+    their result in. Returns the decoded array (a view of ``out`` when given).
     Raises a WcodecError subclass naming the tensor when the record is corrupt.
     """
+    if out is not None and not (isinstance(out, np.ndarray) and out.flags.c_contiguous
+                                and out.flags.writeable and out.nbytes == record.raw_nbytes):
+        raise ValueError(f"tensor '{name}': out must be a writable C-contiguous array of {record.raw_nbytes} bytes")
     if record.codec != "raw":
         _load_all()
     try:
-        out = get_codec(record.codec).decode(record)
+        codec = get_codec(record.codec)
+        if out is not None and record.codec == "float":
+            return codec.decode(record, out=out)
+        res = codec.decode(record)
+        if out is not None:
+            dst = out.reshape(-1).view(np.uint8)
+            dst[...] = np.ascontiguousarray(res).reshape(-1).view(np.uint8)
+            return out.view(res.dtype).reshape(res.shape)
+        out = res
     except WcodecError as e:
         raise type(e)(f"tensor '{name}': {e}") from None
     except (ValueError, IndexError, KeyError, TypeError) as e:  # malformed params
