@@ -59,7 +59,10 @@ def target_dtype(reader: CheckpointReader, config, torch_dtype_=None) -> torch.d
     """torch_dtype if given, else the config's dtype, else the first stored float dtype (fp32 if none)."""
     dt = resolve_dtype(torch_dtype_)
     if dt is None:
-        dt = resolve_dtype(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+        dt = getattr(config, "dtype", None)
+        if dt is None and not hasattr(type(config), "dtype"):  # transformers before 4.56 only
+            dt = getattr(config, "torch_dtype", None)  # (later ones warn that it is deprecated)
+        dt = resolve_dtype(dt)
     if dt is None:
         first = next((reader.entry(n)["dtype"] for n in reader.keys() if reader.entry(n)["dtype"] in _FLOATS), "F32")
         dt = torch_dtype(first)
@@ -101,7 +104,8 @@ def instantiate(model_class, config, dtype: torch.dtype, **kwargs):
     """``model_class`` built from ``config`` in ``dtype``, parameters on meta, buffers real."""
     import transformers
 
-    dkey = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dkey = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56 (then warns)
     with empty_parameters(), _no_init_weights():
         return model_class._from_config(config, **{dkey: dtype}, **kwargs)
 
@@ -167,14 +171,15 @@ class WCodecModel:
     """Hugging Face style entry point: ``WCodecModel.from_pretrained(folder, ...)``."""
 
     @classmethod
-    def from_pretrained(cls, folder, device="cpu", torch_dtype=None, keep_compressed: bool = False,
+    def from_pretrained(cls, folder, device="cpu", dtype=None, keep_compressed: bool = False,
                         model_class=None, offload: bool = False, decoder: str = "auto",
-                        verify: bool = True, **kwargs):
+                        verify: bool = True, torch_dtype=None, **kwargs):
         """Load a folder written by :func:`wcodec.hf.convert_folder` as a transformers model.
 
         folder: config.json + model.wcodec (or shards + index). device: "cpu", "cuda[:i]" or a
-        torch.device; tensors are decoded straight onto it. torch_dtype: model dtype (torch
-        dtype or name; default: the config's, else the stored one). keep_compressed: keep every
+        torch.device; tensors are decoded straight onto it. dtype: model dtype (torch dtype or
+        name; default: the config's, else the stored one; ``torch_dtype`` is the same, the name
+        transformers used before 4.56). keep_compressed: keep every
         Linear / Embedding weight compressed on ``device`` and decode it just before its module
         runs (inference only; peak memory about the compressed model + the largest weight).
         model_class: a transformers class (default: ``config.architectures[0]``, else AutoModel).
@@ -191,7 +196,7 @@ class WCodecModel:
         config = load_config(folder)
         model_class = concrete_class(model_class or model_class_for(config), config)
         with CheckpointReader(folder) as reader:
-            dtype = target_dtype(reader, config, torch_dtype)
+            dtype = target_dtype(reader, config, dtype if dtype is not None else torch_dtype)
             sd, cw = build_state_dict(reader, device, dtype, keep_compressed, decoder, offload, verify)
             names = {n: reader.alias_of(n) or n for n in reader.keys()}
         model = instantiate(model_class, config, dtype, **kwargs)
