@@ -29,7 +29,7 @@ from transformers.quantizers import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .convert import QUANT_METHOD
-from .placeholders import find_placeholders, put, remove_stub, write_stub
+from .placeholders import find_placeholders, remove_stub, write_stub
 
 STUB_NAME = "wcodec-placeholders.safetensors"  # named to transformers, never written in the folder
 KEEP_COMPRESSED = (False, True, "jit")
@@ -51,7 +51,7 @@ class WcodecConfig(QuantizationConfigMixin):
     def __init__(self, keep_compressed=False, decoder: str = "auto", offload: bool = False,
                  verify: bool = True, mode: str | None = None, format_version: int | None = None,
                  wcodec_version: str | None = None, **kwargs):
-        if keep_compressed not in KEEP_COMPRESSED or isinstance(keep_compressed, int) and keep_compressed not in (0, 1):
+        if not (keep_compressed is False or keep_compressed is True or keep_compressed == "jit"):
             raise ValueError(f"keep_compressed must be one of {KEEP_COMPRESSED}, got {keep_compressed!r}")
         if decoder not in ("auto", "triton", "numba"):
             raise ValueError(f"decoder must be 'auto', 'triton' or 'numba', got {decoder!r}")
@@ -130,66 +130,23 @@ class WcodecHfQuantizer(HfQuantizer):
         return True
 
 
-def _by_device(slots: dict) -> dict:
-    out: dict = {}
-    for name, (module, attr, is_param, stored) in slots.items():
-        dev = getattr(module, attr).device
-        out.setdefault(dev, {})[name] = (module, attr, is_param, stored)
-    return out
-
-
 def fill(model, reader, names: list[str], meta: dict, options: WcodecConfig) -> None:
-    """Replace every placeholder of ``model`` by its stored tensor, decoded on the placeholder's
-    device (cast to the dtype the model declared for that slot) or kept compressed there.
-    Raises NotImplementedError when transformers converted placeholders on load (e.g. merged MoE
-    experts): such models load with :class:`wcodec.hf.WCodecModel`."""
-    from ..api import _load
+    """Replace every placeholder of ``model`` by its stored tensor on the placeholder's device
+    (:func:`wcodec.hf.materialize.fill_slots`); ``model.wcodec_weights``: the
+    CompressedWeights (a list when several devices hold some). Raises NotImplementedError when
+    transformers converted placeholders on load (e.g. merged MoE experts): such models load with
+    :class:`wcodec.hf.WCodecModel`."""
+    from .materialize import LoadOptions, fill_slots
 
-    slots = find_placeholders(model, names)
-    params: dict = {}
-    for dev, group in _by_device(slots).items():
-        keys = {n: reader.alias_of(s) or s for n, (_, _, _, s) in group.items()}
-        jit = {}
-        if options.keep_compressed:
-            jit = {n: k for n, k in keys.items() if _jit_ok(group[n], reader.entry(k))}
-        cw = _compressed(reader, jit, meta, dev, options) if jit else None
-        decoded = _load(reader, sorted({k for n, k in keys.items() if n not in jit}), dev, "pt", options.verify)
-        casts: dict = {}
-        for n, (module, attr, is_param, _) in group.items():
-            k = keys[n]
-            if n in jit:
-                put(module, attr, is_param, cw.weights[k].view, params)
-                continue
-            t, want = decoded[k], meta.get(n, (None,))[0]
-            if t.is_floating_point() and want is not None and want.is_floating_point and t.dtype != want:
-                t = casts.setdefault((k, want), t.to(want))
-            put(module, attr, is_param, t, params)
-        if cw is not None:
-            from .model import finish_compressed
-
-            finish_compressed(model, cw, jit)
+    opts = LoadOptions(options.keep_compressed, options.decoder, options.offload, options.verify)
+    cws = fill_slots(model, find_placeholders(model, names), reader, meta, opts)
+    if cws:
+        model.wcodec_weights = cws[0] if len(cws) == 1 else cws
     empty = [n for n, t in [*model.named_parameters(), *model.named_buffers()]
              if t.numel() == 0 and n in meta and 0 not in meta[n][1]]
     if empty:
         raise NotImplementedError(f"wcodec: transformers converted these weights on load, which the placeholders "
                                   f"cannot follow: {empty[:4]}; load with wcodec.hf.WCodecModel.from_pretrained")
-
-
-def _jit_ok(slot, entry) -> bool:
-    module, attr, is_param, _ = slot
-    return (is_param and attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
-            and len(entry["shape"]) == 2 and entry["dtype"] in ("BF16", "F16", "F32", "F64"))
-
-
-def _compressed(reader, jit: dict, meta: dict, dev, options):
-    from ..torch import CompressedWeights
-
-    cw = CompressedWeights(dev, decoder=options.decoder, offload=options.offload)
-    for n, k in jit.items():
-        if k not in cw.weights:
-            cw.add(k, k, reader.record(k, verify=options.verify), meta[n][0])
-    cw.allocate()
-    return cw
 
 
 def register() -> bool:
