@@ -15,6 +15,7 @@ that transformers placed with its ``device_map``). For each device, the tensors 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -64,51 +65,58 @@ def fill_slots(model: torch.nn.Module, slots: dict, reader, meta: dict, options:
     None, on the device of the tensor the slot holds now. meta: {name: (dtype, shape)} that the
     model declared. Returns the :class:`CompressedWeights` made (one per device; bound and
     reported as ``cw.report`` with "compressed", "decoded", "fused" and "kept" {name: reason})."""
-    from ..api import _load
-
     groups: dict = {}
     for name, slot in slots.items():
         dev = torch.device(device) if device is not None else getattr(slot[0], slot[1]).device
         groups.setdefault(dev, {})[name] = slot
     cws, params = [], {}
     for dev, group in groups.items():
-        keys = {n: reader.alias_of(s) or s for n, (_, _, _, s) in group.items()}
-        fused, kept, jit = {}, {}, {}
-        if options.keep_compressed:
-            for n, k in keys.items():
-                if not _matrix_weight(group[n], reader.entry(k)):
-                    continue
-                why = _fusable(group[n][0], reader.entry(k), meta.get(n, (None,))[0], dev) \
-                    if options.keep_compressed is True else "keep_compressed='jit'"
-                if why is None:
-                    fused[n] = k
-                else:
-                    jit[n], kept[n] = k, why
-        cw = _compressed(reader, jit, meta, dev, options) if jit else None
-        plain = sorted({k for n, k in keys.items() if n not in jit and n not in fused})
-        decoded = _load(reader, plain, dev, "pt", options.verify) if plain else {}
-        casts: dict = {}
-        for n, (module, attr, is_param, _) in group.items():
-            k = keys[n]
-            if n in jit:
-                put(module, attr, is_param, cw.weights[k].view, params)
-            elif n not in fused:
-                t, want = decoded[k], meta.get(n, (None,))[0]
-                if t.is_floating_point() and want is not None and want.is_floating_point and t.dtype != want:
-                    t = casts.setdefault((k, want), t.to(want))
-                put(module, attr, is_param, t, params)
-        report = {"compressed": [], "decoded": [], "fused": [], "kept": kept}
-        if fused:
-            report["fused"] = _fuse(model, {n: (group[n][0], k) for n, k in fused.items()}, reader, meta, dev, options)
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+            cw = _fill_device(model, group, dev, reader, meta, options, params)
         if cw is not None:
-            from .model import bind_compressed
-
-            report.update(bind_compressed(model, cw, jit))
-            cw.report = report
             cws.append(cw)
-        elif fused:
-            cws.append(_Report(report))
     return cws
+
+
+def _fill_device(model, group: dict, dev, reader, meta: dict, options: LoadOptions, params: dict):
+    """fill_slots for the slots of one device (Triton launches go to the current device)."""
+    from ..api import _load
+
+    keys = {n: reader.alias_of(s) or s for n, (_, _, _, s) in group.items()}
+    fused, kept, jit = {}, {}, {}
+    if options.keep_compressed:
+        for n, k in keys.items():
+            if not _matrix_weight(group[n], reader.entry(k)):
+                continue
+            why = _fusable(group[n][0], reader.entry(k), meta.get(n, (None,))[0], dev) \
+                if options.keep_compressed is True else "keep_compressed='jit'"
+            if why is None:
+                fused[n] = k
+            else:
+                jit[n], kept[n] = k, why
+    cw = _compressed(reader, jit, meta, dev, options) if jit else None
+    plain = sorted({k for n, k in keys.items() if n not in jit and n not in fused})
+    decoded = _load(reader, plain, dev, "pt", options.verify) if plain else {}
+    casts: dict = {}
+    for n, (module, attr, is_param, _) in group.items():
+        k = keys[n]
+        if n in jit:
+            put(module, attr, is_param, cw.weights[k].view, params)
+        elif n not in fused:
+            t, want = decoded[k], meta.get(n, (None,))[0]
+            if t.is_floating_point() and want is not None and want.is_floating_point and t.dtype != want:
+                t = casts.setdefault((k, want), t.to(want))
+            put(module, attr, is_param, t, params)
+    report = {"compressed": [], "decoded": [], "fused": [], "kept": kept}
+    if fused:
+        report["fused"] = _fuse(model, {n: (group[n][0], k) for n, k in fused.items()}, reader, meta, dev, options)
+    if cw is not None:
+        from .model import bind_compressed
+
+        report.update(bind_compressed(model, cw, jit))
+        cw.report = report
+        return cw
+    return _Report(report) if fused else None
 
 
 class _Report:

@@ -182,6 +182,13 @@ class CompressedWeights:
         target = w.view if out is None else out
         if target.numel() == 0:
             return target
+        if self.device.type == "cuda" and self.device.index is not None \
+                and self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):  # Triton launches on the current device
+                return self._decode(w, target, out)
+        return self._decode(w, target, out)
+
+    def _decode(self, w: _Weight, target: torch.Tensor, out) -> torch.Tensor:
         if w.stored == w.dtype and out is None:
             w.decoder.decode_into(self.scratch, self.work)
         else:
