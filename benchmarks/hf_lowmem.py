@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import time
@@ -155,8 +156,13 @@ def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512) -
 
     _reset()
     model = load()
-    model = peft.get_peft_model(model, peft.LoraConfig(
-        r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    cfg = peft.LoraConfig(r=16, lora_alpha=32,
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    if importlib.util.find_spec("wcodec.torch.linear") is not None:
+        from wcodec.hf.lora import register  # LoRA around fused CompressedLinear layers
+
+        register(cfg)
+    model = peft.get_peft_model(model, cfg)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.randint(3, 32000, (batch, seq), generator=torch.Generator().manual_seed(2)).to(DEV)
@@ -255,13 +261,14 @@ def main(argv=None) -> int:
     def load_bf16():
         return auto(str(src), dtype=torch.bfloat16, device_map=DEV).eval()
 
-    def load_kept(mode):
-        return lambda: auto(str(dst), device_map=DEV, quantization_config=WcodecConfig(keep_compressed=mode))
+    def load_kept(mode, **kw):
+        return lambda: auto(str(dst), device_map=DEV, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
 
     variants = [("bf16 (transformers, safetensors)", load_bf16, True),
                 ("wcodec: AutoModelForCausalLM.from_pretrained", lambda: auto(str(dst), device_map=DEV), False),
                 ("wcodec: WCodecModel.from_pretrained", lambda: WCodecModel.from_pretrained(dst, device=DEV), False),
                 ("keep_compressed fused", load_kept(True), True),
+                ("keep_compressed fused, embeddings decoded", load_kept(True, jit_embeddings=False), True),
                 ("keep_compressed jit", load_kept("jit"), True)]
     rows, loras = [], []
     info = {"layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,

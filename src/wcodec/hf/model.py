@@ -140,7 +140,7 @@ class WCodecModel:
     @classmethod
     def from_pretrained(cls, folder, device="cpu", dtype=None, keep_compressed=False,
                         model_class=None, offload: bool = False, decoder: str = "auto",
-                        verify: bool = True, torch_dtype=None, **kwargs):
+                        verify: bool = True, torch_dtype=None, jit_embeddings: bool = True, **kwargs):
         """Load a folder written by :func:`wcodec.hf.convert_folder` as a transformers model.
 
         folder: config.json + model.wcodec (or shards + index). device: "cpu", "cuda[:i]" or a
@@ -151,7 +151,8 @@ class WCodecModel:
         CompressedLinear`, the other Linear / Embedding weights stay compressed on ``device``
         and are decoded just before their module runs; "jit": all of them just in time (peak
         memory about the compressed model + the largest weight). Compressed weights are frozen;
-        adapters on top train (peft LoRA).
+        adapters on top train (peft LoRA). jit_embeddings: with True, False decodes the
+        weights that are not fused instead (no graph break under torch.compile).
         model_class: a transformers class (default: ``config.architectures[0]``, else AutoModel).
         offload: with keep_compressed on CUDA, hold the compressed bytes in pinned CPU memory.
         decoder: "auto", "triton" or "numba" (keep_compressed). verify: check checksums.
@@ -172,7 +173,7 @@ class WCodecModel:
             model.tie_weights()  # tied parameters share the stored tensor of their partner
             slots = slots_by_name(model, reader.keys(), getattr(model, "base_model_prefix", "") or "")
             meta = {n: (getattr(m, a).dtype, tuple(getattr(m, a).shape)) for n, (m, a, _, _) in slots.items()}
-            cws = fill_slots(model, slots, reader, meta, LoadOptions(keep_compressed, decoder, offload, verify),
+            cws = fill_slots(model, slots, reader, meta, LoadOptions(keep_compressed, decoder, jit_embeddings, offload, verify),
                              device=device)
             used = {s for *_, s in slots.values()}
             unused = [n for n in reader.keys() if n not in used]

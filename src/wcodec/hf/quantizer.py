@@ -42,6 +42,8 @@ class WcodecConfig(QuantizationConfigMixin):
         left on it), True or "jit" (Linear / Embedding weights stay compressed on their device and
         are decoded just in time into one scratch buffer per device; :class:`wcodec.torch.
         CompressedWeights`, inference and adapter training, not serialisable).
+    jit_embeddings: with keep_compressed=True, False decodes the weights that are not fused
+        (embeddings) instead of keeping them just in time (no graph break under torch.compile).
     decoder: "auto", "triton" or "numba" (keep_compressed). offload: keep_compressed on CUDA
         with the compressed bytes in pinned CPU memory. verify: check checksums.
     format_version / mode / wcodec_version: written by convert_folder, informative.
@@ -50,20 +52,22 @@ class WcodecConfig(QuantizationConfigMixin):
 
     def __init__(self, keep_compressed=False, decoder: str = "auto", offload: bool = False,
                  verify: bool = True, mode: str | None = None, format_version: int | None = None,
-                 wcodec_version: str | None = None, **kwargs):
+                 wcodec_version: str | None = None, jit_embeddings: bool = True, **kwargs):
         if not (keep_compressed is False or keep_compressed is True or keep_compressed == "jit"):
             raise ValueError(f"keep_compressed must be one of {KEEP_COMPRESSED}, got {keep_compressed!r}")
         if decoder not in ("auto", "triton", "numba"):
             raise ValueError(f"decoder must be 'auto', 'triton' or 'numba', got {decoder!r}")
         self.quant_method = QUANT_METHOD
         self.keep_compressed, self.decoder, self.offload, self.verify = keep_compressed, decoder, offload, verify
+        self.jit_embeddings = jit_embeddings
         self.mode, self.format_version, self.wcodec_version = mode, format_version, wcodec_version
         # transformers removes the quantizer from a model whose config says dequantize
         self.dequantize = keep_compressed is False
 
     def get_loading_attributes(self) -> dict:
         """The options that a config passed to from_pretrained overrides in the folder's."""
-        return {k: getattr(self, k) for k in ("keep_compressed", "decoder", "offload", "verify", "dequantize")}
+        return {k: getattr(self, k) for k in ("keep_compressed", "decoder", "offload", "verify", "dequantize",
+                                              "jit_embeddings")}
 
 
 class WcodecHfQuantizer(HfQuantizer):
@@ -138,7 +142,8 @@ def fill(model, reader, names: list[str], meta: dict, options: WcodecConfig) -> 
     :class:`wcodec.hf.WCodecModel`."""
     from .materialize import LoadOptions, fill_slots
 
-    opts = LoadOptions(options.keep_compressed, options.decoder, options.offload, options.verify)
+    opts = LoadOptions(options.keep_compressed, options.decoder, options.jit_embeddings, options.offload,
+                       options.verify)
     cws = fill_slots(model, find_placeholders(model, names), reader, meta, opts)
     if cws:
         model.wcodec_weights = cws[0] if len(cws) == 1 else cws

@@ -175,6 +175,9 @@ class CompressedWeights:
         return {k: w.view for k, w in self.weights.items()}
 
     # -- use -------------------------------------------------------------------------------
+    # torch.compile: a graph break around each decode (the numba / Triton launchers are Python
+    # that dynamo must not trace); the fused CompressedLinear is the path without breaks
+    @torch.compiler.disable
     def decode(self, key: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """Decode weight ``key`` into its scratch view (or into ``out``, a tensor of its shape and
         the module dtype); returns that tensor. Asynchronous on CUDA."""
