@@ -49,10 +49,10 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def _encode_one(item: Item, mode: str):
+def _encode_one(item: Item, mode: str, codec: str | None = None):
     from ..codecs import decode_tensor, encode_tensor
 
-    rec = encode_tensor(item.array, item.dtype, mode, item.name)
+    rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec)
     if rec.codec in LOSSY_CODECS:
         crc = spec.crc32(decode_tensor(rec, item.name))
     else:
@@ -61,11 +61,12 @@ def _encode_one(item: Item, mode: str):
 
 
 def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: int | None = None,
-                progress=None) -> dict:
+                progress=None, codec: str | None = None) -> dict:
     """Encode ``items`` in order into ``sink`` (a Writer or ShardedWriter).
 
     mode: "lossless" or "int8". workers: encoding threads (None: :func:`default_workers`).
-    progress: a tqdm-like object updated with decoded bytes, or None.
+    progress: a tqdm-like object updated with decoded bytes, or None. codec: a codec id of
+    ``wcodec.codecs.PREFERABLE`` (``"fixed"``) used for the tensors it can take.
     Returns totals {"tensors", "aliases", "raw_bytes", "coded_bytes"}. Exceptions propagate
     after cancelling pending work (the caller aborts the sink).
     """
@@ -98,7 +99,7 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
                 continue
             if key is not None:
                 seen[key] = item.name
-            pending.append((item.name, ex.submit(_encode_one, item, mode), int(item.array.nbytes)))
+            pending.append((item.name, ex.submit(_encode_one, item, mode, codec), int(item.array.nbytes)))
             while len(pending) > workers:
                 flush_one()
         while pending:
