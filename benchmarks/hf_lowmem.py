@@ -116,7 +116,7 @@ def _generate_rate(model, batch: int, new_tokens: int, static: bool = False) -> 
     return batch * new_tokens / best, out
 
 
-def measure(name: str, load, new_tokens: int, compile_: bool) -> dict:
+def measure(name: str, load, new_tokens: int, compile_: bool = False) -> dict:
     _reset()
     # First load in this process pays one-time costs (CUDA/cuBLAS handles, Triton kernel
     # compilation or cache load); the second is the steady state from page cache. Both reported.
@@ -140,14 +140,19 @@ def measure(name: str, load, new_tokens: int, compile_: bool) -> dict:
         row["_logits"] = model(ids).logits[0, -1].float().cpu()
     row["_tokens"] = out.cpu()
     if compile_:
-        try:
-            row["tok_s_b1_compiled"], cout = _generate_rate(model, 1, new_tokens, static=True)
-            row["_tokens_compiled"] = cout.cpu()
-            row["tok_s_b16_compiled"], _ = _generate_rate(model, 16, new_tokens, static=True)
-        except Exception as e:  # reported in the table, not hidden
-            row["compiled_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        compiled(row, model, new_tokens)
     del model
     return row
+
+
+def compiled(row: dict, model, new_tokens: int) -> None:
+    """Compiled generation rates into ``row`` (errors reported in the row, not hidden)."""
+    try:
+        row["tok_s_b1_compiled"], cout = _generate_rate(model, 1, new_tokens, static=True)
+        row["_tokens_compiled"] = cout.cpu()
+        row["tok_s_b16_compiled"], _ = _generate_rate(model, 16, new_tokens, static=True)
+    except Exception as e:
+        row["compiled_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512) -> dict:
@@ -228,6 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also compiled generation (static cache)")
     ap.add_argument("--lora", action="store_true", help="also a LoRA training step (needs peft)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--max-minutes", type=float, default=7.0,
+                    help="start no new phase after this (rows print and the JSON is saved as they finish)")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     args = ap.parse_args(argv)
     global DEV
@@ -257,21 +264,35 @@ def main(argv=None) -> int:
           f"({8 * wc_bytes / (nbytes / 2):.2f} bits/weight) encoded in {t_enc:.1f} s", flush=True)
 
     auto = transformers.AutoModelForCausalLM.from_pretrained
+    # transformers needs accelerate for any device_map; without it: load on the CPU then move
+    # (bf16, decoded), and the kept-compressed rows go through WCodecModel (their rows say so)
+    acc = importlib.util.find_spec("accelerate") is not None
+    if not acc:
+        print("# accelerate is not installed (pip install 'wcodec[hf]'): no device_map; "
+              "kept-compressed rows load with WCodecModel.from_pretrained", flush=True)
 
     def load_bf16():
+        if not acc:
+            return auto(str(src), dtype=torch.bfloat16).to(DEV).eval()
         return auto(str(src), dtype=torch.bfloat16, device_map=DEV).eval()
 
+    def load_auto():
+        return auto(str(dst), device_map=DEV) if acc else auto(str(dst)).to(DEV)
+
     def load_kept(mode, **kw):
+        if not acc:
+            return lambda: WCodecModel.from_pretrained(dst, device=DEV, keep_compressed=mode, **kw)
         return lambda: auto(str(dst), device_map=DEV, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
 
     variants = [("bf16 (transformers, safetensors)", load_bf16, True),
-                ("wcodec: AutoModelForCausalLM.from_pretrained", lambda: auto(str(dst), device_map=DEV), False),
+                ("wcodec: AutoModelForCausalLM.from_pretrained" + ("" if acc else " (no device_map: CPU, then .to)"),
+                 load_auto, False),
                 ("wcodec: WCodecModel.from_pretrained", lambda: WCodecModel.from_pretrained(dst, device=DEV), False),
                 ("keep_compressed fused", load_kept(True), True),
                 ("keep_compressed fused, embeddings decoded", load_kept(True, jit_embeddings=False), True),
                 ("keep_compressed jit", load_kept("jit"), True)]
     rows, loras = [], []
-    info = {"layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
+    info = {"accelerate": acc, "layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
             "bf16_bytes": nbytes, "wcodec_bytes": wc_bytes, "rows": rows, "lora": loras}
 
     def save():
@@ -279,29 +300,53 @@ def main(argv=None) -> int:
             keep = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
             Path(args.json).write_text(json.dumps({**info, "rows": keep}, indent=2))
 
+    deadline = time.perf_counter() + 60 * args.max_minutes
+
+    def in_time(what: str) -> bool:
+        if time.perf_counter() < deadline:
+            return True
+        print(f"# skipped (--max-minutes {args.max_minutes} reached): {what}", flush=True)
+        return False
+
+    # eager rows first, then LoRA, then compiled (slowest: one compilation per variant and batch)
     for name, load, comp in variants:
+        if not in_time(name):
+            continue
         try:
-            r = measure(name, load, args.new_tokens, args.compile and comp)
+            r = measure(name, load, args.new_tokens, False)
         except Exception as e:  # one variant failing must not lose the others
             print(f"# {name}: FAILED {type(e).__name__}: {e}", flush=True)
             continue
         base = rows[0] if rows else r
         r["same_logits"] = bool(torch.equal(r["_logits"], base["_logits"]))
         r["same_tokens"] = bool(torch.equal(r["_tokens"], base["_tokens"]))
-        if "_tokens_compiled" in r:
-            r["same_tokens_compiled"] = bool(torch.equal(r["_tokens_compiled"], base["_tokens"]))
+        r["_load"], r["_compile"] = load, comp
         rows.append(r)
         print(f"# done: {name}: {json.dumps({k: v for k, v in r.items() if not k.startswith('_')})}", flush=True)
         save()
     if args.lora:
         for name, load in [("bf16 base", load_bf16), ("keep_compressed fused base", load_kept(True)),
                            ("keep_compressed jit base", load_kept("jit"))]:
+            if not in_time(f"LoRA {name}"):
+                continue
             try:
                 loras.append(lora_step(name, load))
             except Exception as e:
                 loras.append({"variant": name, "error": f"{type(e).__name__}: {e}"})
             print(f"# done: LoRA {name}: {json.dumps(loras[-1])}", flush=True)
             save()
+    for r in rows if args.compile else []:
+        if not r["_compile"] or not in_time(f"compiled {r['variant']}"):
+            continue
+        _reset()
+        model = r["_load"]()
+        compiled(r, model, args.new_tokens)
+        del model
+        if "_tokens_compiled" in r:
+            r["same_tokens_compiled"] = bool(torch.equal(r["_tokens_compiled"], rows[0]["_tokens"]))
+        print(f"# done: compiled {r['variant']}: {r.get('tok_s_b1_compiled')} / {r.get('tok_s_b16_compiled')} "
+              f"tok/s {r.get('compiled_error', '')}", flush=True)
+        save()
     print_table(rows, loras)
     return 0
 

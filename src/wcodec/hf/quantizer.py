@@ -39,9 +39,12 @@ class WcodecConfig(QuantizationConfigMixin):
     """Loading options of a wcodec folder (``quantization_config`` of ``from_pretrained``).
 
     keep_compressed: False (decode every tensor on its device: an ordinary model, no quantizer
-        left on it), True or "jit" (Linear / Embedding weights stay compressed on their device and
-        are decoded just in time into one scratch buffer per device; :class:`wcodec.torch.
-        CompressedWeights`, inference and adapter training, not serialisable).
+        left on it); True (every bf16 nn.Linear becomes a fused :class:`wcodec.torch.linear.
+        CompressedLinear`, other Linear / Embedding weights as "jit"); "jit" (Linear / Embedding
+        weights stay compressed on their device and are decoded just in time into one scratch
+        buffer per device, :class:`wcodec.torch.CompressedWeights`). Kept-compressed models are
+        frozen (adapters train on top) and not serialisable; place them with ``device_map``
+        (moving a just-in-time model afterwards is not supported).
     jit_embeddings: with keep_compressed=True, False decodes the weights that are not fused
         (embeddings) instead of keeping them just in time (no graph break under torch.compile).
     decoder: "auto", "triton" or "numba" (keep_compressed). offload: keep_compressed on CUDA
