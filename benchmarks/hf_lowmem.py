@@ -72,18 +72,26 @@ def write_synthetic(folder: Path, config, seed: int = 0) -> float:
 DEV = "cuda"  # "cpu" with --smoke: the whole script on a tiny model, memory figures 0
 
 
+DMAP = "cuda"  # device_map of the loads; "auto" spreads a model over every visible GPU
+
+
+def _gpus() -> range:
+    return range(torch.cuda.device_count()) if DEV == "cuda" else range(0)
+
+
 def _sync():
-    if DEV == "cuda":
-        _sync()
+    for i in _gpus():
+        torch.cuda.synchronize(i)
 
 
 def _peak_gb() -> float:
-    return _peak_gb() if DEV == "cuda" else 0.0
+    """Peak allocated memory summed over the GPUs (one GPU unless --device-map auto)."""
+    return sum(torch.cuda.max_memory_allocated(i) for i in _gpus()) / 1e9
 
 
 def _reset_peak():
-    if DEV == "cuda":
-        _reset_peak()
+    for i in _gpus():
+        torch.cuda.reset_peak_memory_stats(i)
 
 
 def _device_name() -> str:
@@ -129,7 +137,7 @@ def measure(name: str, load, new_tokens: int, compile_: bool = False) -> dict:
         _sync()
         times.append(time.perf_counter() - t)
     row = {"variant": name, "load_first_s": times[0], "load_s": times[1],
-           "mem_after_load_gb": torch.cuda.memory_allocated() / 1e9 if DEV == "cuda" else 0.0}
+           "mem_after_load_gb": sum(torch.cuda.memory_allocated(i) for i in _gpus()) / 1e9}
     row["tok_s_b1"], out = _generate_rate(model, 1, new_tokens)
     row["peak_b1_gb"] = _peak_gb()
     _reset_peak()
@@ -233,12 +241,15 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also compiled generation (static cache)")
     ap.add_argument("--lora", action="store_true", help="also a LoRA training step (needs peft)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device-map", default="cuda",
+                    help='"auto": each model spread over every visible GPU (memory summed over them)')
     ap.add_argument("--max-minutes", type=float, default=7.0,
                     help="start no new phase after this (rows print and the JSON is saved as they finish)")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     args = ap.parse_args(argv)
-    global DEV
+    global DEV, DMAP
     DEV = "cpu" if args.smoke else "cuda"
+    DMAP = DEV if args.smoke else args.device_map
 
     import transformers
 
@@ -274,15 +285,15 @@ def main(argv=None) -> int:
     def load_bf16():
         if not acc:
             return auto(str(src), dtype=torch.bfloat16).to(DEV).eval()
-        return auto(str(src), dtype=torch.bfloat16, device_map=DEV).eval()
+        return auto(str(src), dtype=torch.bfloat16, device_map=DMAP).eval()
 
     def load_auto():
-        return auto(str(dst), device_map=DEV) if acc else auto(str(dst)).to(DEV)
+        return auto(str(dst), device_map=DMAP) if acc else auto(str(dst)).to(DEV)
 
     def load_kept(mode, **kw):
         if not acc:
             return lambda: WCodecModel.from_pretrained(dst, device=DEV, keep_compressed=mode, **kw)
-        return lambda: auto(str(dst), device_map=DEV, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
+        return lambda: auto(str(dst), device_map=DMAP, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
 
     variants = [("bf16 (transformers, safetensors)", load_bf16, True),
                 ("wcodec: AutoModelForCausalLM.from_pretrained" + ("" if acc else " (no device_map: CPU, then .to)"),
@@ -292,7 +303,7 @@ def main(argv=None) -> int:
                 ("keep_compressed fused, embeddings decoded", load_kept(True, jit_embeddings=False), True),
                 ("keep_compressed jit", load_kept("jit"), True)]
     rows, loras = [], []
-    info = {"accelerate": acc, "layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
+    info = {"device_map": DMAP, "gpus": len(_gpus()), "accelerate": acc, "layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
             "bf16_bytes": nbytes, "wcodec_bytes": wc_bytes, "rows": rows, "lora": loras}
 
     def save():

@@ -78,7 +78,31 @@ def fill_slots(model: torch.nn.Module, slots: dict, reader, meta: dict, options:
             cw = _fill_device(model, group, dev, reader, meta, options, params)
         if cw is not None:
             cws.append(cw)
+    if sum(d.type == "cuda" for d in groups) > 1:
+        _guard_devices(model)
     return cws
+
+
+def _guard_devices(model: torch.nn.Module) -> None:
+    """Across several GPUs (device_map="auto"), make each CompressedLinear's GPU the current one
+    while it runs: Triton launches its kernels on the current device, whatever the pointers."""
+    from ..torch.linear import CompressedLinear
+
+    def before(module, args):
+        dev = next(module.buffers()).device
+        module._wcodec_prev = torch.cuda.current_device()
+        if dev.type == "cuda" and dev.index != module._wcodec_prev:
+            torch.cuda.set_device(dev)
+
+    def after(module, args, out):
+        prev = module.__dict__.pop("_wcodec_prev", None)
+        if prev is not None and prev != torch.cuda.current_device():
+            torch.cuda.set_device(prev)
+
+    for m in model.modules():
+        if isinstance(m, CompressedLinear):
+            m.register_forward_pre_hook(before)
+            m.register_forward_hook(after)
 
 
 def _fill_device(model, group: dict, dev, reader, meta: dict, options: LoadOptions, params: dict):
