@@ -1,22 +1,36 @@
-"""Llama-2-7B-shaped model, SYNTHETIC weights: load time, peak GPU memory and generation speed for
-uncompressed bf16 (transformers), wcodec ``from_pretrained`` and wcodec ``keep_compressed=True``.
+"""Llama-2-7B-shaped model, SYNTHETIC weights: load time, peak GPU memory and generation speed,
+eager and compiled, for uncompressed bf16 and four ways of loading the same weights from a
+wcodec folder; then a LoRA training step on a bf16 base and on compressed bases.
+
+Rows: bf16 (transformers, safetensors folder); wcodec folder through plain
+``AutoModelForCausalLM.from_pretrained`` (decoded); ``WCodecModel.from_pretrained`` (decoded);
+keep_compressed fused (``WcodecConfig(keep_compressed=True)``: CompressedLinear for every
+Linear, embeddings just in time); keep_compressed jit (``keep_compressed="jit"``: every weight
+decoded just in time, the previous scheme).
 
 Weights are synthetic (normal, std 0.02 for matrices, 1.0 for norms, rounded to bf16; not a
 trained model), written as one safetensors folder, converted with ``wcodec.hf.convert_folder``
 and loaded from the page cache. ``--layers N`` builds a reduced-depth model of 7B width (the
-output says so). Prints a table and writes JSON to ``--json``.
+output says so). Rows print as they finish; the JSON (``--json``) is rewritten after each, so a
+run cut short keeps what it measured.
 
-    python benchmarks/hf_lowmem.py --layers 8 --workdir /tmp/hf_lowmem --json $OUT/hf_lowmem.json
+    python benchmarks/hf_lowmem.py --layers 8 --compile --lora --json $OUT/hf_lowmem.json
 
 Peak memory = torch.cuda.max_memory_allocated over load + batch-1 generation (and separately
 batch 16), after empty_cache and a reset. Tokens/s = batch * new tokens / wall time of a greedy
-``generate`` (prompt 16 tokens, ``--new-tokens`` forced with min_new_tokens), best of two after a warm-up.
+``generate`` (prompt 16 tokens, ``--new-tokens`` forced with min_new_tokens), best of two after a
+warm-up. Compiled = ``generate(..., cache_implementation="static")``, which transformers compiles
+(torch.compile of the forward, CUDA graphs) on the GPU; warm-up runs compile. Same tokens: equal
+to the bf16 eager generation. LoRA step: peft r=16 on q/k/v/o/gate/up/down, batch 4 x 512
+tokens, AdamW, median of 3 steps after one; peak = max_memory_allocated over the steps, model
+included.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import time
@@ -43,41 +57,74 @@ def write_synthetic(folder: Path, config, seed: int = 0) -> float:
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(config)
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEV).manual_seed(seed)
     sd = {}
     for name, p in skeleton.state_dict().items():
         if p.ndim == 1:  # RMSNorm gains
             sd[name] = torch.ones(p.shape, dtype=torch.bfloat16)
         else:
-            sd[name] = (torch.randn(p.shape, generator=g, device="cuda") * 0.02).to(torch.bfloat16).cpu()
+            sd[name] = (torch.randn(p.shape, generator=g, device=DEV) * 0.02).to(torch.bfloat16).cpu()
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(folder)
     return sum(t.numel() * 2 for t in sd.values())
 
 
+DEV = "cuda"  # "cpu" with --smoke: the whole script on a tiny model, memory figures 0
+
+
+DMAP = "cuda"  # device_map of the loads; "auto" spreads a model over every visible GPU
+
+
+def _gpus() -> range:
+    return range(torch.cuda.device_count()) if DEV == "cuda" else range(0)
+
+
+def _sync():
+    for i in _gpus():
+        torch.cuda.synchronize(i)
+
+
+def _peak_gb() -> float:
+    """Peak allocated memory summed over the GPUs (one GPU unless --device-map auto)."""
+    return sum(torch.cuda.max_memory_allocated(i) for i in _gpus()) / 1e9
+
+
+def _reset_peak():
+    for i in _gpus():
+        torch.cuda.reset_peak_memory_stats(i)
+
+
+def _device_name() -> str:
+    return torch.cuda.get_device_name() if DEV == "cuda" else "CPU (smoke run)"
+
+
 def _reset():
     gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+    _sync()
+    _reset_peak()
 
 
-def _generate_rate(model, batch: int, new_tokens: int) -> tuple[float, torch.Tensor]:
-    ids = torch.randint(3, 32000, (batch, 16), generator=torch.Generator().manual_seed(1)).cuda()
+def _generate_rate(model, batch: int, new_tokens: int, static: bool = False) -> tuple[float, torch.Tensor]:
+    ids = torch.randint(3, 32000, (batch, 16), generator=torch.Generator().manual_seed(1)).to(DEV)
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    if static:  # transformers compiles the forward for a static cache on the GPU
+        kw["cache_implementation"] = "static"
     with torch.inference_mode():
-        model.generate(ids, max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)  # warm-up
+        for _ in range(2 if static else 1):  # warm-up (compiles; the second settles CUDA graphs)
+            model.generate(ids, **{**kw, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens})
         best = float("inf")
         for _ in range(2):  # best of two: the first timed run of a process paid one-time costs (measured 9x)
-            torch.cuda.synchronize()
+            _sync()
             t = time.perf_counter()
             out = model.generate(ids, **kw)
-            torch.cuda.synchronize()
+            _sync()
             best = min(best, time.perf_counter() - t)
     return batch * new_tokens / best, out
 
 
-def measure(name: str, load, new_tokens: int) -> dict:
+def measure(name: str, load, new_tokens: int, compile_: bool = False) -> dict:
     _reset()
     # First load in this process pays one-time costs (CUDA/cuBLAS handles, Triton kernel
     # compilation or cache load); the second is the steady state from page cache. Both reported.
@@ -87,21 +134,103 @@ def measure(name: str, load, new_tokens: int) -> dict:
         _reset()
         t = time.perf_counter()
         model = load()
-        torch.cuda.synchronize()
+        _sync()
         times.append(time.perf_counter() - t)
     row = {"variant": name, "load_first_s": times[0], "load_s": times[1],
-           "mem_after_load_gb": torch.cuda.memory_allocated() / 1e9}
+           "mem_after_load_gb": sum(torch.cuda.memory_allocated(i) for i in _gpus()) / 1e9}
     row["tok_s_b1"], out = _generate_rate(model, 1, new_tokens)
-    row["peak_b1_gb"] = torch.cuda.max_memory_allocated() / 1e9
-    torch.cuda.reset_peak_memory_stats()
+    row["peak_b1_gb"] = _peak_gb()
+    _reset_peak()
     row["tok_s_b16"], _ = _generate_rate(model, 16, new_tokens)
-    row["peak_b16_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    row["peak_b16_gb"] = _peak_gb()
     with torch.inference_mode():
-        ids = torch.arange(3, 35, device="cuda")[None]
+        ids = torch.arange(3, 35, device=DEV)[None]
         row["_logits"] = model(ids).logits[0, -1].float().cpu()
     row["_tokens"] = out.cpu()
+    if compile_:
+        compiled(row, model, new_tokens)
     del model
     return row
+
+
+def compiled(row: dict, model, new_tokens: int) -> None:
+    """Compiled generation rates into ``row`` (errors reported in the row, not hidden)."""
+    try:
+        row["tok_s_b1_compiled"], cout = _generate_rate(model, 1, new_tokens, static=True)
+        row["_tokens_compiled"] = cout.cpu()
+        row["tok_s_b16_compiled"], _ = _generate_rate(model, 16, new_tokens, static=True)
+    except Exception as e:
+        row["compiled_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512) -> dict:
+    """Median time and peak memory of one LoRA training step (forward, backward, AdamW)."""
+    import peft
+
+    _reset()
+    model = load()
+    cfg = peft.LoraConfig(r=16, lora_alpha=32,
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    if importlib.util.find_spec("wcodec.torch.linear") is not None:
+        from wcodec.hf.lora import register  # LoRA around fused CompressedLinear layers
+
+        register(cfg)
+    model = peft.get_peft_model(model, cfg)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    ids = torch.randint(3, 32000, (batch, seq), generator=torch.Generator().manual_seed(2)).to(DEV)
+    _reset_peak()
+    times, losses = [], []
+    for i in range(steps + 1):
+        _sync()
+        t = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync()
+        if i:
+            times.append(time.perf_counter() - t)
+        losses.append(loss.item())
+    row = {"variant": name, "step_s": sorted(times)[len(times) // 2],
+           "peak_gb": _peak_gb(), "losses": losses}
+    del model, opt
+    return row
+
+
+def _fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
+def _div(a, b):
+    return a / b if a and b else None
+
+
+def print_table(rows: list, loras: list) -> None:
+    base = rows[0]
+    print("\n| variant | load s (2nd) | load s (1st) | GPU mem after load GB | peak b1 GB | peak/bf16 | tok/s b1 | vs bf16 | "
+          "tok/s b16 | vs bf16 | compiled tok/s b1 | vs compiled bf16 | compiled tok/s b16 | vs compiled bf16 | same logits | same tokens (eager / compiled) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for r in rows:
+        def ratio(k):
+            return _div(r.get(k), base.get(k))
+        comp = (r.get("compiled_error") or "")[:60]
+        print(f"| {r['variant']} | {r['load_s']:.2f} | {r['load_first_s']:.2f} | {r['mem_after_load_gb']:.2f} | "
+              f"{r['peak_b1_gb']:.2f} | {_fmt(ratio('peak_b1_gb'), '.3f')} | {r['tok_s_b1']:.1f} | "
+              f"{_fmt(ratio('tok_s_b1'), '.3f')} | {r['tok_s_b16']:.1f} | {_fmt(ratio('tok_s_b16'), '.3f')} | "
+              f"{_fmt(r.get('tok_s_b1_compiled')) if not comp else comp} | {_fmt(ratio('tok_s_b1_compiled'), '.3f')} | "
+              f"{_fmt(r.get('tok_s_b16_compiled'))} | {_fmt(ratio('tok_s_b16_compiled'), '.3f')} | "
+              f"{r['same_logits']} | {r['same_tokens']} / {r.get('same_tokens_compiled', '-')} |")
+    if loras:
+        lb = loras[0]
+        print("\n| LoRA step, batch 4 x 512 | step s | vs bf16 base | peak GB | peak vs bf16 base | loss first -> last |")
+        print("|---|---:|---:|---:|---:|---|")
+        for r in loras:
+            if "error" in r:
+                print(f"| {r['variant']} | {r['error'][:80]} | | | | |")
+                continue
+            print(f"| {r['variant']} | {r['step_s']:.3f} | {_fmt(_div(r['step_s'], lb.get('step_s')), '.3f')} | "
+                  f"{r['peak_gb']:.2f} | {_fmt(_div(r['peak_gb'], lb.get('peak_gb')), '.3f')} | {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f} |")
 
 
 def main(argv=None) -> int:
@@ -109,16 +238,29 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=32, help="decoder layers (32 = Llama-2-7B; fewer: reduced depth)")
     ap.add_argument("--workdir", default="/tmp/hf_lowmem")
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--compile", action="store_true", help="also compiled generation (static cache)")
+    ap.add_argument("--lora", action="store_true", help="also a LoRA training step (needs peft)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device-map", default="cuda",
+                    help='"auto": each model spread over every visible GPU (memory summed over them)')
+    ap.add_argument("--max-minutes", type=float, default=7.0,
+                    help="start no new phase after this (rows print and the JSON is saved as they finish)")
+    ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     args = ap.parse_args(argv)
+    global DEV, DMAP
+    DEV = "cpu" if args.smoke else "cuda"
+    DMAP = DEV if args.smoke else args.device_map
 
     import transformers
 
-    from wcodec.hf import WCodecModel, convert_folder
+    import wcodec  # noqa: F401  (registers the wcodec quantization method with transformers)
+    from wcodec.hf import WCodecModel, WcodecConfig, convert_folder
 
     work = Path(args.workdir)
     src, dst = work / "bf16", work / "wcodec"
     cfg = llama7b_config(args.layers)
+    if args.smoke:
+        cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads = 64, 128, 4, 4
     t = time.perf_counter()
     nbytes = write_synthetic(src, cfg)
     t_write = time.perf_counter() - t
@@ -127,43 +269,96 @@ def main(argv=None) -> int:
     t_enc = time.perf_counter() - t
     wc_bytes = sum(p.stat().st_size for p in dst.glob("*.wcodec"))
     depth = "full depth (Llama-2-7B)" if args.layers == 32 else f"REDUCED DEPTH: {args.layers} of 32 layers"
-    print(f"# SYNTHETIC weights, Llama-2-7B width, {depth}; {torch.cuda.get_device_name()}; "
-          f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"# SYNTHETIC weights, Llama-2-7B width, {depth}; {_device_name()}; "
+          f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     print(f"# bf16 safetensors {nbytes / 1e9:.2f} GB written in {t_write:.1f} s; wcodec {wc_bytes / 1e9:.2f} GB "
-          f"({8 * wc_bytes / (nbytes / 2):.2f} bits/weight) encoded in {t_enc:.1f} s")
+          f"({8 * wc_bytes / (nbytes / 2):.2f} bits/weight) encoded in {t_enc:.1f} s", flush=True)
+
+    auto = transformers.AutoModelForCausalLM.from_pretrained
+    # transformers needs accelerate for any device_map; without it: load on the CPU then move
+    # (bf16, decoded), and the kept-compressed rows go through WCodecModel (their rows say so)
+    acc = importlib.util.find_spec("accelerate") is not None
+    if not acc:
+        print("# accelerate is not installed (pip install 'wcodec[hf]'): no device_map; "
+              "kept-compressed rows load with WCodecModel.from_pretrained", flush=True)
 
     def load_bf16():
-        kw = {"device_map": "cuda"}
-        try:
-            import accelerate  # noqa: F401
-        except ImportError:
-            kw = {}
-        m = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16, **kw)
-        return m.cuda().eval()
+        if not acc:
+            return auto(str(src), dtype=torch.bfloat16).to(DEV).eval()
+        return auto(str(src), dtype=torch.bfloat16, device_map=DMAP).eval()
 
-    rows = [measure("bf16 (transformers from_pretrained)", load_bf16, args.new_tokens),
-            measure("wcodec from_pretrained", lambda: WCodecModel.from_pretrained(dst, device="cuda"),
-                    args.new_tokens),
-            measure("wcodec keep_compressed=True",
-                    lambda: WCodecModel.from_pretrained(dst, device="cuda", keep_compressed=True),
-                    args.new_tokens)]
-    base = rows[0]
-    print(f"\n| variant | load s (2nd) | load s (1st in process) | GPU mem after load GB | peak b1 GB | peak/bf16 | tok/s b1 | vs bf16 | "
-          f"tok/s b16 | peak b16 GB | same logits | same tokens |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    for r in rows:
-        r["same_logits"] = bool(torch.equal(r.pop("_logits"), base["_logits"])) if r is not base else True
-        r["same_tokens"] = bool(torch.equal(r.pop("_tokens"), base["_tokens"])) if r is not base else True
-        print(f"| {r['variant']} | {r['load_s']:.2f} | {r['load_first_s']:.2f} | {r['mem_after_load_gb']:.2f} | {r['peak_b1_gb']:.2f} | "
-              f"{r['peak_b1_gb'] / base['peak_b1_gb']:.3f} | {r['tok_s_b1']:.1f} | "
-              f"{r['tok_s_b1'] / base['tok_s_b1']:.3f} | {r['tok_s_b16']:.1f} | {r['peak_b16_gb']:.2f} | "
-              f"{r['same_logits']} | {r['same_tokens']} |")
-    base.pop("_logits", None), base.pop("_tokens", None)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"layers": args.layers, "synthetic": True,
-                                               "device": torch.cuda.get_device_name(),
-                                               "encode_s": t_enc, "bf16_bytes": nbytes,
-                                               "wcodec_bytes": wc_bytes, "rows": rows}, indent=2))
+    def load_auto():
+        return auto(str(dst), device_map=DMAP) if acc else auto(str(dst)).to(DEV)
+
+    def load_kept(mode, **kw):
+        if not acc:
+            return lambda: WCodecModel.from_pretrained(dst, device=DEV, keep_compressed=mode, **kw)
+        return lambda: auto(str(dst), device_map=DMAP, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
+
+    variants = [("bf16 (transformers, safetensors)", load_bf16, True),
+                ("wcodec: AutoModelForCausalLM.from_pretrained" + ("" if acc else " (no device_map: CPU, then .to)"),
+                 load_auto, False),
+                ("wcodec: WCodecModel.from_pretrained", lambda: WCodecModel.from_pretrained(dst, device=DEV), False),
+                ("keep_compressed fused", load_kept(True), True),
+                ("keep_compressed fused, embeddings decoded", load_kept(True, jit_embeddings=False), True),
+                ("keep_compressed jit", load_kept("jit"), True)]
+    rows, loras = [], []
+    info = {"device_map": DMAP, "gpus": len(_gpus()), "accelerate": acc, "layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
+            "bf16_bytes": nbytes, "wcodec_bytes": wc_bytes, "rows": rows, "lora": loras}
+
+    def save():
+        if args.json:
+            keep = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+            Path(args.json).write_text(json.dumps({**info, "rows": keep}, indent=2))
+
+    deadline = time.perf_counter() + 60 * args.max_minutes
+
+    def in_time(what: str) -> bool:
+        if time.perf_counter() < deadline:
+            return True
+        print(f"# skipped (--max-minutes {args.max_minutes} reached): {what}", flush=True)
+        return False
+
+    # eager rows first, then LoRA, then compiled (slowest: one compilation per variant and batch)
+    for name, load, comp in variants:
+        if not in_time(name):
+            continue
+        try:
+            r = measure(name, load, args.new_tokens, False)
+        except Exception as e:  # one variant failing must not lose the others
+            print(f"# {name}: FAILED {type(e).__name__}: {e}", flush=True)
+            continue
+        base = rows[0] if rows else r
+        r["same_logits"] = bool(torch.equal(r["_logits"], base["_logits"]))
+        r["same_tokens"] = bool(torch.equal(r["_tokens"], base["_tokens"]))
+        r["_load"], r["_compile"] = load, comp
+        rows.append(r)
+        print(f"# done: {name}: {json.dumps({k: v for k, v in r.items() if not k.startswith('_')})}", flush=True)
+        save()
+    if args.lora:
+        for name, load in [("bf16 base", load_bf16), ("keep_compressed fused base", load_kept(True)),
+                           ("keep_compressed jit base", load_kept("jit"))]:
+            if not in_time(f"LoRA {name}"):
+                continue
+            try:
+                loras.append(lora_step(name, load))
+            except Exception as e:
+                loras.append({"variant": name, "error": f"{type(e).__name__}: {e}"})
+            print(f"# done: LoRA {name}: {json.dumps(loras[-1])}", flush=True)
+            save()
+    for r in rows if args.compile else []:
+        if not r["_compile"] or not in_time(f"compiled {r['variant']}"):
+            continue
+        _reset()
+        model = r["_load"]()
+        compiled(r, model, args.new_tokens)
+        del model
+        if "_tokens_compiled" in r:
+            r["same_tokens_compiled"] = bool(torch.equal(r["_tokens_compiled"], rows[0]["_tokens"]))
+        print(f"# done: compiled {r['variant']}: {r.get('tok_s_b1_compiled')} / {r.get('tok_s_b16_compiled')} "
+              f"tok/s {r.get('compiled_error', '')}", flush=True)
+        save()
+    print_table(rows, loras)
     return 0
 
 

@@ -41,3 +41,8 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+# transformers loads wcodec folders (quant_method "wcodec") once it is imported: see wcodec.hf.hook
+from .hf.hook import install as _install_hf_hook  # noqa: E402
+
+_install_hf_hook()

@@ -80,7 +80,7 @@ def test_keep_compressed_triton_decoder(tmp_path):
     convert_folder(tmp_path / "src", tmp_path / "wc")
     ref = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "src")).eval()
     dev = "cuda" if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" else "cpu"
-    jit = WCodecModel.from_pretrained(tmp_path / "wc", device=dev, keep_compressed=True, decoder="triton")
+    jit = WCodecModel.from_pretrained(tmp_path / "wc", device=dev, keep_compressed="jit", decoder="triton")
     assert len(jit.wcodec_weights.report["compressed"]) == 9
     with torch.no_grad():
         ids = torch.tensor([[1, 5, 9]])

@@ -4,8 +4,11 @@ Imported only on use; needs torch and transformers (sentence-transformers for
 :func:`load_sentence_transformer`).
 
 - :func:`convert_folder`: a model folder -> .wcodec shards + side files + codec in config.json.
-- :class:`WCodecModel`: ``from_pretrained(folder, device, torch_dtype, keep_compressed, model_class)``.
+- :class:`WCodecModel`: ``from_pretrained(folder, device, dtype, keep_compressed, model_class)``.
 - :func:`load_sentence_transformer`: the same for a sentence-transformers folder.
+- Plain ``transformers.AutoModel*.from_pretrained(folder)`` / ``SentenceTransformer(folder)`` /
+  pipelines after ``import wcodec`` (:mod:`wcodec.hf.quantizer`, registered by :mod:`wcodec.hf.hook`);
+  options as ``quantization_config=WcodecConfig(keep_compressed=True)``.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ def __getattr__(name):
     if name == "WCodecModel":
         from .model import WCodecModel
         return WCodecModel
+    if name == "WcodecConfig":
+        from .quantizer import WcodecConfig
+        return WcodecConfig
     if name == "load_sentence_transformer":
         from .sentence import load_sentence_transformer
         return load_sentence_transformer
     raise AttributeError(f"module 'wcodec.hf' has no attribute {name!r}")
 
 
-__all__ = ["convert_folder", "codec_config", "read_codec_config", "WCodecModel", "load_sentence_transformer"]
+__all__ = ["convert_folder", "codec_config", "read_codec_config", "WCodecModel", "load_sentence_transformer",
+           "WcodecConfig"]

@@ -1,13 +1,10 @@
 """``WCodecModel.from_pretrained``: a transformers model from a folder of .wcodec weights.
 
 The model is built by its transformers class from the config with parameters on the meta
-device (buffers such as RoPE tables built for real), the decoded tensors are assigned without
-copies (``load_state_dict(assign=True)``, base-model prefix added or removed as needed), and
-``tie_weights()`` ties the rest: no per-architecture tables here. The state dict holds tensors
-decoded straight onto the target device, or, with ``keep_compressed=True``, views of one shared
-scratch buffer for every 2-D float tensor; after loading, each nn.Linear / nn.Embedding holding
-such a view gets a just-in-time decode hook (:class:`wcodec.torch.CompressedWeights`), and any
-other holder gets a decoded copy.
+device (buffers such as RoPE tables built for real), tied as the class ties them, and each
+parameter or buffer that has a stored tensor (matched by name, base-model prefix added or
+removed) gets it decoded straight onto the target device or kept compressed there
+(:mod:`wcodec.hf.materialize`): no per-architecture tables here.
 """
 
 from __future__ import annotations
@@ -18,9 +15,10 @@ import torch
 
 from ..format import CheckpointReader
 from ..torch import CompressedWeights
-from ..torch.state import assign_state_dict, empty_parameters, meta_tensors, stored_key
-from ..torch.tensors import from_numpy, resolve_dtype, torch_dtype
+from ..torch.state import empty_parameters, meta_tensors, stored_key
+from ..torch.tensors import resolve_dtype, torch_dtype
 from .convert import QUANT_METHOD
+from .materialize import LoadOptions, fill_slots, slots_by_name
 
 _FLOATS = ("BF16", "F16", "F32", "F64")
 
@@ -59,49 +57,22 @@ def target_dtype(reader: CheckpointReader, config, torch_dtype_=None) -> torch.d
     """torch_dtype if given, else the config's dtype, else the first stored float dtype (fp32 if none)."""
     dt = resolve_dtype(torch_dtype_)
     if dt is None:
-        dt = resolve_dtype(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+        dt = getattr(config, "dtype", None)
+        if dt is None and not hasattr(type(config), "dtype"):  # transformers before 4.56 only
+            dt = getattr(config, "torch_dtype", None)  # (later ones warn that it is deprecated)
+        dt = resolve_dtype(dt)
     if dt is None:
         first = next((reader.entry(n)["dtype"] for n in reader.keys() if reader.entry(n)["dtype"] in _FLOATS), "F32")
         dt = torch_dtype(first)
     return dt
 
 
-def build_state_dict(reader: CheckpointReader, device, dtype: torch.dtype, keep_compressed: bool,
-                     decoder: str = "auto", offload: bool = False, verify: bool = True):
-    """Decode a checkpoint into a state dict for transformers.
-
-    Returns (state_dict, CompressedWeights or None). With keep_compressed, every 2-D float tensor
-    is registered in the CompressedWeights (keyed by its stored name; aliases share it) and
-    appears in the state dict as a scratch view of ``dtype`` (undefined contents); the others are
-    decoded (CPU numba, then copied to ``device``). Without it, ``wcodec.load_file`` decodes
-    everything onto ``device`` (GPU decoder on CUDA).
-    """
-    if not keep_compressed:
-        from ..api import load_file
-
-        return load_file(reader.path, device=device, verify=verify), None
-    cw = CompressedWeights(device, decoder=decoder, offload=offload)
-    sd, jit = {}, {}
-    for name in reader.keys():
-        key = reader.alias_of(name) or name
-        e = reader.entry(key)
-        if e["dtype"] in _FLOATS and len(e["shape"]) == 2:
-            if key not in cw.weights:
-                cw.add(key, key, reader.record(key, verify=verify), dtype)
-            jit[name] = key
-        elif key not in sd:
-            sd[key] = from_numpy(reader.get_numpy(key, verify=verify), e["dtype"]).to(device)
-        sd[name] = sd[key] if key in sd else None
-    views = cw.allocate()
-    sd.update({name: views[key] for name, key in jit.items()})
-    return sd, cw
-
-
 def instantiate(model_class, config, dtype: torch.dtype, **kwargs):
     """``model_class`` built from ``config`` in ``dtype``, parameters on meta, buffers real."""
     import transformers
 
-    dkey = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dkey = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56 (then warns)
     with empty_parameters(), _no_init_weights():
         return model_class._from_config(config, **{dkey: dtype}, **kwargs)
 
@@ -167,23 +138,29 @@ class WCodecModel:
     """Hugging Face style entry point: ``WCodecModel.from_pretrained(folder, ...)``."""
 
     @classmethod
-    def from_pretrained(cls, folder, device="cpu", torch_dtype=None, keep_compressed: bool = False,
+    def from_pretrained(cls, folder, device="cpu", dtype=None, keep_compressed=False,
                         model_class=None, offload: bool = False, decoder: str = "auto",
-                        verify: bool = True, **kwargs):
+                        verify: bool = True, torch_dtype=None, jit_embeddings: bool = True, **kwargs):
         """Load a folder written by :func:`wcodec.hf.convert_folder` as a transformers model.
 
         folder: config.json + model.wcodec (or shards + index). device: "cpu", "cuda[:i]" or a
-        torch.device; tensors are decoded straight onto it. torch_dtype: model dtype (torch
-        dtype or name; default: the config's, else the stored one). keep_compressed: keep every
-        Linear / Embedding weight compressed on ``device`` and decode it just before its module
-        runs (inference only; peak memory about the compressed model + the largest weight).
+        torch.device; tensors are decoded straight onto it. dtype: model dtype (torch dtype or
+        name; default: the config's, else the stored one; ``torch_dtype`` is the same, the name
+        transformers used before 4.56). keep_compressed: False; True: every plain
+        nn.Linear with a bf16/fp16 weight becomes a fused :class:`wcodec.torch.linear.
+        CompressedLinear`, the other Linear / Embedding weights stay compressed on ``device``
+        and are decoded just before their module runs; "jit": all of them just in time (peak
+        memory about the compressed model + the largest weight). Compressed weights are frozen;
+        adapters on top train (peft LoRA). jit_embeddings: with True, False decodes the
+        weights that are not fused instead (no graph break under torch.compile).
         model_class: a transformers class (default: ``config.architectures[0]``, else AutoModel).
         offload: with keep_compressed on CUDA, hold the compressed bytes in pinned CPU memory.
         decoder: "auto", "triton" or "numba" (keep_compressed). verify: check checksums.
         kwargs: passed to the class's ``_from_config`` (e.g. attn_implementation).
 
         Returns the model in eval mode; with keep_compressed its ``wcodec_weights`` attribute is
-        the :class:`wcodec.torch.CompressedWeights` (sizes, ``detach()``). Raises
+        the :class:`wcodec.torch.CompressedWeights` (sizes, ``detach()``, ``report``: names
+        "fused", "compressed" (just in time), "decoded", "kept" {name: why not fused}). Raises
         FileNotFoundError (no checkpoint), WcodecError subclasses (corrupt data), and what
         transformers raises for a config it does not know.
         """
@@ -191,26 +168,21 @@ class WCodecModel:
         config = load_config(folder)
         model_class = concrete_class(model_class or model_class_for(config), config)
         with CheckpointReader(folder) as reader:
-            dtype = target_dtype(reader, config, torch_dtype)
-            sd, cw = build_state_dict(reader, device, dtype, keep_compressed, decoder, offload, verify)
-            names = {n: reader.alias_of(n) or n for n in reader.keys()}
-        model = instantiate(model_class, config, dtype, **kwargs)
-        prefix = getattr(model, "base_model_prefix", "") or ""
-        unused = assign_state_dict(model, sd, prefix)
+            dtype = target_dtype(reader, config, dtype if dtype is not None else torch_dtype)
+            model = instantiate(model_class, config, dtype, **kwargs)
+            model.tie_weights()  # tied parameters share the stored tensor of their partner
+            slots = slots_by_name(model, reader.keys(), getattr(model, "base_model_prefix", "") or "")
+            meta = {n: (getattr(m, a).dtype, tuple(getattr(m, a).shape)) for n, (m, a, _, _) in slots.items()}
+            cws = fill_slots(model, slots, reader, meta, LoadOptions(keep_compressed, decoder, jit_embeddings, offload, verify),
+                             device=device)
+            used = {s for *_, s in slots.values()}
+            unused = [n for n in reader.keys() if n not in used]
         model.tie_weights()
         left = meta_tensors(model)
         if left:
             raise ValueError(f"{folder}: no stored tensor for {left[:5]}{' ...' if len(left) > 5 else ''}"
                              f" (unused stored names: {unused[:5]})")
-        del sd
         model.to(device)
-        if cw is not None:
-            finish_compressed(model, cw, names)
+        if cws:
+            model.wcodec_weights = cws[0] if len(cws) == 1 else cws
         return model.eval()
-
-
-def finish_compressed(model, cw: CompressedWeights, names: dict) -> None:
-    """Bind the hooks (see :func:`bind_compressed`) and expose ``model.wcodec_weights``."""
-    jit_names = {n: k for n, k in names.items() if k in cw.weights}
-    cw.report = bind_compressed(model, cw, jit_names)
-    model.wcodec_weights = cw

@@ -38,12 +38,12 @@ def _provide_model(model):
         cls._load_model = original
 
 
-def load_sentence_transformer(folder, device="cpu", torch_dtype=None, keep_compressed: bool = False,
-                              **kwargs):
+def load_sentence_transformer(folder, device="cpu", dtype=None, keep_compressed: bool = False,
+                              torch_dtype=None, **kwargs):
     """Build a ``SentenceTransformer`` from a folder written by :func:`wcodec.hf.convert_folder`.
 
     folder: a converted sentence-transformers folder (modules.json; the Transformer module at its
-    root). device / torch_dtype / keep_compressed and the remaining kwargs (offload, decoder,
+    root). device / dtype (or torch_dtype) / keep_compressed and the remaining kwargs (offload, decoder,
     verify) as :meth:`wcodec.hf.WCodecModel.from_pretrained`; the HF model class is AutoModel.
     Returns the SentenceTransformer on ``device`` in eval mode. Needs sentence-transformers;
     run with HF_HUB_OFFLINE=1 where there is no network (the folder is local anyway).
@@ -53,7 +53,7 @@ def load_sentence_transformer(folder, device="cpu", torch_dtype=None, keep_compr
 
     from .model import WCodecModel
 
-    model = WCodecModel.from_pretrained(folder, device=device, torch_dtype=torch_dtype,
+    model = WCodecModel.from_pretrained(folder, device=device, dtype=dtype, torch_dtype=torch_dtype,
                                         keep_compressed=keep_compressed, model_class=AutoModel, **kwargs)
     with _provide_model(model):
         st = SentenceTransformer(str(folder), device=str(device))

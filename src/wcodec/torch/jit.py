@@ -9,8 +9,10 @@ buffer (+ a second one when the model dtype differs from the stored dtype).
 
 Decoders: the Triton kernels of ``wcodec.gpu`` on CUDA (one launch per weight, asynchronous on
 the current stream, status checked at each weight's first decode only), the numba CPU codecs
-on the CPU. Inference only: the scratch is overwritten by the next module, so autograd must not
-keep a weight for a backward pass (run under ``torch.no_grad()`` / ``inference_mode``).
+on the CPU. The weights are frozen. Autograd must not keep a scratch view for a backward pass (the
+next module overwrites it): an attached nn.Linear runs :class:`_JitLinear`, which saves nothing of
+the weight and decodes it again in the backward for the input gradient (LoRA adapters on a
+compressed base: memory stays compressed weights + one scratch, at one more decode per layer).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .tensors import torch_dtype
 
@@ -81,6 +84,35 @@ class _TritonDecoder:
             self.checked = True
 
 
+class _JitLinear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` whose weight is a scratch view: nothing of it is saved; the
+    backward decodes it again (the scratch holds another module's weight by then). The weight
+    is frozen: no gradient for it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, cw, key):
+        ctx.cw, ctx.key = cw, key
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gx = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = grad.matmul(ctx.cw.decode(ctx.key))
+        if ctx.needs_input_grad[2]:
+            gb = grad.reshape(-1, grad.shape[-1]).sum(0)
+        return gx, None, gb, None, None
+
+
+def _linear_forward(module: torch.nn.Linear, cw, key: str):
+    """forward of an attached nn.Linear: plain F.linear when autograd records nothing."""
+    def forward(x):
+        if torch.is_grad_enabled() and (x.requires_grad or (module.bias is not None and module.bias.requires_grad)):
+            return _JitLinear.apply(x, module.weight, module.bias, cw, key)
+        return F.linear(x, module.weight, module.bias)
+    return forward
+
+
 @dataclass
 class _Weight:
     decoder: object
@@ -114,7 +146,7 @@ class CompressedWeights:
         self.decoder, self.offload = decoder, offload and self.device.type == "cuda"
         self.weights: dict[str, _Weight] = {}
         self.scratch = self.raw = self.work = None
-        self.hooks = []
+        self.hooks, self.forwards = [], []
 
     # -- building --------------------------------------------------------------------------
     def add(self, key: str, name: str, record, dtype: torch.dtype | None = None) -> None:
@@ -143,6 +175,9 @@ class CompressedWeights:
         return {k: w.view for k, w in self.weights.items()}
 
     # -- use -------------------------------------------------------------------------------
+    # torch.compile: a graph break around each decode (the numba / Triton launchers are Python
+    # that dynamo must not trace); the fused CompressedLinear is the path without breaks
+    @torch.compiler.disable
     def decode(self, key: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """Decode weight ``key`` into its scratch view (or into ``out``, a tensor of its shape and
         the module dtype); returns that tensor. Asynchronous on CUDA."""
@@ -150,6 +185,13 @@ class CompressedWeights:
         target = w.view if out is None else out
         if target.numel() == 0:
             return target
+        if self.device.type == "cuda" and self.device.index is not None \
+                and self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):  # Triton launches on the current device
+                return self._decode(w, target, out)
+        return self._decode(w, target, out)
+
+    def _decode(self, w: _Weight, target: torch.Tensor, out) -> torch.Tensor:
         if w.stored == w.dtype and out is None:
             w.decoder.decode_into(self.scratch, self.work)
         else:
@@ -166,19 +208,28 @@ class CompressedWeights:
         return self.decode(key, torch.empty(w.shape, dtype=w.dtype, device=self.device))
 
     def attach(self, module: torch.nn.Module, key: str):
-        """Decode weight ``key`` before every forward of ``module``. Returns the hook handle."""
+        """Decode weight ``key`` before every forward of ``module`` (its weight is frozen:
+        requires_grad False); an nn.Linear also gets the forward of :class:`_JitLinear` so that
+        training adapters on top works. Returns the hook handle."""
         def pre_hook(mod, args):
             self.decode(key)
 
         h = module.register_forward_pre_hook(pre_hook)
         self.hooks.append(h)
+        module.weight.requires_grad_(False)
+        if isinstance(module, torch.nn.Linear):
+            module.forward = _linear_forward(module, self, key)
+            self.forwards.append(module)
         return h
 
     def detach(self) -> None:
-        """Remove every hook installed by :meth:`attach`."""
+        """Remove every hook and forward installed by :meth:`attach`."""
         for h in self.hooks:
             h.remove()
+        for m in self.forwards:
+            m.__dict__.pop("forward", None)
         self.hooks.clear()
+        self.forwards.clear()
 
     @property
     def compressed_nbytes(self) -> int:

@@ -1,0 +1,117 @@
+"""keep_compressed=True on the fused kernels (wcodec.torch.linear.CompressedLinear; CPU fallback
+here): stories260K in bf16 through both loaders gives the logits and greedy tokens of the bf16
+model (dynamic and static cache), torch.compile sees no graph break once the embedding is not
+decoded just in time, and LoRA adapters on the fused base train, save and reload."""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before wcodec.torch.linear decorates its kernels
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed for wcodec.hf")
+transformers = pytest.importorskip("transformers", reason="transformers is needed for wcodec.hf")
+pytest.importorskip("wcodec.torch.linear", reason="the fused kernels (wcodec.torch.linear) are not in this tree")
+pytest.importorskip("safetensors", reason="safetensors writes the source folder")
+
+from wcodec.demo.llama2c import to_hf_folder  # noqa: E402
+from wcodec.hf import WCodecModel, WcodecConfig, convert_folder  # noqa: E402
+from wcodec.torch.linear import CompressedLinear  # noqa: E402
+
+IDS = torch.tensor([[1, 400, 300, 20, 17]])
+BATCH = torch.tensor([[1, 400, 300, 20, 17, 88, 5, 260], [1, 33, 401, 7, 99, 12, 300, 2]])
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    src = to_hf_folder(tmp_path_factory.mktemp("st260") / "hf")
+    dst = tmp_path_factory.mktemp("st260w") / "wc"
+    convert_folder(src, dst)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16).eval()
+    return ref, dst
+
+
+LOADERS = {
+    "auto": lambda dst, **kw: transformers.AutoModelForCausalLM.from_pretrained(
+        str(dst), dtype=torch.bfloat16, quantization_config=WcodecConfig(keep_compressed=True, **kw)),
+    "wcodec": lambda dst, **kw: WCodecModel.from_pretrained(dst, dtype="bfloat16", keep_compressed=True, **kw),
+}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_fused_same_tokens_as_bf16(folders, loader):
+    ref, dst = folders
+    model = LOADERS[loader](dst)
+    rep = model.wcodec_weights.report
+    layers = ref.config.num_hidden_layers
+    assert len(rep["fused"]) == 7 * layers + 1 and "lm_head.weight" in rep["fused"]
+    assert rep["compressed"] == ["model.embed_tokens.weight"] and not rep["decoded"]
+    assert isinstance(model.lm_head, CompressedLinear) and isinstance(model.model.layers[0].mlp.up_proj, CompressedLinear)
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits, ref(IDS).logits)
+        g = ref.generate(IDS, max_new_tokens=8, do_sample=False)
+        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False), g)
+        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"), g)
+
+
+def test_fp32_model_keeps_linears_just_in_time(folders):
+    _, dst = folders
+    model = WCodecModel.from_pretrained(dst, dtype="float32", keep_compressed=True)
+    rep = model.wcodec_weights.report
+    assert not rep["fused"] and "bfloat16" in rep["kept"]["lm_head.weight"]
+
+
+def test_compile_without_graph_breaks(folders):
+    import torch._dynamo as dynamo
+
+    ref, dst = folders
+    model = LOADERS["auto"](dst, jit_embeddings=False)
+    assert not model.wcodec_weights.report["compressed"]  # embedding decoded
+    with torch.no_grad():
+        explained = dynamo.explain(model)(IDS)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        assert torch.equal(compiled(IDS).logits, ref(IDS).logits)
+
+
+def test_lora_on_fused_base(folders, tmp_path):
+    peft = pytest.importorskip("peft", reason="peft is not installed (pip install peft)")
+    from wcodec.hf.lora import lora_config, register
+
+    ref, dst = folders
+    targets = ["q_proj", "v_proj", "down_proj"]
+
+    def wrap(model, cfg):
+        torch.manual_seed(0)
+        return peft.get_peft_model(model, cfg(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False))
+
+    plain = wrap(WCodecModel.from_pretrained(dst, dtype="bfloat16"), peft.LoraConfig)
+    fused = wrap(LOADERS["auto"](dst), lora_config)
+    for m in (plain, fused):
+        m.train()
+        m(BATCH, labels=BATCH).loss.backward()
+    want = {n: p.grad for n, p in plain.named_parameters() if p.requires_grad}
+    got = {n: p.grad for n, p in fused.named_parameters() if p.requires_grad}
+    assert want.keys() == got.keys() and len(want) == 2 * len(targets) * ref.config.num_hidden_layers
+    for n in want:  # the fused layer's input gradient is the decoded weight's, bit for bit
+        assert torch.equal(got[n], want[n]), n
+    opt = torch.optim.AdamW([p for p in fused.parameters() if p.requires_grad], lr=1e-2)
+    losses = []
+    for _ in range(4):
+        loss = fused(BATCH, labels=BATCH).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    fused.eval()
+    with torch.no_grad():
+        want_logits = fused(BATCH).logits
+    fused.save_pretrained(tmp_path / "adapter")
+    again = peft.PeftModel.from_pretrained(LOADERS["auto"](dst), tmp_path / "adapter",
+                                           config=register(peft.LoraConfig.from_pretrained(tmp_path / "adapter"))).eval()
+    with torch.no_grad():
+        assert torch.equal(again(BATCH).logits, want_logits)
