@@ -34,11 +34,19 @@ def register(subparsers) -> None:
     s.add_argument("--truth", default=None, help="base vectors .npy: report recall@k against exact search")
     s.set_defaults(func=cmd_search)
 
-    b = sub.add_parser("bench", help="CPU vs GPU annealing on synthetic data (the seeds' test-cuda)")
-    b.add_argument("--large", action="store_true", help="10,000 x 128 with 256 anchors (default 1,000 x 64, 32)")
-    b.add_argument("--points", default=None, help="bench this .npy instead of synthetic data")
+    b = sub.add_parser("test-cuda", aliases=["bench"],
+                       help="the seeds' harness: CPU (numpy) vs GPU (torch CUDA) annealing on clustered data")
+    b.add_argument("--large", action="store_true",
+                   help="add 100,000 x 128 with 1024 anchors and, with CUDA, 1,000,000 x 128 with 2048")
+    b.add_argument("--points", default=None, help="run on this .npy instead of synthetic data")
     b.add_argument("--anchors", type=int, default=None, help="anchors for --points (default 1024)")
-    b.set_defaults(func=cmd_bench)
+    b.add_argument("-v", "--verbose", action="store_true", help="print the per-iteration log (T, E, delta_E, changes)")
+    b.set_defaults(func=cmd_test_cuda)
+
+
+#: the seeds' test-cuda shapes (points, dimension, anchors = clusters), and those --large adds
+HARNESS_SHAPES = [(1_000, 64, 32), (10_000, 128, 256)]
+LARGE_SHAPES = [(100_000, 128, 1024), (1_000_000, 128, 2048)]
 
 
 def _fail(msg: str) -> int:
@@ -64,7 +72,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
           f"{index.info['seconds']:.2f} s on {index.info['backend']}")
     print(f"energy {index.energy:.6f}; {index.nbytes} bytes ({index.bytes_per_vector:.2f} B/vector: "
           + ", ".join(f"{k} {v}" for k, v in parts.items())
-          + f"); compression ratio {index.compression_ratio:.1f}x")
+          + f"); compression ratio {index.compression_ratio:.1f}x ({index.compression_percent:.2f}% of the original)")
     if index.codes is not None:
         print(f"residual codes: {index.codes.shape[1]} subspaces; MSE {index.mse(np.asarray(points)):.6f}")
     return 0
@@ -103,32 +111,74 @@ def synthetic(n: int, d: int, clusters: int, seed: int = 0) -> np.ndarray:
     return pts.astype(np.float16)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def _run(points, m: int, device: str, verbose: bool):
+    """compress() timed after a small untimed warm-up (numba kernels, CUDA context)."""
     from . import AnnealingConfig, compress
 
-    if args.points:
-        points, m = np.load(args.points), args.anchors or 1024
-    else:
-        n, d, m = (10_000, 128, 256) if args.large else (1_000, 64, 32)
-        points = synthetic(n, d, m)
-    print(f"{points.shape[0]} points in {points.shape[1]}D with {m} anchors")
-    devices = ["cpu"]
+    compress(points[: min(len(points), 256)], AnnealingConfig(m=min(m, 8), device=device, max_iterations=2))
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    idx = compress(points, AnnealingConfig(m=m, device=device, verbose=verbose))
+    return time.perf_counter() - t0, idx
+
+
+def _report(label: str, seconds: float, idx) -> None:
+    print(f"{label}: {seconds:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
+          f"{idx.info['splits']} split/merge moves ({idx.info['rejected_moves']} rejected), "
+          f"compression ratio {idx.compression_percent:.2f}% ({idx.compression_ratio:.1f}x)", flush=True)
+
+
+def cmd_test_cuda(args: argparse.Namespace) -> int:
+    """CPU (numpy) vs GPU (torch CUDA) on the seeds' harness shapes: energy difference, speedup.
+
+    Without CUDA, says so and compares with the torch backend on the CPU instead."""
     try:
         import torch
-        devices.append("cuda" if torch.cuda.is_available() else "torch-cpu")
+        gpu = "cuda" if torch.cuda.is_available() else "torch-cpu"
     except ImportError:
-        print("torch not installed: CPU backend only")
-    results = {}
-    for dev in devices:
-        compress(points[: min(len(points), 256)], AnnealingConfig(m=min(m, 8), device=dev, max_iterations=2))  # warm-up
-        t0 = time.perf_counter()
-        idx = compress(points, AnnealingConfig(m=m, device=dev))
-        results[dev] = (time.perf_counter() - t0, idx)
-        print(f"{dev:>9}: {results[dev][0]:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
-              f"compression ratio {idx.compression_ratio:.1f}x")
-    if len(results) == 2:
-        (t_a, a), (t_b, b) = results.values()
-        diff = abs(a.energy - b.energy)
-        print(f"speedup {devices[1]} vs cpu: {t_a / t_b:.2f}x; energy difference {diff:.6f} "
-              f"({100 * diff / max(a.energy, 1e-30):.2f} %)")
+        torch, gpu = None, None
+    if gpu is None:
+        print("torch not installed: numpy CPU backend only")
+    elif gpu == "torch-cpu":
+        print("no CUDA GPU visible to torch: comparing with the torch backend on the CPU instead")
+    else:
+        print(f"GPU: {torch.cuda.get_device_name(0)}")
+    if args.points:
+        jobs = [(np.load(args.points), args.anchors or 1024)]
+    else:
+        shapes = HARNESS_SHAPES + (LARGE_SHAPES if args.large else [])
+        jobs = [(shape, shape[2]) for shape in shapes]
+    rows = []
+    for job, m in jobs:
+        if isinstance(job, tuple):
+            n, d, _ = job
+            if n * m * d > 5e10 and gpu != "cuda":
+                print(f"\n{n} x {d} with {m} anchors: skipped (needs CUDA; ~{n * m * d * 30 / 2e10:.0f} s on this CPU)")
+                continue
+            points = synthetic(n, d, m)
+        else:
+            points = job
+        print(f"\nGenerating {points.shape[0]} points in {points.shape[1]}D with {m} anchors" if isinstance(job, tuple)
+              else f"\n{points.shape[0]} points in {points.shape[1]}D with {m} anchors")
+        noise = 0.09 * points.shape[1] if isinstance(job, tuple) else float("nan")
+        res = {}
+        for dev in ([gpu] if gpu else []) + ["cpu"]:
+            res[dev] = _run(points, m, dev, args.verbose)
+            _report(f"{'GPU' if dev == 'cuda' else 'CPU' if dev == 'cpu' else 'torch CPU'} ({dev})", *res[dev])
+        t_cpu, cpu = res["cpu"]
+        row = dict(shape=f"{points.shape[0]}x{points.shape[1]}x{m}", cpu_s=t_cpu, cpu_e=cpu.energy, noise=noise)
+        if gpu:
+            t_gpu, g = res[gpu]
+            diff = abs(g.energy - cpu.energy)
+            row.update(gpu_s=t_gpu, gpu_e=g.energy, diff=100 * diff / max(cpu.energy, 1e-30), speedup=t_cpu / t_gpu)
+            print(f"Comparison: speedup {t_cpu / t_gpu:.2f}x; energy difference {diff:.6f} ({row['diff']:.2f} %)")
+        rows.append(row)
+    if gpu:
+        print(f"\n| shape | CPU s | {gpu} s | speedup | CPU energy | {gpu} energy | difference % | energy / noise floor |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['shape']} | {r['cpu_s']:.3f} | {r['gpu_s']:.3f} | {r['speedup']:.2f}x | {r['cpu_e']:.4f} | "
+                  f"{r['gpu_e']:.4f} | {r['diff']:.2f} | {r['cpu_e'] / r['noise']:.3f} |")
     return 0
