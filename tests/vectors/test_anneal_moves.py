@@ -130,6 +130,14 @@ def test_seed_api_names_and_log():
     log = idx.info["log"]
     assert log[0]["changes"] == 400 and {"T", "E", "delta_E", "changes"} <= set(log[1])
     assert abs(idx.compression_percent * idx.compression_ratio - 100) < 1e-6
+    var = idx.info["variances"]  # the reduce step's per-anchor variance (plain: robust_clip = 0)
+    d2 = ((pts - idx.anchors[idx.assignments]) ** 2).sum(1)
+    k = int(idx.assignments[0])
+    assert var.shape == (idx.m,) and abs(var[k] - d2[idx.assignments == k].mean()) < 0.05 * var[k] + 1e-3
+    blob = np.vstack([pts[:100], [[200.0, 200.0]]]).astype(np.float32)  # one cluster + an outlier, one anchor
+    robust = compress(blob, AnnealingConfig(m=1, robust_clip=2.0))
+    plain = compress(blob, AnnealingConfig(m=1))
+    assert robust.info["variances"].max() < 0.5 * plain.info["variances"].max()  # the outlier is down-weighted
 
 
 def test_cli_test_cuda(monkeypatch, capsys):
@@ -147,3 +155,21 @@ def test_cli_test_cuda(monkeypatch, capsys):
         if not torch.cuda.is_available():
             assert "no CUDA GPU" in out
         assert "speedup" in out and "energy difference" in out
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+def test_greedy_kmeanspp_torch_matches_host():
+    import torch
+
+    from wcodec.vectors.seeding import greedy_kmeanspp_torch
+
+    rng = np.random.default_rng(4)
+    x = (10 * rng.standard_normal((300, 6))).astype(np.float32)
+    w = rng.integers(1, 5, 300).astype(np.float64)
+    host = greedy_kmeanspp(x, w, 20, np.random.default_rng(9))
+    dev = greedy_kmeanspp_torch(torch.from_numpy(x), torch.from_numpy(w), 20, np.random.default_rng(9))
+    assert dev.size == 20 and np.unique(dev).size == 20
+
+    def potential(idx):
+        return float((w * ((x[:, None] - x[idx][None]) ** 2).sum(-1).min(1)).sum())
+    assert potential(dev) <= 1.3 * potential(host)  # same algorithm, different draws

@@ -83,3 +83,21 @@ def test_distributed_gloo_two_ranks(npy, tmp_path):
     assert np.isclose(float(r0["energy"]), _energy(pts, r0["anchors"], labels), rtol=1e-4)
     single = compress_stream(path, AnnealingConfig(m=24, subsample=32), block_rows=500)
     assert float(r0["energy"]) <= 1.02 * single.energy
+
+
+def test_cli_compress_stream(npy, tmp_path, capsys):
+    import argparse
+
+    from wcodec.vectors import cli, load
+
+    path, pts = npy
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="cmd"))
+    out = tmp_path / "s.wcodec"
+    args = parser.parse_args(["vectors", "compress", str(path), str(out), "--anchors", "24", "--stream"])
+    assert args.func(args) == 0
+    back = load(out)
+    assert back.assignments.shape == (6000,) and "% of the original" in capsys.readouterr().out
+    assert np.isclose(back.energy, _energy(pts, back.anchors, back.assignments), rtol=1e-3)
+    args = parser.parse_args(["vectors", "compress", str(path), str(out), "--stream", "--bytes-per-vector", "9"])
+    assert args.func(args) == 1

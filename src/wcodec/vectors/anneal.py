@@ -38,6 +38,7 @@ class AnnealResult:
     log: list = field(default_factory=list)
     moves: list = field(default_factory=list)
     rejected: int = 0
+    variances: np.ndarray | None = None
 
 
 def anneal(points_host: np.ndarray, config: AnnealingConfig, backend, points=None,
@@ -178,6 +179,11 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
     backend.move(anchors, wsum, sums, 1.0)
     d2 = backend.sqnorms(points - anchors[labels])
     res.anchors, res.assignments, res.d2 = anchors, labels, d2
+    # the reduce step's robust variance of each anchor: Huber-weighted mean squared distance
+    # (plain with robust_clip = 0), as the seeds' reduce kernel reports beside the robust mean
+    w = backend.robust_weights(labels, d2, m, config.robust_clip) if config.robust_clip else None
+    wd2 = d2 if w is None else d2 * w
+    res.variances = backend.bincount(labels, wd2, m) / np.maximum(backend.bincount(labels, w, m), 1e-30)
     res.energy = float(d2.mean())
     res.iterations = it
     res.history.append(res.energy)

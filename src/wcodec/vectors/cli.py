@@ -24,6 +24,9 @@ def register(subparsers) -> None:
     c.add_argument("--iterations", type=int, default=None, help="max annealing iterations")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("-v", "--verbose", action="store_true", help="print one line per iteration")
+    c.add_argument("--stream", action="store_true",
+                   help="points larger than memory: anneal a sample, then Lloyd passes over the memory-mapped "
+                        ".npy in blocks (pinned batches on the GPU); anchors and assignments only")
     c.set_defaults(func=cmd_compress)
 
     s = sub.add_parser("search", help="k nearest neighbours of queries in a .wcodec index")
@@ -63,7 +66,13 @@ def cmd_compress(args: argparse.Namespace) -> int:
         kw = {} if args.iterations is None else {"max_iterations": args.iterations}
         cfg = AnnealingConfig(m=args.anchors, bytes_per_vector=args.bytes_per_vector, device=args.device,
                               seed=args.seed, verbose=args.verbose, **kw)
-        index = compress(np.asarray(points), cfg)
+        if args.stream:
+            if args.bytes_per_vector is not None:
+                return _fail("--stream builds anchors and assignments only: drop --bytes-per-vector")
+            from .stream import compress_stream
+            index = compress_stream(args.input, cfg)
+        else:
+            index = compress(np.asarray(points), cfg)
         index.save(args.output)
     except (WcodecError, ValueError, OSError) as e:
         return _fail(str(e))
@@ -75,6 +84,8 @@ def cmd_compress(args: argparse.Namespace) -> int:
           + f"); compression ratio {index.compression_ratio:.1f}x ({index.compression_percent:.2f}% of the original)")
     if index.codes is not None:
         print(f"residual codes: {index.codes.shape[1]} subspaces; MSE {index.mse(np.asarray(points)):.6f}")
+    if index.info.get("splits") is not None:
+        print(f"{index.info['splits']} split/merge moves accepted, {index.info.get('rejected_moves', 0)} rejected")
     return 0
 
 

@@ -42,7 +42,8 @@ class AnnealingConfig:
             above ~2e11 multiply-adds.
         robust_clip: Huber clip of the robust mean, in units of the anchor's RMS radius: a point
             farther than ``robust_clip * rms`` pulls with weight ``robust_clip * rms / dist``.
-            0 disables clipping (plain mean, which minimises the energy).
+            0 disables clipping (plain mean, which minimises the energy). The same weights give
+            each anchor's robust variance (``CompressedIndex.info["variances"]``, [m]).
         seed: seed of the initial anchor choice (same seed => same start on every backend).
         device: ``"cpu"`` (numpy), ``"cuda"`` / ``"cuda:N"`` (torch on the GPU) or
             ``"torch-cpu"`` (the torch backend on the CPU, to test its code path).

@@ -224,7 +224,8 @@ def compress(points, config: AnnealingConfig | None = None, log=None) -> Compres
                             source_itemsize=src.dtype.itemsize if src.dtype.kind == "f" else 4)
     index.info.update(backend=backend.name, anneal_seconds=t_anchor, merges=res.merges,
                       splits=res.splits, rejected_moves=res.rejected, history=res.history, log=res.log,
-                      moves=[(mv.split, mv.merged, mv.delta) for mv in res.moves], config=config.to_dict())
+                      moves=[(mv.split, mv.merged, mv.delta) for mv in res.moves], config=config.to_dict(),
+                      variances=res.variances)
     if config.bytes_per_vector is not None:
         n, d = x.shape
         norm_codes = norm_range = None
