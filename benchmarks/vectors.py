@@ -9,7 +9,7 @@ Suites (``--suite``):
              50K x 64 / 1000), the seeds' test-cuda data (1K x 64 / 32, 10K x 128 / 256, noise
              floor 0.09 d) and MiniLM 50K x 384 / m=1024
     scale    1M x 128 / 2048 clusters (synthetic, labelled; the seeds' generator): wcodec on the
-             GPU, faiss on the GPU if it can, faiss CPU and scikit-learn on a 100K subsample
+             GPU, faiss on the GPU if it can, faiss CPU and scikit-learn on a 50K subsample (wcodec too, same points)
     dist     run under torchrun: 10M x 128 / 4096 (labelled, written once as a float16 .npy and
              memory-mapped), points sharded across the ranks' GPUs, per-anchor sums all-reduced
              over NCCL; prints the time of the Lloyd passes and the whole fit, per world size
@@ -246,6 +246,14 @@ def _quality_sets(args):
     return sets
 
 
+def _have(module: str) -> bool:
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        print(f"  ({module} not installed: its rows are skipped; pip install faiss-cpu scikit-learn)")
+        return False
+    return True
+
+
 def _faiss_energy(x, m, gpu=False):
     import faiss
 
@@ -280,29 +288,34 @@ def _faiss_has_gpu() -> bool:
     try:
         import faiss
         return _cuda() and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    except ImportError:
+    except (ImportError, AttributeError):
         return False
 
 
 def suite_quality(args) -> list:
     rows = []
     devices = ["cpu"] + (["cuda"] if _cuda() else [])
-    print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
+    if not _have("sklearn"):
+        return []
+    has_faiss = _have("faiss")
+    if has_faiss:
+        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
     for label, x, m, floor in _quality_sets(args):
         print(f"\n{label}: {x.shape[0]} x {x.shape[1]}, m={m}" +
               ("" if math.isnan(floor) else f", noise floor {floor:.3f}"), flush=True)
         ref = {}
-        ref["faiss k-means (cpu)"] = _faiss_energy(x, m)
+        if has_faiss:
+            ref["faiss k-means (cpu)"] = _faiss_energy(x, m)
         if _faiss_has_gpu():
             ref["faiss k-means (gpu)"] = _faiss_energy(x, m, gpu=True)
         if not args.no_sklearn:
             ref["sklearn k-means++"] = _sklearn_energy(x, m)
         for name, (e, dt) in ref.items():
             print(f"  {name:<22} energy {e:10.4f}  {dt:8.2f} s", flush=True)
-        best = min(e for e, _ in ref.values())
+        best = min([e for e, _ in ref.values()] or [math.nan])
         for dev in devices:
             e, dt, idx = _wcodec_energy(x, m, dev)
-            t_faiss = ref["faiss k-means (cpu)"][1] if dev == "cpu" else ref.get("faiss k-means (gpu)", (0, math.nan))[1]
+            t_faiss = ref.get("faiss k-means (cpu)" if dev == "cpu" else "faiss k-means (gpu)", (0, math.nan))[1]
             r = dict(set=label, device=dev, energy=e, seconds=dt, best_ref=best, vs_best=e / best,
                      vs_floor=e / floor, faiss_seconds=t_faiss, time_vs_faiss=dt / t_faiss,
                      iterations=idx.iterations, moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
@@ -316,7 +329,7 @@ def suite_quality(args) -> list:
           "wcodec s | faiss s | time / faiss |\n|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fa = r["refs"].get("faiss k-means (gpu)" if r["device"] == "cuda" else "faiss k-means (cpu)",
-                           r["refs"]["faiss k-means (cpu)"])
+                           r["refs"].get("faiss k-means (cpu)", math.nan))
         print(f"| {r['set']} | {r['device']} | {r['energy']:.4f} | {fa:.4f} | "
               f"{r['refs'].get('sklearn k-means++', math.nan):.4f} | {r['vs_best']:.3f} | {r['vs_floor']:.3f} | "
               f"{r['seconds']:.2f} | {r['faiss_seconds']:.2f} | {r['time_vs_faiss']:.2f} |")
@@ -346,8 +359,8 @@ def suite_scale(args) -> list:
     else:
         print("  faiss GPU: not available in this faiss wheel (faiss-cpu)", flush=True)
     sub = x[np.random.default_rng(0).choice(n, min(n, args.scale_ref_n), replace=False)]
-    for name, fn in [("faiss k-means (cpu, 20 it)", _faiss_energy)] + \
-            ([] if args.no_sklearn else [("sklearn k-means++", _sklearn_energy)]):
+    for name, fn in ([("faiss k-means (cpu, 20 it)", _faiss_energy)] if _have("faiss") else []) + \
+            ([] if args.no_sklearn or not _have("sklearn") else [("sklearn k-means++", _sklearn_energy)]):
         e_sub, dt = fn(sub, m)
         # energy of the reference's anchors judged on all n points would need its centroids; the
         # subsample energy is reported as is, beside wcodec's on the same subsample
@@ -447,7 +460,7 @@ def main() -> int:
     ap.add_argument("--suite", default="minilm", choices=["minilm", "quality", "scale", "dist"])
     ap.add_argument("--no-sklearn", action="store_true", help="quality/scale: skip scikit-learn k-means++")
     ap.add_argument("--scale-shape", type=int, nargs=3, default=[1_000_000, 128, 2048], metavar=("N", "D", "M"))
-    ap.add_argument("--scale-ref-n", type=int, default=100_000, help="scale: subsample for the CPU references")
+    ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
     ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
     ap.add_argument("--dist-shape", type=int, nargs=3, default=[10_000_000, 128, 4096], metavar=("N", "D", "M"))
     ap.add_argument("--dist-passes", type=int, default=10, help="dist: Lloyd passes over all points")

@@ -61,7 +61,8 @@ def _worker(rank, world, rdv, path, out):
 
     dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world)
     try:
-        anchors, labels, energy, info = fit_anchors(path, AnnealingConfig(m=24, subsample=32), block_rows=500)
+        # 700-row blocks: a shard of 3000 rows ends inside a block, which must stop at the shard
+        anchors, labels, energy, info = fit_anchors(path, AnnealingConfig(m=24, subsample=32), block_rows=700)
         np.savez(f"{out}_{rank}.npz", anchors=anchors, labels=labels, energy=energy, world=info["world"])
     finally:
         dist.destroy_process_group()

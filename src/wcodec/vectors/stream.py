@@ -118,7 +118,8 @@ class _Blocks:
             return
         if not self.cuda:
             for s in range(self.start, self.stop, self.rows):
-                yield s - self.start, self.backend.put(np.asarray(self.source[s:s + self.rows], dtype=np.float32))
+                e = min(s + self.rows, self.stop)  # never past the shard
+                yield s - self.start, self.backend.put(np.asarray(self.source[s:e], dtype=np.float32))
             return
         torch = self.backend.torch
         if self.pinned is None:
