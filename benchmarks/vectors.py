@@ -349,7 +349,8 @@ def suite_scale(args) -> list:
         e, dt, idx = _wcodec_energy(x16, m, dev)
         rows.append(dict(method=f"wcodec ({dev})", energy=e, seconds=dt, n=n, iterations=idx.iterations,
                          moves=idx.info["splits"]))
-        print(f"  wcodec ({dev}): energy {e:.4f} ({e / (0.09 * d):.3f} x floor), {dt:.2f} s, {idx.iterations} it, "
+        print(f"  wcodec ({dev}): energy {e:.4f} ({e / (0.09 * d):.3f} x floor), {dt:.2f} s (k-means|| "
+              f"{idx.info['seed_seconds']:.2f} s, annealing {idx.info['anneal_seconds']:.2f} s), {idx.iterations} it, "
               f"{idx.info['splits']} moves, compression {idx.compression_percent:.2f}% "
               f"({idx.compression_ratio:.1f}x)", flush=True)
     if _faiss_has_gpu():

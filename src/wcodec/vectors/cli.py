@@ -137,6 +137,7 @@ def _run(points, m: int, device: str, verbose: bool):
 
 def _report(label: str, seconds: float, idx) -> None:
     print(f"{label}: {seconds:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
+          f"(k-means|| start {idx.info['seed_seconds']:.3f} s), "
           f"{idx.info['splits']} split/merge moves ({idx.info['rejected_moves']} rejected), "
           f"compression ratio {idx.compression_percent:.2f}% ({idx.compression_ratio:.1f}x)", flush=True)
 

@@ -222,7 +222,7 @@ def compress(points, config: AnnealingConfig | None = None, log=None) -> Compres
     t_anchor = time.perf_counter() - t0
     index = CompressedIndex(anchors, labels, energy, res.iterations,
                             source_itemsize=src.dtype.itemsize if src.dtype.kind == "f" else 4)
-    index.info.update(backend=backend.name, anneal_seconds=t_anchor, merges=res.merges,
+    index.info.update(backend=backend.name, anneal_seconds=t_anchor, seed_seconds=res.seed_seconds, merges=res.merges,
                       splits=res.splits, rejected_moves=res.rejected, history=res.history, log=res.log,
                       moves=[(mv.split, mv.merged, mv.delta) for mv in res.moves], config=config.to_dict(),
                       variances=res.variances)
