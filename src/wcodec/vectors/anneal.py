@@ -102,7 +102,7 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
     n, m = int(points.shape[0]), int(anchors.shape[0])
     rng = np.random.default_rng(config.seed + 2)
     res = AnnealResult(anchors, None, None, math.inf, 0)
-    best = (math.inf, None)
+    best = (math.inf, None, None, None)
     velocity = None
     prev_labels, prev_e = None, None
     pending = None  # state before the last batch of moves: (energy, anchors, labels, d2, second, moves)
@@ -121,8 +121,8 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
         changes = n if prev_labels is None else int((labels != prev_labels).sum())
         delta = math.nan if prev_e is None else energy - prev_e
         converged = changes == 0 or (prev_e is not None and abs(delta) <= config.tolerance * max(prev_e, 1e-30))
-        if energy < best[0]:
-            best = (energy, backend.copy(anchors))
+        if energy < best[0]:  # labels and d2 are fresh arrays each iteration: kept, not copied
+            best = (energy, backend.copy(anchors), labels, d2)
         entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes)
         if maint:
             since = 0
@@ -178,8 +178,7 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
         res.moves += pending[5]
         res.splits += len(pending[5])
         res.merges += len(pending[5])
-    anchors = best[1] if best[1] is not None else anchors
-    labels, d2 = backend.assign(points, anchors, p2)
+    anchors, labels, d2 = best[1:] if best[1] is not None else (anchors, *backend.assign(points, anchors, p2))
     # finish with a plain Lloyd move for the final assignment: the energy can only decrease
     counts, wsum, sums, _ = backend.stats(points, labels, d2, m)
     backend.move(anchors, wsum, sums, 1.0)

@@ -72,7 +72,7 @@ class AnnealingConfig:
     initial_temperature: float = 0.6
     cooling_rate: float = 0.85
     max_iterations: int = 30
-    tolerance: float = 1e-4
+    tolerance: float = 1e-3
     maintenance_interval: int = 4
     merge_threshold: float = 0.02
     split_threshold: float = 4.0

@@ -23,6 +23,8 @@ import numpy as np
 #: 2-means iterations of a split and power iterations for its start
 SPLIT_ITERATIONS = 4
 POWER_ITERATIONS = 4
+#: most split candidates examined per batch (each is a few small device operations)
+MAX_CANDIDATES = 512
 
 
 @dataclass
@@ -95,7 +97,7 @@ def propose(backend, points, anchors, labels, d2, second, temperature: float, ma
     sse = backend.bincount(labels, d2, m)
     cost = backend.bincount(labels, second - d2, m)
     scale = temperature * float(sse.sum()) / m
-    n_cand = min(m, max(2 * max_moves, 8))
+    n_cand = min(m, max(2 * max_moves, 8), MAX_CANDIDATES)
     cands = [int(k) for k in np.argsort(-sse, kind="stable")[:n_cand] if counts[k] >= 2]
     if not cands:
         return []

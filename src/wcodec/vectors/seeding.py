@@ -21,6 +21,8 @@ from .backends import one_blas_thread
 #: oversampling factor l / m and number of sampling rounds
 OVERSAMPLING = 1.0
 ROUNDS = 3
+#: points per candidate on which the candidates' weights are counted (all points when fewer)
+WEIGHT_SAMPLE = 8
 
 
 def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS,
@@ -71,7 +73,13 @@ def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS
     if cand.size <= m:
         return cand
     cpts = points[backend.put_index(cand)]
-    labels, _ = backend.assign(points, cpts, p2)
+    # weights = nearest-point counts, estimated on a sample of WEIGHT_SAMPLE points per candidate
+    # when N is larger (an assignment of all N to ~3m candidates costs 3 Lloyd passes)
+    if n > WEIGHT_SAMPLE * cand.size:
+        sub = backend.put_index(np.sort(rng.choice(n, WEIGHT_SAMPLE * cand.size, replace=False)))
+        labels, _ = backend.assign(points[sub], cpts, p2[sub])
+    else:
+        labels, _ = backend.assign(points, cpts, p2)
     weights = backend.bincount(labels, None, cand.size)
     if getattr(backend, "device", None) is not None and backend.device.type == "cuda":
         chosen = greedy_kmeanspp_torch(cpts, backend.put(weights.astype(np.float32)), m, rng)
