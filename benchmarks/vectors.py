@@ -1,4 +1,30 @@
-"""Benchmark wcodec.vectors against faiss on real MiniLM sentence embeddings.
+"""Benchmark wcodec.vectors against faiss (and scikit-learn k-means++) on real and synthetic data.
+
+Suites (``--suite``):
+
+    minilm   (default) real MiniLM embeddings: anchors, residual codes, faiss PQ/OPQ/IVF, recall
+    quality  anchor energy and time at equal m: wcodec (CPU; + CUDA if present), faiss k-means
+             (20 iterations, all points; GPU too when the faiss wheel has it), scikit-learn
+             k-means++ (n_init=1): Gaussian mixtures (make_blobs 10K x 128 / 256 clusters,
+             50K x 64 / 1000), the seeds' test-cuda data (1K x 64 / 32, 10K x 128 / 256, noise
+             floor 0.09 d) and MiniLM 50K x 384 / m=1024
+    scale    1M x 128 / 2048 clusters (synthetic, labelled; the seeds' generator): wcodec on the
+             GPU, faiss on the GPU if it can, faiss CPU and scikit-learn on a 50K subsample (wcodec too, same points)
+    dist     run under torchrun: 10M x 128 / 4096 (labelled, written once as a float16 .npy and
+             memory-mapped), points sharded across the ranks' GPUs, per-anchor sums all-reduced
+             over NCCL; prints the time of the Lloyd passes and the whole fit, per world size
+             (``--dist-summary DIR`` compares the JSON files of the 1- and 2-GPU runs)
+
+With $OUT set, everything printed is also written to $OUT/vectors_<suite>.log (and JSON rows).
+
+One-command GPU runs (see benchmarks/RESULTS.md):
+
+    python benchmarks/vectors.py --suite quality && python benchmarks/vectors.py --suite scale
+    torchrun --nproc_per_node=1 benchmarks/vectors.py --suite dist && \
+      torchrun --nproc_per_node=2 benchmarks/vectors.py --suite dist && \
+      python benchmarks/vectors.py --dist-summary "${OUT:-/tmp}"
+
+Suite minilm:
 
 Figures per row: energy / MSE (mean squared L2 error per vector), total bytes per vector (codes,
 assignments, anchors, rotation and codebooks all counted; faiss tables as float16, faiss IVF list
@@ -20,6 +46,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +56,9 @@ import numpy as np
 from wcodec.vectors import AnnealingConfig, compress
 from wcodec.vectors.search import exact_search, recall_at_k
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = next((p for p in (Path(__file__).resolve().parents[1].parent / "shared" / "data",
+                         Path(__file__).resolve().parents[1] / "shared" / "data", Path("/work/shared/data"))
+             if p.exists()), Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 
 def load(args):
@@ -149,6 +179,269 @@ def faiss_rows(rows, x, queries, truth, budgets, opq: bool, only_opq: bool = Fal
             f"norm-scaled ranking: recall {norm_scaled_recall(rec, x, queries, truth):.3f}")
 
 
+class _Tee:
+    """stdout also written to a log file ($OUT)."""
+
+    def __init__(self, stream, path):
+        self.stream, self.file = stream, open(path, "a", buffering=1)
+
+    def write(self, text):
+        self.stream.write(text)
+        self.file.write(text)
+
+    def flush(self):
+        self.stream.flush()
+        self.file.flush()
+
+
+def _out_dir():
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    return Path(out) if out else None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _sync():
+    if _cuda():
+        import torch
+        torch.cuda.synchronize()
+
+
+def labelled(n: int, d: int, clusters: int, seed: int = 0, sigma: float = 0.3) -> np.ndarray:
+    """[n, d] float16 points around ``clusters`` standard-normal centres with N(0, sigma^2)
+    noise (the seeds' test-cuda data; noise floor sigma^2 d), generated in chunks."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, d)).astype(np.float32)
+    out = np.empty((n, d), np.float16)
+    for s in range(0, n, 1 << 20):
+        k = min(1 << 20, n - s)
+        out[s:s + k] = centres[rng.integers(0, clusters, k)] + sigma * rng.standard_normal((k, d), np.float32)
+    return out
+
+
+def _quality_sets(args):
+    from sklearn.datasets import make_blobs
+
+    from wcodec.vectors.cli import synthetic
+
+    sets = []
+    for n, d, k in [(10_000, 128, 256), (50_000, 64, 1000)]:
+        x, _ = make_blobs(n, d, centers=k, random_state=0)
+        sets.append((f"mixture {n // 1000}K x {d}, {k} clusters (make_blobs)", x.astype(np.float32), k, float(d)))
+    for n, d, k in [(1_000, 64, 32), (10_000, 128, 256)]:
+        sets.append((f"seeds' test-cuda {n // 1000}K x {d}, {k}", synthetic(n, d, k).astype(np.float32), k, 0.09 * d))
+    base = Path(args.data) / "minilm_nltk_50k_f16.npy"
+    if base.exists():
+        sets.append(("MiniLM 50K x 384, m=1024", np.load(base).astype(np.float32), 1024, float("nan")))
+    else:
+        print(f"(MiniLM data not found at {base}: real-embedding row skipped)")
+    return sets
+
+
+def _have(module: str) -> bool:
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        print(f"  ({module} not installed: its rows are skipped; pip install faiss-cpu scikit-learn)")
+        return False
+    return True
+
+
+def _faiss_energy(x, m, gpu=False):
+    import faiss
+
+    km = faiss.Kmeans(x.shape[1], m, niter=20, seed=1, max_points_per_centroid=10 ** 7, gpu=gpu)
+    t0 = time.perf_counter()
+    km.train(x)
+    dt = time.perf_counter() - t0
+    return float(km.index.search(x, 1)[0].mean()), dt
+
+
+def _sklearn_energy(x, m):
+    from sklearn.cluster import KMeans
+
+    t0 = time.perf_counter()
+    km = KMeans(m, init="k-means++", n_init=1, random_state=0).fit(x)
+    return float(km.inertia_) / len(x), time.perf_counter() - t0
+
+
+def _wcodec_energy(x, m, device):
+    from wcodec.vectors import AnnealingConfig, compress
+
+    compress(x[:2048], AnnealingConfig(m=min(m, 16), device=device, max_iterations=2))  # warm-up
+    _sync()
+    t0 = time.perf_counter()
+    idx = compress(x, AnnealingConfig(m=m, device=device))
+    _sync()
+    dt = time.perf_counter() - t0
+    return idx.energy, dt, idx
+
+
+def _faiss_has_gpu() -> bool:
+    try:
+        import faiss
+        return _cuda() and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    except (ImportError, AttributeError):
+        return False
+
+
+def suite_quality(args) -> list:
+    rows = []
+    devices = ["cpu"] + (["cuda"] if _cuda() else [])
+    if not _have("sklearn"):
+        return []
+    has_faiss = _have("faiss")
+    if has_faiss:
+        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
+    for label, x, m, floor in _quality_sets(args):
+        print(f"\n{label}: {x.shape[0]} x {x.shape[1]}, m={m}" +
+              ("" if math.isnan(floor) else f", noise floor {floor:.3f}"), flush=True)
+        ref = {}
+        if has_faiss:
+            ref["faiss k-means (cpu)"] = _faiss_energy(x, m)
+        if _faiss_has_gpu():
+            ref["faiss k-means (gpu)"] = _faiss_energy(x, m, gpu=True)
+        if not args.no_sklearn:
+            ref["sklearn k-means++"] = _sklearn_energy(x, m)
+        for name, (e, dt) in ref.items():
+            print(f"  {name:<22} energy {e:10.4f}  {dt:8.2f} s", flush=True)
+        best = min([e for e, _ in ref.values()] or [math.nan])
+        for dev in devices:
+            e, dt, idx = _wcodec_energy(x, m, dev)
+            t_faiss = ref.get("faiss k-means (cpu)" if dev == "cpu" else "faiss k-means (gpu)", (0, math.nan))[1]
+            r = dict(set=label, device=dev, energy=e, seconds=dt, best_ref=best, vs_best=e / best,
+                     vs_floor=e / floor, faiss_seconds=t_faiss, time_vs_faiss=dt / t_faiss,
+                     iterations=idx.iterations, moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
+                     refs={k: v[0] for k, v in ref.items()}, ref_seconds={k: v[1] for k, v in ref.items()})
+            rows.append(r)
+            print(f"  wcodec ({dev:<4})          energy {e:10.4f}  {dt:8.2f} s  {idx.iterations} it, "
+                  f"{r['moves']} moves ({r['rejected']} rejected); energy / best reference {e / best:.3f}"
+                  + ("" if math.isnan(floor) else f", / noise floor {e / floor:.3f}")
+                  + f"; time / faiss {dt / t_faiss:.2f}", flush=True)
+    print("\n| data | device | wcodec energy | faiss | sklearn k-means++ | wcodec / best | wcodec / floor | "
+          "wcodec s | faiss s | time / faiss |\n|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        fa = r["refs"].get("faiss k-means (gpu)" if r["device"] == "cuda" else "faiss k-means (cpu)",
+                           r["refs"].get("faiss k-means (cpu)", math.nan))
+        print(f"| {r['set']} | {r['device']} | {r['energy']:.4f} | {fa:.4f} | "
+              f"{r['refs'].get('sklearn k-means++', math.nan):.4f} | {r['vs_best']:.3f} | {r['vs_floor']:.3f} | "
+              f"{r['seconds']:.2f} | {r['faiss_seconds']:.2f} | {r['time_vs_faiss']:.2f} |")
+    return rows
+
+
+def suite_scale(args) -> list:
+    n, d, m = args.scale_shape
+    print(f"labelled synthetic {n} x {d}, {m} clusters (noise floor {0.09 * d:.3f})", flush=True)
+    t0 = time.perf_counter()
+    x16 = labelled(n, d, m)
+    x = x16.astype(np.float32)
+    print(f"  generated in {time.perf_counter() - t0:.1f} s", flush=True)
+    rows = []
+    devices = (["cuda"] if _cuda() else []) + (["cpu"] if args.scale_cpu or not _cuda() else [])
+    for dev in devices:
+        e, dt, idx = _wcodec_energy(x16, m, dev)
+        rows.append(dict(method=f"wcodec ({dev})", energy=e, seconds=dt, n=n, iterations=idx.iterations,
+                         moves=idx.info["splits"]))
+        print(f"  wcodec ({dev}): energy {e:.4f} ({e / (0.09 * d):.3f} x floor), {dt:.2f} s (k-means|| "
+              f"{idx.info['seed_seconds']:.2f} s, annealing {idx.info['anneal_seconds']:.2f} s), {idx.iterations} it, "
+              f"{idx.info['splits']} moves, compression {idx.compression_percent:.2f}% "
+              f"({idx.compression_ratio:.1f}x)", flush=True)
+    if _faiss_has_gpu():
+        e, dt = _faiss_energy(x, m, gpu=True)
+        rows.append(dict(method="faiss k-means (gpu)", energy=e, seconds=dt, n=n))
+        print(f"  faiss k-means (gpu, 20 it): energy {e:.4f}, {dt:.2f} s", flush=True)
+    else:
+        print("  faiss GPU: not available in this faiss wheel (faiss-cpu)", flush=True)
+    sub = x[np.random.default_rng(0).choice(n, min(n, args.scale_ref_n), replace=False)]
+    for name, fn in ([("faiss k-means (cpu, 20 it)", _faiss_energy)] if _have("faiss") else []) + \
+            ([] if args.no_sklearn or not _have("sklearn") else [("sklearn k-means++", _sklearn_energy)]):
+        e_sub, dt = fn(sub, m)
+        # energy of the reference's anchors judged on all n points would need its centroids; the
+        # subsample energy is reported as is, beside wcodec's on the same subsample
+        rows.append(dict(method=f"{name} on {len(sub)} of {n}", energy=e_sub, seconds=dt, n=len(sub)))
+        print(f"  {name} on a {len(sub)}-point subsample: energy {e_sub:.4f}, {dt:.2f} s", flush=True)
+    e_sub, dt, _ = _wcodec_energy(sub, m, devices[0])
+    rows.append(dict(method=f"wcodec ({devices[0]}) on {len(sub)} of {n}", energy=e_sub, seconds=dt, n=len(sub)))
+    print(f"  wcodec ({devices[0]}) on the same subsample: energy {e_sub:.4f}, {dt:.2f} s", flush=True)
+    print("\n| method | points | energy | energy / noise floor | seconds |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['method']} | {r['n']} | {r['energy']:.4f} | {r['energy'] / (0.09 * d):.3f} | {r['seconds']:.2f} |")
+    return rows
+
+
+def suite_dist(args) -> list:
+    """Under torchrun: 10M x 128 / 4096 sharded over the ranks' GPUs (NCCL), or CPUs (gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    from wcodec.vectors import AnnealingConfig
+    from wcodec.vectors.stream import fit_anchors
+
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    n, d, m = args.dist_shape
+    path = Path(args.dist_file or (Path(os.environ.get("TMPDIR", "/tmp")) / f"wcodec_labelled_{n}x{d}x{m}.npy"))
+    if rank == 0 and not path.exists():
+        t0 = time.perf_counter()
+        tmp = path.with_suffix(".part.npy")
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n, d))
+        rng = np.random.default_rng(0)
+        centres = rng.standard_normal((m, d)).astype(np.float32)
+        for s in range(0, n, 1 << 20):
+            k = min(1 << 20, n - s)
+            arr[s:s + k] = centres[rng.integers(0, m, k)] + 0.3 * rng.standard_normal((k, d), np.float32)
+        arr.flush()
+        del arr
+        os.replace(tmp, path)
+        print(f"wrote {path} in {time.perf_counter() - t0:.1f} s", flush=True)
+    dist.barrier()
+    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, tolerance=0.0)
+    dist.barrier()
+    _sync()
+    t0 = time.perf_counter()
+    anchors, labels, energy, info = fit_anchors(str(path), cfg)
+    _sync()
+    dist.barrier()
+    total = time.perf_counter() - t0
+    lloyd = total - info["hot_seconds"]
+    row = dict(world=world, n=n, d=d, m=m, energy=energy, floor=0.09 * d, total_s=total,
+               hot_s=info["hot_seconds"], lloyd_s=lloyd, passes=len(info["passes"]),
+               per_pass_s=lloyd / max(len(info["passes"]) + 1, 1), device=torch.cuda.get_device_name(0) if cuda else "cpu")
+    if rank == 0:
+        print(f"world {world}: {n} x {d}, m={m}: energy {energy:.4f} ({energy / (0.09 * d):.3f} x floor); "
+              f"total {total:.2f} s = hot phase {info['hot_seconds']:.2f} s (rank 0, sample) + "
+              f"{len(info['passes'])} Lloyd passes and the final assignment {lloyd:.2f} s "
+              f"({row['per_pass_s']:.3f} s per pass)", flush=True)
+        out = _out_dir() or Path(os.environ.get("TMPDIR", "/tmp"))
+        (out / f"vectors_dist_world{world}.json").write_text(json.dumps(row, indent=1))
+    dist.destroy_process_group()
+    return [row] if rank == 0 else []
+
+
+def dist_summary(folder) -> int:
+    rows = {json.loads(p.read_text())["world"]: json.loads(p.read_text())
+            for p in Path(folder).glob("vectors_dist_world*.json")}
+    if 1 not in rows or len(rows) < 2:
+        print(f"need vectors_dist_world1.json and another world size in {folder}; found {sorted(rows)}")
+        return 1
+    print("| GPUs | energy | total s | hot phase s | Lloyd passes s | per pass s | speedup (passes) | speedup (total) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for w, r in sorted(rows.items()):
+        print(f"| {w} | {r['energy']:.4f} | {r['total_s']:.2f} | {r['hot_s']:.2f} | {r['lloyd_s']:.2f} | "
+              f"{r['per_pass_s']:.3f} | {rows[1]['lloyd_s'] / r['lloyd_s']:.2f}x | {rows[1]['total_s'] / r['total_s']:.2f}x |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DATA))
@@ -165,7 +458,26 @@ def main() -> int:
                     help="faiss OPQ sizes to run instead of the budget-derived ones and 16, 32")
     ap.add_argument("--repeat", type=int, default=1, help="anchor timing runs (interleaved with faiss)")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--suite", default="minilm", choices=["minilm", "quality", "scale", "dist"])
+    ap.add_argument("--no-sklearn", action="store_true", help="quality/scale: skip scikit-learn k-means++")
+    ap.add_argument("--scale-shape", type=int, nargs=3, default=[1_000_000, 128, 2048], metavar=("N", "D", "M"))
+    ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
+    ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
+    ap.add_argument("--dist-shape", type=int, nargs=3, default=[10_000_000, 128, 4096], metavar=("N", "D", "M"))
+    ap.add_argument("--dist-passes", type=int, default=10, help="dist: Lloyd passes over all points")
+    ap.add_argument("--dist-file", default=None, help="dist: the .npy of points (written if missing)")
+    ap.add_argument("--dist-summary", default=None, metavar="DIR", help="compare vectors_dist_world*.json in DIR")
     args = ap.parse_args()
+    if args.dist_summary:
+        return dist_summary(args.dist_summary)
+    out = _out_dir()
+    if out is not None and os.environ.get("RANK", "0") == "0":
+        sys.stdout = _Tee(sys.stdout, out / f"vectors_{args.suite}.log")
+    if args.suite != "minilm":
+        rows = {"quality": suite_quality, "scale": suite_scale, "dist": suite_dist}[args.suite](args)
+        if rows and (args.json or out is not None):
+            Path(args.json or out / f"vectors_{args.suite}.json").write_text(json.dumps(rows, indent=1, default=str))
+        return 0
     base, queries, label = load(args)
     x = base.astype(np.float32)
     truth = exact_search(x, queries, 10)

@@ -1,9 +1,11 @@
 """wcodec.vectors: compress embedding collections by annealing (the seeds' VLC), and search them.
 
-N x d vectors become m anchors plus one assignment per vector, found by annealing (assign to the
-nearest anchor, reduce robust per-anchor statistics, move anchors by a cooling temperature,
-merge and split every few iterations, stop on converged energy), on the CPU (numpy) or the GPU
-(torch). With a bytes-per-vector budget, residual codes (a truncated PCA/OPQ rotation + product
+N x d vectors become m anchors plus one assignment per vector, found by annealing (a k-means||
+start; assign to the nearest anchor, reduce robust per-anchor statistics, move anchors by a
+cooling temperature; every few iterations split/merge moves accepted by energy at temperature T,
+the Metropolis rule; stop on converged energy), on the CPU (numpy) or the GPU (torch).
+Collections larger than memory or than one GPU: ``wcodec.vectors.stream`` (memory-mapped blocks,
+pinned GPU batches, torch.distributed ranks). With a bytes-per-vector budget, residual codes (a truncated PCA/OPQ rotation + product
 codebooks, tables and codes entropy coded with wcodec's rANS, plus each vector's 8-bit norm)
 make the index searchable by asymmetric distances::
 

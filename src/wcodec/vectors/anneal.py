@@ -1,17 +1,25 @@
-"""The annealing loop (the seeds' VLC): assign, reduce robust statistics, move, maintain, cool.
+"""The annealing loop (the seeds' VLC): seed, assign, reduce robust statistics, move, maintain, cool.
 
-Backend-agnostic: the points stay on the backend's device; the host sees only per-anchor counts,
-squared-error sums and the energy (one scalar) each iteration.
+Start: k-means|| (seeding.py). Each iteration assigns every point to its nearest anchor, reduces
+per-anchor (robust) means and variances, and moves each anchor toward its mean by a step of
+``lr * (1 + T)`` with momentum; every ``maintenance_interval`` iterations (or as soon as Lloyd
+has converged) a batch of split/merge moves (moves.py) is proposed at temperature T, and judged
+at the next maintenance by the energy Lloyd settled to (Metropolis rule, reverted if rejected).
+The best anchors seen are returned. Backend-agnostic: the points stay on the backend's device;
+the host sees only per-anchor figures and scalars each iteration.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .config import AnnealingConfig
+from .moves import metropolis, propose
+from .seeding import kmeans_parallel
 
 
 @dataclass
@@ -27,132 +35,161 @@ class AnnealResult:
     merges: int = 0
     splits: int = 0
     seconds: float = 0.0
-
-
-def initial_indices(points: np.ndarray, m: int, seed: int) -> np.ndarray:
-    """Indices of up to m distinct points, in a seeded random order (host side, all backends).
-
-    points: [N, d] float32. Returns int64 [min(m, distinct points)].
-    """
-    n = points.shape[0]
-    order = np.random.default_rng(seed).permutation(n)
-    chosen, seen = [], set()
-    for start in range(0, n, max(2 * m, 64)):
-        for i in order[start:start + max(2 * m, 64)]:
-            key = (points[i] + np.float32(0)).tobytes()  # -0.0 == +0.0
-            if key not in seen:
-                seen.add(key)
-                chosen.append(int(i))
-                if len(chosen) == m:
-                    return np.array(chosen, dtype=np.int64)
-    return np.array(chosen, dtype=np.int64)
+    seed_seconds: float = 0.0
+    log: list = field(default_factory=list)
+    moves: list = field(default_factory=list)
+    rejected: int = 0
+    variances: np.ndarray | None = None
 
 
 def anneal(points_host: np.ndarray, config: AnnealingConfig, backend, points=None,
            log=None) -> AnnealResult:
-    """Run the annealing on validated float32 points [N, d] (host copy, used for the seeding).
+    """Run the annealing on validated float32 points [N, d] (host copy).
 
-    Hot phase: the annealing schedule (temperature, maintenance) on a seeded subsample of
+    Hot phase: the annealing schedule (temperature, moves) on a seeded subsample of
     ``config.subsample * m`` points when N is larger; cold phase: up to ``refine_iterations``
-    Lloyd iterations (T = 0) on all points, until the energy tolerance. Without subsampling the
-    whole schedule runs on all points. points: the same points already on the backend's device
-    (put there if None). Returns an AnnealResult whose anchors/assignments live on the device.
+    Lloyd iterations (T = 0, no moves) on all points, until the energy tolerance. Without
+    subsampling the whole schedule runs on all points. points: the same points already on the
+    backend's device (put there if None). Returns an AnnealResult whose anchors/assignments
+    live on the device.
     """
     t0 = time.perf_counter()
     if points is None:
         points = backend.put(points_host)
     n = points_host.shape[0]
-    init = initial_indices(points_host, config.m, config.seed)
-    anchors = backend.astype_anchor(points[backend.put_index(init)])
-    sample_n = config.subsample * anchors.shape[0]
+    sample_n = config.subsample * config.m
     if config.subsample and n > sample_n and config.refine_iterations:
         rng = np.random.default_rng(config.seed + 1)
-        sample = np.union1d(rng.choice(n, sample_n - init.size, replace=False), init)
-        hot = _loop(points[backend.put_index(sample)], anchors, config, backend, log,
+        hot_points = points[backend.put_index(np.sort(rng.choice(n, sample_n, replace=False)))]
+        start = _seed(hot_points, config, backend)
+        t_seed = time.perf_counter() - t0
+        hot = _loop(hot_points, start, config, backend, log,
                     config.initial_temperature, config.max_iterations, config.maintenance_interval)
-        cold = _loop(points, hot.anchors, config, backend, log, 0.0, config.refine_iterations, 0)
-        cold.history = hot.history + cold.history
-        cold.iterations += hot.iterations
-        cold.merges, cold.splits = hot.merges, hot.splits
-        result = cold
+        result = _loop(points, hot.anchors, config, backend, log, 0.0, config.refine_iterations, 0)
+        result.history = hot.history + result.history
+        result.log = hot.log + result.log
+        result.iterations += hot.iterations
+        result.merges, result.splits, result.moves = hot.merges, hot.splits, hot.moves
+        result.rejected = hot.rejected
     else:
-        result = _loop(points, anchors, config, backend, log, config.initial_temperature,
-                       config.max_iterations, config.maintenance_interval)
+        start = _seed(points, config, backend)
+        t_seed = time.perf_counter() - t0
+        result = _loop(points, start, config, backend, log,
+                       config.initial_temperature, config.max_iterations, config.maintenance_interval)
     result.seconds = time.perf_counter() - t0
+    result.seed_seconds = t_seed  # k-means|| (includes the device's first kernels)
     return result
+
+
+def _seed(points, config: AnnealingConfig, backend):
+    """Initial device anchors [<= m, d] by k-means|| (or m distinct random points)."""
+    p2 = backend.sqnorms(points)
+    idx = kmeans_parallel(points, p2, config.m, config.seed, backend, random_only=config.init == "random")
+    return backend.astype_anchor(points[backend.put_index(idx)])
+
+
+def _progress(config: AnnealingConfig, n: int, m: int, d: int, total: int):
+    """A tqdm bar with ETA over the iterations (config.progress: True, False or None = auto:
+    shown when one iteration is above ~2e11 multiply-adds)."""
+    show = config.progress if config.progress is not None else n * m * d > 2e11
+    from tqdm.auto import tqdm
+    return tqdm(total=total, disable=not show, desc="annealing", unit="it", leave=False)
 
 
 def _loop(points, anchors, config, backend, log, temperature, max_iterations, interval) -> AnnealResult:
     """The annealing iterations on device points [n, d] from device anchors [m, d] (modified)."""
     p2 = backend.sqnorms(points)
-    m = anchors.shape[0]
-    history, merges, splits = [], 0, 0
-    prev = None
-    labels, d2 = backend.assign(points, anchors, p2)
+    n, m = int(points.shape[0]), int(anchors.shape[0])
+    rng = np.random.default_rng(config.seed + 2)
+    res = AnnealResult(anchors, None, None, math.inf, 0)
+    best = (math.inf, None, None, None)
+    velocity = None
+    prev_labels, prev_e = None, None
+    pending = None  # state before the last batch of moves: (energy, anchors, labels, d2, second, moves)
+    batch = max(1, m // 16)
+    since, converged = 0, False
+    bar = _progress(config, n, m, int(points.shape[1]), max_iterations)
     it = 0
     for it in range(1, max_iterations + 1):
+        maint = bool(interval) and m >= 2 and (since + 1 >= interval or converged) and it < max_iterations
+        second = None
+        if maint:
+            labels, d2, second = backend.assign2(points, anchors, p2)
+        else:
+            labels, d2 = backend.assign(points, anchors, p2)
         energy = float(d2.mean())
-        history.append(energy)
+        changes = n if prev_labels is None else int((labels != prev_labels).sum())
+        delta = math.nan if prev_e is None else energy - prev_e
+        converged = changes == 0 or (prev_e is not None and abs(delta) <= config.tolerance * max(prev_e, 1e-30))
+        if energy < best[0]:  # labels and d2 are fresh arrays each iteration: kept, not copied
+            best = (energy, backend.copy(anchors), labels, d2)
+        entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes)
+        if maint:
+            since = 0
+            if pending is not None:  # judge the last batch by the energy Lloyd settled it to
+                e0, a0, l0, d0, s0, moves = pending
+                pending = None
+                if metropolis((energy - e0) * n, temperature * e0 * n / m, rng):
+                    res.moves += moves
+                    res.splits += len(moves)
+                    res.merges += len(moves)
+                    entry["accepted"] = len(moves)
+                    batch = min(m, batch + max(1, batch // 2))
+                else:
+                    anchors, labels, d2, second, energy = a0, l0, d0, s0, e0
+                    res.rejected += len(moves)
+                    entry["rejected"] = len(moves)
+                    batch = max(1, batch // 2)
+        else:
+            since += 1
+        res.log.append(entry)
+        res.history.append(energy)
+        bar.update(1)
+        bar.set_postfix(T=f"{temperature:.3g}", E=f"{energy:.5g}", refresh=False)
         if log:
-            log(f"iter {it}: T={temperature:.4f} energy={energy:.6f}")
+            log(f"Iter {entry['iter']}: T={temperature:.4f}, E={energy:.6f}, delta_E={delta:.6f}, "
+                f"Changes={changes}" + "".join(f", {k}={entry[k]}" for k in ("accepted", "rejected") if k in entry))
+        snapshot = (energy, backend.copy(anchors), labels, d2, second) if maint else None
         weights = backend.robust_weights(labels, d2, m, config.robust_clip) if config.robust_clip else None
-        counts, wsum, sums, sse = backend.stats(points, labels, d2, m, weights)
-        backend.move(anchors, wsum, sums, 1.0 + temperature)
-        if interval and it % interval == 0 and it < max_iterations:
-            anchors, nm, ns = _maintain(backend, anchors, labels, d2, points, counts, sse, energy, config)
-            merges, splits = merges + nm, splits + ns
-        temperature *= config.cooling_rate
-        labels, d2 = backend.assign(points, anchors, p2)
-        new = float(d2.mean())
-        if prev is not None and abs(prev - new) <= config.tolerance * max(prev, 1e-30):
+        counts, wsum, sums, _ = backend.stats(points, labels, d2, m, weights)
+        before = backend.copy(anchors) if config.momentum else None
+        backend.move(anchors, wsum, sums, config.lr * (1.0 + temperature))
+        if before is not None:  # heavy-ball momentum on the anchor steps
+            step = anchors - before
+            velocity = step if velocity is None else config.momentum * velocity + step
+            anchors[...] = before + velocity
+        if maint:
+            moves = propose(backend, points, anchors, labels, d2, second, temperature, batch, rng)
+            if moves:
+                pending = snapshot + (moves,)
+                velocity = None
+                if log:
+                    log(f"  moves: {len(moves)} split/merge pairs (split " +
+                        ", ".join(f"{mv.split}<-{mv.merged}" for mv in moves[:8]) +
+                        ("..." if len(moves) > 8 else "") + f"), estimated delta {sum(mv.delta for mv in moves):.4g}")
+            elif converged:
+                break
+        elif converged and not (interval and m >= 2):
             break
-        prev = new
+        temperature *= config.cooling_rate
+        prev_labels, prev_e = labels, energy
+    bar.close()
+    if pending is not None and best[0] < pending[0]:  # the last batch was never judged: keep if better
+        res.moves += pending[5]
+        res.splits += len(pending[5])
+        res.merges += len(pending[5])
+    anchors, labels, d2 = best[1:] if best[1] is not None else (anchors, *backend.assign(points, anchors, p2))
     # finish with a plain Lloyd move for the final assignment: the energy can only decrease
     counts, wsum, sums, _ = backend.stats(points, labels, d2, m)
     backend.move(anchors, wsum, sums, 1.0)
     d2 = backend.sqnorms(points - anchors[labels])
-    energy = float(d2.mean())
-    history.append(energy)
-    return AnnealResult(anchors, labels, d2, energy, it, history, merges, splits)
-
-
-def _maintain(backend, anchors, labels, d2, points, counts, sse, energy, config):
-    """Merge anchors closer than merge_threshold * energy; re-seed freed and empty anchors by
-    splitting overloaded (then highest squared-error) anchors at their farthest point.
-
-    Returns (anchors, merges, splits). Decisions use only [m] figures on the host.
-    """
-    m = anchors.shape[0]
-    counts_h = backend.get(counts).astype(np.float64)
-    sse_h = backend.get(sse).astype(np.float64)
-    free = set(np.flatnonzero(counts_h == 0).tolist())
-    merges = 0
-    if config.merge_threshold > 0 and m > 1:
-        dist = backend.get(backend.anchor_sqdist(anchors))
-        ii, jj = np.nonzero(np.triu(dist < config.merge_threshold * energy, 1))
-        for i, j in zip(ii.tolist(), jj.tolist()):
-            if i in free or j in free:
-                continue
-            wi, wj = counts_h[i], counts_h[j]
-            if wi + wj > 0:
-                anchors[i] = (anchors[i] * wi + anchors[j] * wj) / (wi + wj)
-            counts_h[i] += counts_h[j]
-            sse_h[i] += sse_h[j]
-            counts_h[j] = sse_h[j] = 0
-            free.add(j)
-            merges += 1
-    splits = 0
-    if free:
-        mean_count = counts_h.sum() / max(m - len(free), 1)
-        overloaded = counts_h > config.split_threshold * mean_count
-        priority = np.lexsort((-sse_h, ~overloaded))  # overloaded first, then by SSE
-        for k in priority.tolist():
-            if not free or counts_h[k] < 2 or sse_h[k] <= 0:
-                break
-            far = backend.farthest_of(labels, d2, k)
-            if far < 0:
-                continue
-            slot = free.pop()
-            anchors[slot] = points[far]
-            splits += 1
-    return anchors, merges, splits
+    res.anchors, res.assignments, res.d2 = anchors, labels, d2
+    # the reduce step's robust variance of each anchor: Huber-weighted mean squared distance
+    # (plain with robust_clip = 0), as the seeds' reduce kernel reports beside the robust mean
+    w = backend.robust_weights(labels, d2, m, config.robust_clip) if config.robust_clip else None
+    wd2 = d2 if w is None else d2 * w
+    res.variances = backend.bincount(labels, wd2, m) / np.maximum(backend.bincount(labels, w, m), 1e-30)
+    res.energy = float(d2.mean())
+    res.iterations = it
+    res.history.append(res.energy)
+    return res

@@ -16,6 +16,32 @@ GPU_BLOCK_FLOATS = 1 << 28
 
 
 _SEGMENT_SUMS = None
+_BLAS = []
+
+
+def one_blas_thread(active: bool = True):
+    """Context: single-threaded BLAS when active. Products with a short inner dimension or few
+    flops (residual subspaces of 1-8 dims, the k-means++ trials) run up to 100x slower on
+    OpenBLAS threads than on one (measured on 2 loaded cores: [3000, 3] x [3, 256] 20 ms vs
+    0.15 ms). Needs threadpoolctl (scikit-learn's dependency); a no-op without it."""
+    import contextlib
+
+    if not active:
+        return contextlib.nullcontext()
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _BLAS.append(ThreadpoolController())
+        except ImportError:
+            _BLAS.append(None)
+    if _BLAS[0] is None:
+        return contextlib.nullcontext()
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
+def small_product(n: int, m: int, d: int) -> bool:
+    """Whether an [n, d] x [d, m] product is better run on one BLAS thread."""
+    return d < 32 or n * m * d < 1 << 26
 
 
 def _segment_sums():
@@ -62,20 +88,37 @@ class NumpyBackend:
 
         Returns (labels [N] int64, d2 [N] float32 squared distances, clipped at 0).
         """
+        return self._nearest(points, anchors, p2, False)
+
+    def assign2(self, points: np.ndarray, anchors: np.ndarray, p2: np.ndarray):
+        """Nearest and second-nearest anchor distances (m >= 2): (labels [N] int64, d2 [N],
+        second [N] float32 squared distance to the second-nearest anchor)."""
+        return self._nearest(points, anchors, p2, True)
+
+    def _nearest(self, points, anchors, p2, with_second: bool):
         n, m = points.shape[0], anchors.shape[0]
         a2 = self.sqnorms(anchors)
         labels = np.empty(n, dtype=np.int64)
         d2 = np.empty(n, dtype=np.float32)
+        second = np.empty(n, dtype=np.float32) if with_second else None
         block = max(1, CPU_BLOCK_FLOATS // max(m, 1))
-        for s in range(0, n, block):
-            dots = points[s:s + block] @ anchors.T
-            dots *= -2.0
-            dots += a2
-            lab = dots.argmin(axis=1)
-            labels[s:s + block] = lab
-            d2[s:s + block] = dots[np.arange(lab.size), lab] + p2[s:s + block]
+        with one_blas_thread(small_product(n, m, points.shape[1])):
+            for s in range(0, n, block):
+                dots = np.dot(points[s:s + block], anchors.T)
+                dots *= -2.0
+                dots += a2
+                rows = np.arange(dots.shape[0])
+                lab = dots.argmin(axis=1)
+                labels[s:s + block] = lab
+                d2[s:s + block] = dots[rows, lab] + p2[s:s + block]
+                if with_second:
+                    dots[rows, lab] = np.inf
+                    second[s:s + block] = dots.min(axis=1) + p2[s:s + block]
         np.maximum(d2, 0.0, out=d2)
-        return labels, d2
+        if not with_second:
+            return labels, d2
+        np.maximum(second, d2, out=second)
+        return labels, d2, second
 
     def stats(self, points: np.ndarray, labels: np.ndarray, d2: np.ndarray, m: int, weights=None):
         """Per-anchor counts [m] float64, (weighted) sums [m, d] float64 and SSE [m] float64.
@@ -104,18 +147,35 @@ class NumpyBackend:
     def anchor_sqdist(self, anchors: np.ndarray) -> np.ndarray:
         """[m, m] float32 squared distances between anchors (diagonal +inf)."""
         a2 = self.sqnorms(anchors)
-        dist = a2[:, None] + a2[None, :] - 2.0 * (anchors @ anchors.T)
+        with one_blas_thread(small_product(anchors.shape[0], *anchors.shape)):
+            dist = a2[:, None] + a2[None, :] - 2.0 * np.dot(anchors, anchors.T)
         np.fill_diagonal(dist, np.inf)
         return dist
 
-    def farthest_of(self, labels: np.ndarray, d2: np.ndarray, k: int) -> int:
-        """Index of the point of anchor k farthest from it (-1 if none lies off the anchor)."""
-        masked = np.where(labels == k, d2, -1.0)
-        i = int(masked.argmax())
-        return i if masked[i] > 0 else -1
-
     def astype_anchor(self, arr: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(arr, dtype=np.float32)
+
+    def bincount(self, labels, weights, m: int) -> np.ndarray:
+        """[m] float64 per-anchor sums of weights [N] (counts if weights is None)."""
+        return np.bincount(labels, weights=weights, minlength=m).astype(np.float64)
+
+    def uniform(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """[n] float32 uniform draws in [0, 1) from the host generator rng (same on every backend)."""
+        return rng.random(n, dtype=np.float32)
+
+    def nonzero(self, mask) -> np.ndarray:
+        """Host int64 indices where mask [N] bool is true."""
+        return np.flatnonzero(mask)
+
+    def minimum(self, a, b):
+        return np.minimum(a, b)
+
+    def copy(self, arr):
+        return arr.copy()
+
+    def group_order(self, labels) -> np.ndarray:
+        """Stable argsort of labels [N]: the points of each anchor, contiguous."""
+        return np.argsort(labels, kind="stable")
 
 
 class TorchBackend:
@@ -146,18 +206,31 @@ class TorchBackend:
         return (x * x).sum(dim=1)
 
     def assign(self, points, anchors, p2):
+        return self._nearest(points, anchors, p2, False)
+
+    def assign2(self, points, anchors, p2):
+        return self._nearest(points, anchors, p2, True)
+
+    def _nearest(self, points, anchors, p2, with_second: bool):
         torch = self.torch
         n, m = points.shape[0], anchors.shape[0]
         a2 = self.sqnorms(anchors)
         block = max(1, (GPU_BLOCK_FLOATS if self.device.type == "cuda" else CPU_BLOCK_FLOATS) // max(m, 1))
         labels = torch.empty(n, dtype=torch.int64, device=self.device)
         d2 = torch.empty(n, dtype=torch.float32, device=self.device)
+        second = torch.empty(n, dtype=torch.float32, device=self.device) if with_second else None
         for s in range(0, n, block):
             dots = torch.addmm(a2.unsqueeze(0), points[s:s + block], anchors.T, beta=1.0, alpha=-2.0)
-            val, lab = dots.min(dim=1)
+            if with_second:
+                val, lab = dots.topk(2, dim=1, largest=False)
+                second[s:s + block] = val[:, 1] + p2[s:s + block]
+                val, lab = val[:, 0], lab[:, 0]
+            else:
+                val, lab = dots.min(dim=1)
             labels[s:s + block] = lab
             d2[s:s + block] = val + p2[s:s + block]
-        return labels, d2.clamp_(min=0.0)
+        d2.clamp_(min=0.0)
+        return (labels, d2, torch.maximum(second, d2)) if with_second else (labels, d2)
 
     def stats(self, points, labels, d2, m: int, weights=None):
         torch = self.torch
@@ -190,13 +263,30 @@ class TorchBackend:
         dist.fill_diagonal_(float("inf"))
         return dist
 
-    def farthest_of(self, labels, d2, k: int) -> int:
-        masked = self.torch.where(labels == k, d2, self.torch.full_like(d2, -1.0))
-        i = int(masked.argmax())
-        return i if float(masked[i]) > 0 else -1
-
     def astype_anchor(self, arr):
         return arr.to(self.torch.float32).contiguous()
+
+    def bincount(self, labels, weights, m: int) -> np.ndarray:
+        torch = self.torch
+        if weights is None:
+            return torch.bincount(labels, minlength=m).to(torch.float64).cpu().numpy()
+        out = torch.zeros(m, dtype=torch.float64, device=self.device)
+        return out.index_add_(0, labels, weights.to(torch.float64)).cpu().numpy()
+
+    def uniform(self, rng: np.random.Generator, n: int):
+        return self.put(rng.random(n, dtype=np.float32))
+
+    def nonzero(self, mask) -> np.ndarray:
+        return self.torch.nonzero(mask).flatten().cpu().numpy()
+
+    def minimum(self, a, b):
+        return self.torch.minimum(a, b)
+
+    def copy(self, arr):
+        return arr.clone()
+
+    def group_order(self, labels):
+        return self.torch.argsort(labels, stable=True)
 
 
 def get_backend(device: str):

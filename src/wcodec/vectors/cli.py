@@ -24,6 +24,9 @@ def register(subparsers) -> None:
     c.add_argument("--iterations", type=int, default=None, help="max annealing iterations")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("-v", "--verbose", action="store_true", help="print one line per iteration")
+    c.add_argument("--stream", action="store_true",
+                   help="points larger than memory: anneal a sample, then Lloyd passes over the memory-mapped "
+                        ".npy in blocks (pinned batches on the GPU); anchors and assignments only")
     c.set_defaults(func=cmd_compress)
 
     s = sub.add_parser("search", help="k nearest neighbours of queries in a .wcodec index")
@@ -34,11 +37,19 @@ def register(subparsers) -> None:
     s.add_argument("--truth", default=None, help="base vectors .npy: report recall@k against exact search")
     s.set_defaults(func=cmd_search)
 
-    b = sub.add_parser("bench", help="CPU vs GPU annealing on synthetic data (the seeds' test-cuda)")
-    b.add_argument("--large", action="store_true", help="10,000 x 128 with 256 anchors (default 1,000 x 64, 32)")
-    b.add_argument("--points", default=None, help="bench this .npy instead of synthetic data")
+    b = sub.add_parser("test-cuda", aliases=["bench"],
+                       help="the seeds' harness: CPU (numpy) vs GPU (torch CUDA) annealing on clustered data")
+    b.add_argument("--large", action="store_true",
+                   help="add 100,000 x 128 with 1024 anchors and, with CUDA, 1,000,000 x 128 with 2048")
+    b.add_argument("--points", default=None, help="run on this .npy instead of synthetic data")
     b.add_argument("--anchors", type=int, default=None, help="anchors for --points (default 1024)")
-    b.set_defaults(func=cmd_bench)
+    b.add_argument("-v", "--verbose", action="store_true", help="print the per-iteration log (T, E, delta_E, changes)")
+    b.set_defaults(func=cmd_test_cuda)
+
+
+#: the seeds' test-cuda shapes (points, dimension, anchors = clusters), and those --large adds
+HARNESS_SHAPES = [(1_000, 64, 32), (10_000, 128, 256)]
+LARGE_SHAPES = [(100_000, 128, 1024), (1_000_000, 128, 2048)]
 
 
 def _fail(msg: str) -> int:
@@ -70,7 +81,13 @@ def cmd_compress(args: argparse.Namespace) -> int:
         kw = {} if args.iterations is None else {"max_iterations": args.iterations}
         cfg = AnnealingConfig(m=args.anchors, bytes_per_vector=args.bytes_per_vector, device=args.device,
                               seed=args.seed, verbose=args.verbose, **kw)
-        index = compress(np.asarray(points), cfg)
+        if args.stream:
+            if args.bytes_per_vector is not None:
+                return _fail("--stream builds anchors and assignments only: drop --bytes-per-vector")
+            from .stream import compress_stream
+            index = compress_stream(args.input, cfg)
+        else:
+            index = compress(np.asarray(points), cfg)
         index.save(args.output)
     except (WcodecError, ValueError, OSError) as e:
         return _fail(str(e))
@@ -79,9 +96,11 @@ def cmd_compress(args: argparse.Namespace) -> int:
           f"{index.info['seconds']:.2f} s on {index.info['backend']}")
     print(f"energy {index.energy:.6f}; {index.nbytes} bytes ({index.bytes_per_vector:.2f} B/vector: "
           + ", ".join(f"{k} {v}" for k, v in parts.items())
-          + f"); compression ratio {index.compression_ratio:.1f}x")
+          + f"); compression ratio {index.compression_ratio:.1f}x ({index.compression_percent:.2f}% of the original)")
     if index.codes is not None:
         print(f"residual codes: {index.codes.shape[1]} subspaces; MSE {index.mse(np.asarray(points)):.6f}")
+    if index.info.get("splits") is not None:
+        print(f"{index.info['splits']} split/merge moves accepted, {index.info.get('rejected_moves', 0)} rejected")
     return 0
 
 
@@ -118,32 +137,83 @@ def synthetic(n: int, d: int, clusters: int, seed: int = 0) -> np.ndarray:
     return pts.astype(np.float16)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def _run(points, m: int, device: str, verbose: bool):
+    """compress() timed after a small untimed warm-up (numba kernels, CUDA context)."""
     from . import AnnealingConfig, compress
 
-    if args.points:
-        points, m = np.load(args.points), args.anchors or 1024
-    else:
-        n, d, m = (10_000, 128, 256) if args.large else (1_000, 64, 32)
-        points = synthetic(n, d, m)
-    print(f"{points.shape[0]} points in {points.shape[1]}D with {m} anchors")
-    devices = ["cpu"]
+    compress(points[: min(len(points), 256)], AnnealingConfig(m=min(m, 8), device=device, max_iterations=2))
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    idx = compress(points, AnnealingConfig(m=m, device=device, verbose=verbose))
+    return time.perf_counter() - t0, idx
+
+
+def _report(label: str, seconds: float, idx) -> None:
+    print(f"{label}: {seconds:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
+          f"(k-means|| start {idx.info['seed_seconds']:.3f} s), "
+          f"{idx.info['splits']} split/merge moves ({idx.info['rejected_moves']} rejected), "
+          f"compression ratio {idx.compression_percent:.2f}% ({idx.compression_ratio:.1f}x)", flush=True)
+
+
+def cmd_test_cuda(args: argparse.Namespace) -> int:
+    """CPU (numpy) vs GPU (torch CUDA) on the seeds' harness shapes: energy difference, speedup.
+
+    Without CUDA, says so and compares with the torch backend on the CPU instead."""
     try:
         import torch
-        devices.append("cuda" if torch.cuda.is_available() else "torch-cpu")
+        gpu = "cuda" if torch.cuda.is_available() else "torch-cpu"
     except ImportError:
-        print("torch not installed: CPU backend only")
-    results = {}
-    for dev in devices:
-        compress(points[: min(len(points), 256)], AnnealingConfig(m=min(m, 8), device=dev, max_iterations=2))  # warm-up
-        t0 = time.perf_counter()
-        idx = compress(points, AnnealingConfig(m=m, device=dev))
-        results[dev] = (time.perf_counter() - t0, idx)
-        print(f"{dev:>9}: {results[dev][0]:.3f} s, {idx.iterations} iterations, energy {idx.energy:.6f}, "
-              f"compression ratio {idx.compression_ratio:.1f}x")
-    if len(results) == 2:
-        (t_a, a), (t_b, b) = results.values()
-        diff = abs(a.energy - b.energy)
-        print(f"speedup {devices[1]} vs cpu: {t_a / t_b:.2f}x; energy difference {diff:.6f} "
-              f"({100 * diff / max(a.energy, 1e-30):.2f} %)")
+        torch, gpu = None, None
+    if gpu is None:
+        print("torch not installed: numpy CPU backend only")
+    elif gpu == "torch-cpu":
+        print("no CUDA GPU visible to torch: comparing with the torch backend on the CPU instead")
+    else:
+        print(f"GPU: {torch.cuda.get_device_name(0)}")
+    if args.points:
+        jobs = [(np.load(args.points), args.anchors or 1024)]
+    else:
+        shapes = HARNESS_SHAPES + (LARGE_SHAPES if args.large else [])
+        jobs = [(shape, shape[2]) for shape in shapes]
+    rows = []
+    for job, m in jobs:
+        if isinstance(job, tuple):
+            n, d, _ = job
+            if n * m * d > 5e10 and gpu != "cuda":
+                print(f"\n{n} x {d} with {m} anchors: skipped (needs CUDA; ~{n * m * d * 30 / 2e10:.0f} s on this CPU)")
+                continue
+            points = synthetic(n, d, m)
+        else:
+            points = job
+        print(f"\nGenerating {points.shape[0]} points in {points.shape[1]}D with {m} anchors" if isinstance(job, tuple)
+              else f"\n{points.shape[0]} points in {points.shape[1]}D with {m} anchors")
+        noise = 0.09 * points.shape[1] if isinstance(job, tuple) else float("nan")
+        res = {}
+        cpu_too = points.shape[0] * m * points.shape[1] <= 5e10 or gpu != "cuda"
+        for dev in ([gpu] if gpu else []) + (["cpu"] if cpu_too else []):
+            res[dev] = _run(points, m, dev, args.verbose)
+            _report(f"{'GPU' if dev == 'cuda' else 'CPU' if dev == 'cpu' else 'torch CPU'} ({dev})", *res[dev])
+        if not cpu_too:
+            print("CPU run skipped at this size (minutes on the CPU)")
+        nan = float("nan")
+        t_cpu, cpu = res.get("cpu", (nan, None))
+        row = dict(shape=f"{points.shape[0]}x{points.shape[1]}x{m}", cpu_s=t_cpu, cpu_e=cpu.energy if cpu else nan,
+                   noise=noise, gpu_s=nan, gpu_e=nan, diff=nan, speedup=nan)
+        if gpu:
+            t_gpu, g = res[gpu]
+            row.update(gpu_s=t_gpu, gpu_e=g.energy)
+            if cpu:
+                diff = abs(g.energy - cpu.energy)
+                row.update(diff=100 * diff / max(cpu.energy, 1e-30), speedup=t_cpu / t_gpu)
+                print(f"Comparison: speedup {t_cpu / t_gpu:.2f}x; energy difference {diff:.6f} ({row['diff']:.2f} %)")
+        rows.append(row)
+    if gpu:
+        print(f"\n| shape | CPU s | {gpu} s | speedup | CPU energy | {gpu} energy | difference % | "
+              f"{gpu} energy / noise floor |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['shape']} | {r['cpu_s']:.3f} | {r['gpu_s']:.3f} | {r['speedup']:.2f}x | {r['cpu_e']:.4f} | "
+                  f"{r['gpu_e']:.4f} | {r['diff']:.2f} | {r['gpu_e'] / r['noise']:.3f} |")
     return 0

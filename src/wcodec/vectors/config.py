@@ -19,21 +19,31 @@ class AnnealingConfig:
 
     Attributes:
         m: number of anchors (used: ``min(m, number of distinct points)``).
-        initial_temperature: T0 >= 0. Each iteration moves an anchor from its position toward the
-            robust mean of its points by a step of ``1 + T`` (over-relaxation: T > 0 overshoots
-            the mean, which speeds early convergence); T cools to 0, leaving Lloyd's step.
+        initial_temperature: T0 >= 0 (alias ``initial_temp``, the seeds' name). Each iteration
+            moves an anchor from its position toward the robust mean of its points by a step of
+            ``lr * (1 + T)`` (over-relaxation: T > 0 overshoots the mean, which speeds early
+            convergence); the same T, in units of the mean squared error per anchor, is the
+            Metropolis temperature of the split/merge moves (moves.py). T cools to 0, leaving
+            Lloyd's step and only energy-lowering moves.
+        lr: step of the anchor update toward the mean (1 = Lloyd's step), > 0.
+        momentum: heavy-ball momentum of the anchor update in [0, 1) (0 = none): the step is
+            ``v = momentum * v + lr * (1 + T) * (mean - anchor)``; reset after moves.
         cooling_rate: T is multiplied by this every iteration, in [0, 1).
         max_iterations: upper bound on annealing iterations (>= 1).
-        tolerance: stop when the relative energy change ``(E_prev - E) / E_prev`` falls below it.
-        maintenance_interval: every this many iterations, merge and split anchors (0 = never).
-        merge_threshold: merge two anchors whose squared distance is below this fraction of the
-            current energy (mean squared distance of a point to its anchor).
-        split_threshold: an anchor holding more than this many times the mean count of points is
-            overloaded; freed anchors (merged or empty) re-seed at the farthest point of the
-            overloaded anchors first, then of those with the largest squared-error sum.
+        tolerance: Lloyd has converged when the relative energy change falls below it (or no
+            point changes anchor); the run stops when, in addition, no move is worth making.
+        maintenance_interval: propose split/merge moves every this many iterations, or as soon as
+            Lloyd has converged (0 = never).
+        merge_threshold, split_threshold: kept for compatibility (moves are decided by energy,
+            not by thresholds); validated but unused.
+        init: ``"kmeans||"`` (scalable k-means++, seeding.py) or ``"random"`` (m distinct
+            random points, plain Lloyd's start).
+        progress: tqdm progress bar with ETA: True, False, or None = when one iteration is
+            above ~2e11 multiply-adds.
         robust_clip: Huber clip of the robust mean, in units of the anchor's RMS radius: a point
             farther than ``robust_clip * rms`` pulls with weight ``robust_clip * rms / dist``.
-            0 disables clipping (plain mean, which minimises the energy).
+            0 disables clipping (plain mean, which minimises the energy). The same weights give
+            each anchor's robust variance (``CompressedIndex.info["variances"]``, [m]).
         seed: seed of the initial anchor choice (same seed => same start on every backend).
         device: ``"cpu"`` (numpy), ``"cuda"`` / ``"cuda:N"`` (torch on the GPU) or
             ``"torch-cpu"`` (the torch backend on the CPU, to test its code path).
@@ -61,9 +71,9 @@ class AnnealingConfig:
     m: int = 1024
     initial_temperature: float = 0.6
     cooling_rate: float = 0.85
-    max_iterations: int = 15
-    tolerance: float = 1e-4
-    maintenance_interval: int = 5
+    max_iterations: int = 30
+    tolerance: float = 1e-3
+    maintenance_interval: int = 4
     merge_threshold: float = 0.02
     split_threshold: float = 4.0
     robust_clip: float = 0.0
@@ -78,8 +88,19 @@ class AnnealingConfig:
     residual_dims: int = -1
     store_norms: bool = True
     verbose: bool = False
+    lr: float = 1.0
+    momentum: float = 0.0
+    init: str = "kmeans||"
+    progress: bool | None = None
+    initial_temp: float | None = None
 
     def __post_init__(self) -> None:
+        if self.initial_temp is not None:  # the seeds' name; both given must agree
+            default = type(self).__dataclass_fields__["initial_temperature"].default
+            if self.initial_temperature not in (default, self.initial_temp):
+                raise ValueError("AnnealingConfig: initial_temp and initial_temperature disagree")
+            object.__setattr__(self, "initial_temperature", float(self.initial_temp))
+        object.__setattr__(self, "initial_temp", float(self.initial_temperature))
         checks = [
             (self.m >= 1, "m must be >= 1"),
             (self.initial_temperature >= 0, "initial_temperature must be >= 0"),
@@ -92,6 +113,8 @@ class AnnealingConfig:
             (self.bytes_per_vector is None or self.bytes_per_vector > 0, "bytes_per_vector must be > 0"),
             (self.subsample >= 0 and self.refine_iterations >= 0, "bad subsample/refine_iterations"),
             (self.pq_iterations >= 1 and self.opq_iterations >= 0, "bad pq/opq iterations"),
+            (self.lr > 0 and 0 <= self.momentum < 1, "lr must be > 0 and momentum in [0, 1)"),
+            (self.init in ("kmeans||", "random"), f"init must be 'kmeans||' or 'random', got {self.init!r}"),
             (self.table_precision >= 0 and self.residual_dims >= -1, "bad table_precision/residual_dims"),
             (self.device == "cpu" or self.device == "torch-cpu" or self.device.startswith("cuda"),
              f"device must be 'cpu', 'torch-cpu' or 'cuda[:N]', got {self.device!r}"),

@@ -102,6 +102,12 @@ class CompressedIndex:
         """Original size over compressed size (48.5 means 48.5x smaller), as for weight files."""
         return self.original_nbytes / max(self.nbytes, 1)
 
+    @property
+    def compression_percent(self) -> float:
+        """Compressed size as a percentage of the original (the seeds' figure: 2.06 means the
+        index takes 2.06 % of the input's bytes); 100 / compression_ratio."""
+        return 100.0 * self.nbytes / max(self.original_nbytes, 1)
+
     def reconstruct(self) -> np.ndarray:
         """[N, d] float32 decoded vectors: anchor + decoded residual."""
         out = self.anchors[self.assignments]
@@ -216,8 +222,10 @@ def compress(points, config: AnnealingConfig | None = None, log=None) -> Compres
     t_anchor = time.perf_counter() - t0
     index = CompressedIndex(anchors, labels, energy, res.iterations,
                             source_itemsize=src.dtype.itemsize if src.dtype.kind == "f" else 4)
-    index.info.update(backend=backend.name, anneal_seconds=t_anchor, merges=res.merges,
-                      splits=res.splits, history=res.history, config=config.to_dict())
+    index.info.update(backend=backend.name, anneal_seconds=t_anchor, seed_seconds=res.seed_seconds, merges=res.merges,
+                      splits=res.splits, rejected_moves=res.rejected, history=res.history, log=res.log,
+                      moves=[(mv.split, mv.merged, mv.delta) for mv in res.moves], config=config.to_dict(),
+                      variances=res.variances)
     if config.bytes_per_vector is not None:
         n, d = x.shape
         norm_codes = norm_range = None

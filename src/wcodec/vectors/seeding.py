@@ -1,0 +1,169 @@
+"""Initial anchors by k-means|| (scalable k-means++), on any backend.
+
+Bahmani, Moseley, Vattani, Kumar, Vassilvitskii, "Scalable K-Means++", VLDB 2012: a few rounds
+each sample every point independently with probability ``l * d2(x) / sum d2`` (d2 = squared
+distance to the nearest candidate so far), which needs one distance pass over the points per
+round instead of one per anchor as in k-means++; the candidates, weighted by the number of
+points nearest to each, are then reduced to m anchors by greedy k-means++ (Arthur &
+Vassilvitskii 2007, with ``2 + ln m`` local trials per pick as in scikit-learn). Every random
+draw comes from one host generator, so a seed gives the same start on every backend up to float
+rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backends import one_blas_thread
+
+#: oversampling factor l / m and number of sampling rounds
+OVERSAMPLING = 1.0
+ROUNDS = 3
+#: points per candidate on which the candidates' weights are counted (all points when fewer)
+WEIGHT_SAMPLE = 8
+
+
+def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS,
+                    oversampling: float = OVERSAMPLING, random_only: bool = False) -> np.ndarray:
+    """Indices into points of up to m distinct initial anchors (host int64 [<= m]).
+
+    points: backend [N, d] float32; p2: backend [N] squared norms. Fewer than m come back only
+    when the points hold fewer than m distinct vectors. random_only: m distinct points drawn
+    uniformly instead (the plain start, kept for comparisons).
+    """
+    n = int(points.shape[0])
+    rng = np.random.default_rng(seed)
+    if random_only:
+        order = rng.permutation(n)
+        idx = _distinct_rows(backend.get(points[backend.put_index(order[:4 * m])]), order[:4 * m])[:m]
+        if idx.size < m and n > 4 * m:
+            idx = _distinct_rows(backend.get(points[backend.put_index(order)]), order)[:m]
+        return idx
+    first = int(rng.integers(n))
+    cand = [first]
+    _, d2 = backend.assign(points, points[backend.put_index(np.array([first]))], p2)
+    d2[first] = 0.0  # exactly: |x|^2 - 2 x.c + |c|^2 leaves rounding error at the candidate
+    ell = oversampling * m
+    for _ in range(rounds):
+        psi = float(d2.sum())
+        if psi <= 0 or len(cand) >= n:
+            break
+        u = backend.uniform(rng, n)
+        new = backend.nonzero(u * psi < ell * d2)
+        if new.size == 0:
+            continue
+        cand.extend(new.tolist())
+        _, dn = backend.assign(points, points[backend.put_index(new)], p2)
+        d2 = backend.minimum(d2, dn)
+        d2[backend.put_index(new)] = 0.0
+    cand = _distinct_rows(backend.get(points[backend.put_index(np.array(cand))]), np.array(cand))
+    while cand.size < m:  # too few sampled (tiny or degenerate inputs): add the farthest point
+        _, d2 = backend.assign(points, points[backend.put_index(cand)], p2)
+        d2 = backend.get(d2).copy()
+        d2[cand] = 0.0
+        far = int(np.argmax(d2))
+        if d2[far] <= 0:
+            break
+        grown = _distinct_rows(backend.get(points[backend.put_index(np.append(cand, far))]), np.append(cand, far))
+        if grown.size == cand.size:  # the farthest point repeats a candidate: no more distinct ones
+            break
+        cand = grown
+    if cand.size <= m:
+        return cand
+    cpts = points[backend.put_index(cand)]
+    # weights = nearest-point counts, estimated on a sample of WEIGHT_SAMPLE points per candidate
+    # when N is larger (an assignment of all N to ~3m candidates costs 3 Lloyd passes)
+    if n > WEIGHT_SAMPLE * cand.size:
+        sub = backend.put_index(np.sort(rng.choice(n, WEIGHT_SAMPLE * cand.size, replace=False)))
+        labels, _ = backend.assign(points[sub], cpts, p2[sub])
+    else:
+        labels, _ = backend.assign(points, cpts, p2)
+    weights = backend.bincount(labels, None, cand.size)
+    if getattr(backend, "device", None) is not None and backend.device.type == "cuda":
+        chosen = greedy_kmeanspp_torch(cpts, backend.put(weights.astype(np.float32)), m, rng)
+    else:
+        with one_blas_thread():
+            chosen = greedy_kmeanspp(backend.get(cpts), weights, m, rng)
+    return cand[chosen]
+
+
+def _distinct_rows(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """idx with exact duplicate rows dropped (first kept; -0.0 equals +0.0)."""
+    _, first = np.unique(np.ascontiguousarray(rows + np.float32(0)).view(
+        np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(), return_index=True)
+    return idx[np.sort(first)]
+
+
+def greedy_kmeanspp(x: np.ndarray, w: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
+    """Greedy weighted k-means++ on host points x [C, d] float32 with weights w [C] >= 0.
+
+    Returns int64 indices of up to m rows (stops early when every remaining row coincides with a
+    chosen one). Each pick draws ``2 + ln m`` trials with probability proportional to
+    ``w * d2`` and keeps the one that lowers the weighted potential most.
+    """
+    c = x.shape[0]
+    x64 = np.ascontiguousarray(x, dtype=np.float32)
+    x2 = np.einsum("ij,ij->i", x64, x64)
+    w = np.asarray(w, dtype=np.float64)
+    if w.sum() <= 0:
+        w = np.ones(c)
+    trials = 2 + int(math.log(max(m, 2)))
+    first = int(rng.choice(c, p=w / w.sum()))
+    chosen = [first]
+    cur = np.maximum(x2 + x2[first] - 2.0 * np.dot(x64, x64[first]), 0.0).astype(np.float64)
+    cur[first] = 0.0
+    for _ in range(1, min(m, c)):
+        pot = w * cur
+        total = pot.sum()
+        if total <= 0:
+            break
+        cands = np.searchsorted(np.cumsum(pot), rng.random(trials) * total)
+        cands = np.unique(np.minimum(cands, c - 1))
+        dist = np.maximum(x2[:, None] + x2[cands][None, :] - 2.0 * np.dot(x64, x64[cands].T), 0.0)
+        new = np.minimum(cur[:, None], dist)
+        new[cands, np.arange(cands.size)] = 0.0
+        best = int(np.argmin(w @ new))
+        if cur[cands[best]] <= 0:
+            break
+        chosen.append(int(cands[best]))
+        cur = new[:, best]
+    return np.array(chosen, dtype=np.int64)
+
+
+def greedy_kmeanspp_torch(x, w, m: int, rng: np.random.Generator) -> np.ndarray:
+    """greedy_kmeanspp on the GPU: x [C, d] float32 and w [C] torch tensors on one device.
+
+    The same picks as the host version but without a host round trip per pick (the draws are
+    made up front; a pick whose trials all coincide with chosen rows is dropped at the end), so
+    thousands of anchors take a fraction of a second. Returns host int64 indices [<= m]."""
+    import torch
+
+    c = x.shape[0]
+    trials = 2 + int(math.log(max(m, 2)))
+    x2 = (x * x).sum(1)
+    w = w.double().clamp(min=0)
+    if float(w.sum()) <= 0:
+        w = torch.ones_like(w)
+    u = torch.as_tensor(rng.random((min(m, c), trials)), device=x.device)
+    first = int(torch.searchsorted(torch.cumsum(w, 0), u[0, :1] * w.sum()).clamp(max=c - 1))
+    chosen = torch.empty(min(m, c), dtype=torch.int64, device=x.device)
+    chosen[0] = first
+    cur = (x2 + x2[first] - 2.0 * (x @ x[first])).clamp(min=0).double()
+    cur[first] = 0.0
+    gain = torch.empty(min(m, c), dtype=torch.float64, device=x.device)
+    gain[0] = 1.0
+    cols = torch.arange(trials, device=x.device)
+    for k in range(1, min(m, c)):
+        cum = torch.cumsum(w * cur, 0)
+        cands = torch.searchsorted(cum, u[k] * cum[-1]).clamp(max=c - 1)
+        dist = (x2[:, None] + x2[cands][None, :] - 2.0 * (x @ x[cands].T)).clamp(min=0).double()
+        new = torch.minimum(cur[:, None], dist)
+        new[cands, cols] = 0.0
+        best = torch.argmin(w @ new)
+        chosen[k] = cands[best]
+        gain[k] = cur[cands[best]]
+        cur = new[:, best]
+    keep = (gain > 0).cpu().numpy()
+    return chosen.cpu().numpy()[keep]
