@@ -49,15 +49,22 @@ def _progress(enabled: bool, desc: str):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
-              workers: int | None = None) -> None:
+              workers: int | None = None, qp: float | None = None,
+              target_snr_db: float | None = None) -> None:
     """Compress a dict of tensors into one .wcodec file (atomic: nothing is left on failure).
 
     tensors: {name: numpy array or torch tensor}; any dtype of :data:`wcodec.codecs.DTYPES`
     (torch bfloat16 included). Tensors sharing memory (tied weights) are stored once, the others
     as aliases. metadata: str -> str. mode: "lossless" (bit-exact) or "int8" (lossy
     per-channel quantization of float tensors). workers: encoding threads (default: up to 4).
-    Raises UnsupportedError (dtype), TypeError (not a tensor / bad metadata), OSError.
+    mode "lossy" with ``qp`` (0-63, 6 per halving of the step) or ``target_snr_db`` (per tensor,
+    dB): rate-controlled quantization of float matrices (:mod:`wcodec.codecs.lossy`).
+    Raises UnsupportedError (dtype), TypeError (not a tensor / bad metadata), ValueError (bad
+    mode settings), OSError.
     """
+    from .codecs.lossy import mode_string
+
+    mode = mode_string(mode, qp, target_snr_db)
     with Writer(filename, metadata) as w:
         encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers)
 

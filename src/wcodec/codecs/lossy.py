@@ -1,0 +1,132 @@
+"""Rate-distortion control of the lossy front end: a dead-zone uniform quantizer with a step per
+output channel, its step picked from a quantization parameter (qp) or a target SNR.
+
+The quantized indices are stored exactly as ``int8-quant`` records (indices through the int8
+codec: tiles + intra prediction + rANS; steps as the ``scales`` section), so every decoder of
+that codec (numpy, numba, Triton to bf16/fp16/fp32) decodes them unchanged: ``w' = float32(q) *
+step[row]``. Only the encoder differs from plain int8 absmax quantization:
+
+- step[row] = max(delta, absmax[row] / 127): one step for the whole tensor (the equal-distortion
+  choice, which minimises the tensor's squared error at a given entropy at high rate), floored
+  per row so that no index leaves [-127, 127] (no clipping, no escape symbols);
+- q = sign(w) * floor(|w| / step + rounding), rounding = 0.5 - dead-zone offset (H.264-style dead
+  zone: more zeros, fewer bits, at a small error cost);
+- delta = rms(w) * 2 ** ((qp - QP_REF) / 6) for ``qp`` (6 qp steps halve or double the step,
+  about one bit per weight and 6 dB of SNR), or for ``target_snr_db`` the largest delta whose
+  SNR meets the target (bisection on log2 delta; the largest step codes to the fewest bits).
+
+Mode strings carry the settings through the encoder pipeline unchanged: ``"lossy:qp=30"``,
+``"lossy:snr=35"`` (see :func:`mode_string`, :func:`parse_mode`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: qp at which the step equals the tensor's rms (qp 0 = rms / 256, in practice the absmax floor)
+QP_REF = 48
+QP_MAX = 63
+#: default rounding offset of the dead-zone quantizer (0.5 = plain rounding)
+DEFAULT_ROUNDING = 0.40
+#: bisection steps on log2(delta) for a target SNR (the interval is at most ~40 octaves)
+SNR_ITERATIONS = 24
+
+
+def mode_string(mode: str = "lossy", qp: float | None = None, target_snr_db: float | None = None) -> str:
+    """The encoder mode string for these settings. mode "lossy" needs exactly one of qp and
+    target_snr_db; other modes take neither. Raises ValueError."""
+    if mode != "lossy":
+        if qp is not None or target_snr_db is not None:
+            raise ValueError(f"qp / target_snr_db apply to mode 'lossy', not {mode!r}")
+        return mode
+    if (qp is None) == (target_snr_db is None):
+        raise ValueError("mode 'lossy' needs exactly one of qp and target_snr_db")
+    if qp is not None:
+        if not 0 <= float(qp) <= QP_MAX:
+            raise ValueError(f"qp must be in [0, {QP_MAX}], got {qp}")
+        return f"lossy:qp={float(qp):g}"
+    t = float(target_snr_db)
+    if not (math.isfinite(t) and 0 < t <= 200):
+        raise ValueError(f"target_snr_db must be in (0, 200] dB, got {target_snr_db}")
+    return f"lossy:snr={t:g}"
+
+
+def parse_mode(mode: str) -> tuple[str, dict]:
+    """Mode string -> (base mode, encoder options). ``"lossy:qp=30"`` -> ("lossy", {"qp": 30.0});
+    ``"lossy:snr=35"`` -> ("lossy", {"target_snr_db": 35.0}); other modes -> (mode, {}).
+    Raises ValueError for a malformed lossy mode."""
+    if not isinstance(mode, str) or not mode.startswith("lossy"):
+        return mode, {}
+    base, _, arg = mode.partition(":")
+    key, _, val = arg.partition("=")
+    names = {"qp": "qp", "snr": "target_snr_db"}
+    if base != "lossy" or key not in names:
+        raise ValueError(f"lossy mode must be 'lossy:qp=N' or 'lossy:snr=X', got {mode!r}")
+    try:
+        v = float(val)
+    except ValueError:
+        raise ValueError(f"lossy mode {mode!r}: {val!r} is not a number") from None
+    opts = {names[key]: v}
+    if mode_string("lossy", **opts) != mode:  # range check, one canonical spelling
+        raise ValueError(f"lossy mode {mode!r} is not canonical (use {mode_string('lossy', **opts)!r})")
+    return "lossy", opts
+
+
+def row_steps(absmax: np.ndarray, delta: float) -> np.ndarray:
+    """[rows] float32 steps: max(delta, absmax / 127), 1.0 for all-zero rows."""
+    floor = (absmax / 127.0).astype(np.float32)
+    s = np.maximum(np.float32(delta), floor)
+    return np.where(absmax > 0, s, np.float32(1.0)).astype(np.float32)
+
+
+def quantize(w2: np.ndarray, steps: np.ndarray, rounding: float = DEFAULT_ROUNDING) -> np.ndarray:
+    """Dead-zone quantizer. w2: [rows, cols] float32, steps: [rows] float32 -> int8 [rows, cols]
+    with q = sign(w) * floor(|w| / step + rounding), clipped to [-127, 127]."""
+    a = np.floor(np.abs(w2) / steps[:, None] + np.float32(rounding))
+    return (np.sign(w2) * np.minimum(a, 127)).astype(np.int8)
+
+
+def snr_db(w: np.ndarray, w_hat: np.ndarray) -> float:
+    """10 log10(sum w^2 / sum (w - w_hat)^2) in dB (inf when exact). Both float arrays."""
+    w64 = w.astype(np.float64)
+    noise = float(np.sum((w_hat.astype(np.float64) - w64) ** 2))
+    signal = float(np.sum(w64 ** 2))
+    return float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-300) / noise))
+
+
+def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
+                 target_snr_db: float | None = None, rounding: float = DEFAULT_ROUNDING):
+    """Steps for a [rows, cols] float32 tensor from qp or a target SNR.
+
+    reconstruct(q, steps) -> float32 [rows, cols] as the decoder will produce it (rounded to the
+    tensor's dtype), so the SNR measured here is the decoded tensor's. Returns (steps [rows]
+    float32, q [rows, cols] int8, snr_db). For a target the finest setting (the absmax floor
+    everywhere) is returned when even it misses the target.
+    """
+    absmax = np.abs(w2).max(axis=1) if w2.shape[1] else np.zeros(w2.shape[0], np.float32)
+    rms = float(np.sqrt(np.mean(w2.astype(np.float64) ** 2))) if w2.size else 0.0
+
+    def at(delta):
+        s = row_steps(absmax, delta)
+        q = quantize(w2, s, rounding)
+        return s, q, snr_db(w2, reconstruct(q, s))
+
+    if rms == 0.0:
+        return at(1.0)
+    if qp is not None:
+        return at(rms * 2.0 ** ((float(qp) - QP_REF) / 6.0))
+    lo = math.log2(max(float(absmax[absmax > 0].min()) / 127.0, 1e-30))  # finest: all rows at floor
+    hi = math.log2(float(absmax.max()) * 4.0)  # everything quantizes to zero: SNR 0 dB
+    best = at(2.0 ** lo)
+    if not best[2] >= target_snr_db:
+        return best
+    for _ in range(SNR_ITERATIONS):
+        mid = 0.5 * (lo + hi)
+        cand = at(2.0 ** mid)
+        if cand[2] >= target_snr_db:
+            lo, best = mid, cand
+        else:
+            hi = mid
+    return best
