@@ -8,6 +8,10 @@ downstream accuracy.
 - stories260K (the demo's numpy Llama): greedy-token agreement over 200 tokens from BOS;
 - the other ../shared/models checkpoints: bits/weight and SNR only.
 
+MiniLM also gets per-tensor targets from measured sensitivities (``sens D`` rows: each matrix
+alone at 24 dB gives its cosine deficit; targets then minimise bits for a predicted total deficit
+D), the allocation a model-aware caller can make with the per-tensor control.
+
 Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
 targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
 checkpoint, header included). Run: ``PYTHONPATH=src python benchmarks/lossy_rd.py`` (CPU, a few
@@ -29,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # _models: loaders of the shared checkpoints
 
-SNR_TARGETS = (20, 22, 24, 26, 28, 30, 32, 35, 40)
+SNR_TARGETS = (22, 26, 30, 34, 38)
 
 
 def settings(quick: bool) -> list[tuple[str, str]]:
@@ -47,14 +51,52 @@ def roundtrip(tensors: dict, mode: str, tmp: Path):
     enc_s = time.perf_counter() - t0
     dec = load_file(str(path))
     n = sum(int(a.size) for a in tensors.values())
-    sig = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in tensors.values())
-    noise = sum(float(np.sum((dec[k].astype(np.float64) - a.astype(np.float64)) ** 2))
-                for k, a in tensors.items())
-    snr = float("inf") if noise == 0 else 10 * np.log10(sig / noise)
-    return dec, 8.0 * path.stat().st_size / n, snr, enc_s
+    return dec, 8.0 * path.stat().st_size / n, _snr(tensors, dec), enc_s
 
 
-def minilm(shared: Path, modes, tmp: Path, out: list) -> None:
+def _snr(tensors: dict, dec: dict) -> float:
+    """SNR in dB of the float tensors together (integer tensors such as position ids excluded)."""
+    fl = [k for k, a in tensors.items() if a.dtype.kind == "f"]
+    sig = sum(float(np.sum(tensors[k].astype(np.float64) ** 2)) for k in fl)
+    noise = sum(float(np.sum((dec[k].astype(np.float64) - tensors[k].astype(np.float64)) ** 2)) for k in fl)
+    return float("inf") if noise == 0 else 10 * np.log10(sig / noise)
+
+
+def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path):
+    """As roundtrip, with one mode per tensor (modes: name -> mode string; others "lossless")."""
+    from wcodec.codecs import decode_tensor, encode_tensor
+    from wcodec.codecs.base import DTYPES
+    from wcodec.format import spec
+    from wcodec.format.writer import Writer
+    from wcodec.numpy import load_file
+
+    names = {np.dtype(v): k for k, v in DTYPES.items() if k != "BF16"}
+    path = tmp / "m.wcodec"
+    t0 = time.perf_counter()
+    with Writer(path) as w:
+        for k, a in tensors.items():
+            rec = encode_tensor(a, names[a.dtype], modes.get(k, "lossless"), k)
+            w.add_record(k, rec, spec.crc32(decode_tensor(rec, k)))
+    enc_s = time.perf_counter() - t0
+    dec = load_file(str(path))
+    return dec, 8.0 * path.stat().st_size / sum(int(a.size) for a in tensors.values()), \
+        _snr(tensors, dec), enc_s
+
+
+def sensitivity_targets(sens: dict, sizes: dict, deficit: float, at_db: float) -> dict:
+    """Per-tensor SNR targets (dB) minimising total bits for a predicted cosine deficit.
+
+    sens[name]: measured deficit with that tensor alone at ``at_db``; the deficit of a tensor
+    falls 10x per 10 dB and its bits by n / 6.02 per dB, so the optimum (Lagrange) gives every
+    tensor a deficit proportional to its weight count n: snr = at_db + 10 log10(s / (mu n)),
+    mu = deficit / sum(n). Clamped to [6, 60] dB.
+    """
+    mu = deficit / sum(sizes.values())
+    return {k: float(np.clip(at_db + 10 * np.log10(max(s, 1e-12) / (mu * sizes[k])), 6, 60))
+            for k, s in sens.items()}
+
+
+def minilm(shared: Path, modes, tmp: Path, out: list, deficits=()) -> None:
     import importlib.util
 
     import torch
@@ -81,12 +123,14 @@ def minilm(shared: Path, modes, tmp: Path, out: list) -> None:
     inner = model[0].auto_model
     orig = {k: v.clone() for k, v in inner.state_dict().items()}
     prefix = _prefix(tensors.keys(), orig.keys())
-    for label, mode in modes:
-        dec, bpw, snr, enc_s = roundtrip(tensors, mode, tmp)
-        sd = {k: torch.from_numpy(np.array(dec[prefix + k])) if prefix + k in dec else v
-              for k, v in orig.items()}
-        inner.load_state_dict(sd)
-        emb = model.encode(queries, batch_size=64, normalize_embeddings=True)
+
+    def embed(dec: dict, n: int = len(queries)):
+        inner.load_state_dict({k: torch.from_numpy(np.array(dec[prefix + k])) if prefix + k in dec
+                               else v for k, v in orig.items()})
+        return model.encode(queries[:n], batch_size=64, normalize_embeddings=True)
+
+    def measure(label, dec, bpw, snr, enc_s):
+        emb = embed(dec)
         cos = np.sum(emb * ref, 1)
         top = np.argsort(-(emb @ base.T), axis=1)[:, :10]
         recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top, ref_top)])
@@ -95,6 +139,22 @@ def minilm(shared: Path, modes, tmp: Path, out: list) -> None:
                "enc_s": enc_s}
         out.append(row)
         print(_fmt(row), flush=True)
+
+    for label, mode in modes:
+        measure(label, *roundtrip(tensors, mode, tmp))
+    if deficits:
+        # per-tensor targets from measured sensitivities (each 2-D tensor alone at 24 dB, on the
+        # first 200 queries): what the codec's per-tensor control reaches with model knowledge
+        mats = [k for k, a in tensors.items() if a.ndim >= 2 and a.dtype.kind == "f" and k[len(prefix):] in orig]
+        sens = {}
+        for k in mats:
+            dec, _, _, _ = roundtrip_per_tensor({k: tensors[k]}, {k: "lossy:snr=24"}, tmp)
+            sens[k] = max(0.0, 1.0 - float(np.mean(np.sum(embed({**tensors, **dec}, 200) * ref[:200], 1))))
+            print(f"  sensitivity {k}: cosine deficit {sens[k]:.6f} at 24 dB", flush=True)
+        for dft in deficits:
+            targets = sensitivity_targets(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
+            modes_k = {k: f"lossy:snr={round(t, 1):g}" for k, t in targets.items()}
+            measure(f"sens {dft:g}", *roundtrip_per_tensor(tensors, modes_k, tmp))
     inner.load_state_dict(orig)
 
 
@@ -149,7 +209,7 @@ def _fmt(r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shared", default=str(REPO.parent / "shared"), help="the shared data folder")
-    ap.add_argument("--quick", action="store_true", help="four SNR targets instead of nine")
+    ap.add_argument("--quick", action="store_true", help="four SNR targets instead of five, no sensitivity allocation")
     ap.add_argument("--only", choices=("minilm", "stories", "others"), default=None)
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     a = ap.parse_args()
@@ -165,7 +225,7 @@ def main() -> None:
         if a.only in (None, "others"):
             others(shared, modes, tmp, rows)
         if a.only in (None, "minilm"):
-            minilm(shared, modes, tmp, rows)
+            minilm(shared, modes, tmp, rows, () if a.quick else (0.01, 0.003, 0.001))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     print("\nsummary")

@@ -87,7 +87,8 @@ def test_unreachable_target_gives_the_finest_setting():
 
 def test_vectors_and_small_tensors():
     v = _w((1, 4096))[0]
-    assert encode_tensor(v, "F32", "lossy:qp=40").info["snr_db"] == encode_tensor(v, "F32", "int8").info["snr_db"]
+    rec = encode_tensor(v, "F32", "lossy:qp=40")  # vectors are kept exact
+    assert rec.codec == "float" and np.array_equal(decode_tensor(rec), v)
     assert encode_tensor(np.ones((5, 5), np.float32), "F32", "lossy:qp=40").codec == "raw"
     z = np.zeros((20, 30), np.float32)
     assert np.array_equal(decode_tensor(encode_tensor(z, "F32", "lossy:snr=30")), z)
@@ -104,7 +105,7 @@ def test_decode_is_steps_times_indices(rows, cols, qp, seed):
     q = np.rint(d / s[:, None])
     assert np.all(np.abs(q) <= 127)
     assert np.array_equal(d, (q.astype(np.float32) * s[:, None]).astype(np.float32))
-    assert np.all(np.abs(d - w) <= s[:, None] * 0.61)  # rounding 0.4: error below 0.6 steps
+    assert np.all(np.abs(d - w) <= s[:, None] * 0.5001)  # plain rounding: half a step at most
 
 
 def test_save_file_and_cli(tmp_path, capsys):

@@ -29,12 +29,15 @@ def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
     """The codec id the policy uses for a tensor of this dtype and shape in this mode."""
     from .lossy import parse_mode
 
-    mode = "int8" if parse_mode(mode)[0] == "lossy" else mode
+    lossy = parse_mode(mode)[0] == "lossy"
+    mode = "int8" if lossy else mode
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or 'lossy:qp=N' / 'lossy:snr=X', got {mode!r}")
     numel = int(np.prod(shape, dtype=np.int64))
     if numel < MIN_CODED_NUMEL:
         return "raw"
+    if lossy and dtype in FLOAT_DTYPES and len(shape) < 2:
+        return "float"  # vectors (biases, norms): few weights, sensitive, kept exact
     if dtype in FLOAT_DTYPES:
         return "int8-quant" if mode == "int8" and len(shape) >= 1 else "float"
     if dtype in ("I8", "U8"):
@@ -55,10 +58,9 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     codec_id = codec or choose_codec(dtype, tuple(array.shape), mode)
     if codec_id != "raw":
         _load_all()
-    if codec_id == "int8-quant" and array.ndim >= 2:
+    if codec_id == "int8-quant":
         from .lossy import parse_mode
 
-        # rate control for matrices; vectors (biases, norms) stay at int8 absmax
         options = {**parse_mode(mode)[1], **options}
     return get_codec(codec_id).encode(array, dtype, **options)
 
