@@ -96,7 +96,7 @@ def cmd_info(args) -> int:
                 continue
             rec = r.record(name, verify=False)
             extra = [_modes(rec)] + [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                     for k, v in rec.info.items() if k in ("snr_db", "max_abs_err", "qp")]
+                                     for k, v in rec.info.items() if k in ("snr_db", "max_abs_err", "qp", "target_snr_db")]
             rows.append((name, e["dtype"], shape, e["codec"], f"{rec.bits_per_weight:.3f}",
                          f"{rec.raw_nbytes / rec.nbytes:.3f}" if rec.nbytes else "-", " ".join(x for x in extra if x)))
             raw_total += rec.raw_nbytes
