@@ -96,7 +96,7 @@ def sensitivity_targets(sens: dict, sizes: dict, deficit: float, at_db: float) -
             for k, s in sens.items()}
 
 
-def minilm(shared: Path, modes, tmp: Path, out: list, deficits=()) -> None:
+def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None) -> None:
     import importlib.util
 
     import torch
@@ -146,11 +146,17 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=()) -> None:
         # per-tensor targets from measured sensitivities (each 2-D tensor alone at 24 dB, on the
         # first 200 queries): what the codec's per-tensor control reaches with model knowledge
         mats = [k for k, a in tensors.items() if a.ndim >= 2 and a.dtype.kind == "f" and k[len(prefix):] in orig]
+        cached = json.loads(Path(sens_cache).read_text()) if sens_cache and Path(sens_cache).exists() else {}
         sens = {}
         for k in mats:
+            if k in cached:
+                sens[k] = cached[k]
+                continue
             dec, _, _, _ = roundtrip_per_tensor({k: tensors[k]}, {k: "lossy:snr=24"}, tmp)
             sens[k] = max(0.0, 1.0 - float(np.mean(np.sum(embed({**tensors, **dec}, 200) * ref[:200], 1))))
             print(f"  sensitivity {k}: cosine deficit {sens[k]:.6f} at 24 dB", flush=True)
+        if sens_cache:
+            Path(sens_cache).write_text(json.dumps(sens, indent=1))
         for dft in deficits:
             targets = sensitivity_targets(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
             modes_k = {k: f"lossy:snr={round(t, 1):g}" for k, t in targets.items()}
@@ -212,6 +218,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="four SNR targets instead of five, no sensitivity allocation")
     ap.add_argument("--only", choices=("minilm", "stories", "others"), default=None)
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--deficits", default="0.01,0.003,0.001,0.0007",
+                    help="MiniLM: predicted cosine deficits of the sensitivity-allocated rows")
+    ap.add_argument("--sens-cache", default=None, help="MiniLM: JSON file of measured sensitivities (reused if present)")
+    ap.add_argument("--sens-only", action="store_true", help="MiniLM: only the sensitivity-allocated rows")
     a = ap.parse_args()
     shared = Path(a.shared)
     if not shared.exists():
@@ -225,7 +235,9 @@ def main() -> None:
         if a.only in (None, "others"):
             others(shared, modes, tmp, rows)
         if a.only in (None, "minilm"):
-            minilm(shared, modes, tmp, rows, () if a.quick else (0.01, 0.003, 0.001))
+            deficits = [float(x) for x in a.deficits.split(",") if x]
+            minilm(shared, modes if not a.sens_only else [], tmp, rows,
+                   () if a.quick else deficits, a.sens_cache)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     print("\nsummary")
