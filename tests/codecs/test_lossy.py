@@ -131,3 +131,16 @@ def test_save_file_and_cli(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "qp=30" in text and "snr_db=" in text
     assert main(["encode", "-q", str(src), str(tmp_path / "d.wcodec"), "--mode", "lossy"]) == 2
+
+
+def test_allocate_snr():
+    sens = {"a": 1e-3, "b": 1e-4, "c": 1e-3, "unused": 0.0}
+    sizes = {"a": 1000, "b": 1000, "c": 4000, "unused": 1000}
+    t = lossy.allocate_snr(sens, sizes, deficit=1e-3, at_db=24)
+    assert t["a"] == pytest.approx(t["b"] + 10)  # 10x the sensitivity: 10 dB more
+    assert t["a"] == pytest.approx(t["c"] + 10 * np.log10(4))  # 4x the weights: 6 dB less
+    assert t["unused"] == 6.0  # clamped
+    # predicted losses add up to the deficit (unclamped tensors), each proportional to its size
+    loss = {k: sens[k] * 10 ** (-(t[k] - 24) / 10) for k in ("a", "b", "c")}
+    assert loss["c"] == pytest.approx(4 * loss["a"])
+    assert sum(loss.values()) == pytest.approx(1e-3 * 6000 / 7000)

@@ -133,3 +133,19 @@ def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
         else:
             hi = mid
     return best
+
+
+def allocate_snr(sensitivity: dict, sizes: dict, deficit: float, at_db: float,
+                 lo_db: float = 6.0, hi_db: float = 60.0) -> dict:
+    """Per-tensor SNR targets (dB) that minimise total bits for a predicted accuracy loss.
+
+    sensitivity[name]: the loss measured (by the caller, e.g. 1 - embedding cosine) with that
+    tensor alone quantized at ``at_db``; sizes[name]: its weight count; deficit: the total loss
+    allowed. Model: a tensor's loss falls 10x per 10 dB and its size by n / 6.02 bits per dB, and
+    losses add; the Lagrange optimum gives every tensor a loss proportional to n:
+    snr = at_db + 10 log10(s / (mu n)), mu = deficit / sum(n), clamped to [lo_db, hi_db].
+    Returns {name: dB}, for ``encode_tensor(..., mode_string("lossy", target_snr_db=round(dB, 1)))``.
+    """
+    mu = deficit / max(sum(sizes[k] for k in sensitivity), 1)
+    return {k: float(np.clip(at_db + 10 * np.log10(max(s, 1e-12) / (mu * sizes[k])), lo_db, hi_db))
+            for k, s in sensitivity.items()}
