@@ -62,8 +62,9 @@ def _snr(tensors: dict, dec: dict) -> float:
     return float("inf") if noise == 0 else 10 * np.log10(sig / noise)
 
 
-def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path):
-    """As roundtrip, with one mode per tensor (modes: name -> mode string; others "lossless")."""
+def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path, options: dict | None = None):
+    """As roundtrip, with one mode per tensor (modes: name -> mode string; others "lossless")
+    and codec options per tensor (options: name -> dict)."""
     from wcodec.codecs import decode_tensor, encode_tensor
     from wcodec.codecs.base import DTYPES
     from wcodec.format import spec
@@ -75,7 +76,7 @@ def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path):
     t0 = time.perf_counter()
     with Writer(path) as w:
         for k, a in tensors.items():
-            rec = encode_tensor(a, names[a.dtype], modes.get(k, "lossless"), k)
+            rec = encode_tensor(a, names[a.dtype], modes.get(k, "lossless"), k, **(options or {}).get(k, {}))
             w.add_record(k, rec, spec.crc32(decode_tensor(rec, k)))
     enc_s = time.perf_counter() - t0
     dec = load_file(str(path))
@@ -135,6 +136,13 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
         # per-tensor targets from measured sensitivities (each 2-D tensor alone at 24 dB, on the
         # first 200 queries): what the codec's per-tensor control reaches with model knowledge
         mats = [k for k, a in tensors.items() if a.ndim >= 2 and a.dtype.kind == "f" and k[len(prefix):] in orig]
+        # how often each token occurs in corpus lines 0-49,999 (disjoint from the queries)
+        emb = prefix + "embeddings.word_embeddings.weight"
+        token_weights = None
+        if emb in tensors:
+            ids = model.tokenizer(lines[:50_000])["input_ids"]
+            token_weights = np.bincount(np.concatenate([np.asarray(x) for x in ids]),
+                                        minlength=tensors[emb].shape[0]).astype(np.float64) + 1.0
         cached = json.loads(Path(sens_cache).read_text()) if sens_cache and Path(sens_cache).exists() else {}
         sens = {}
         for k in mats:
@@ -150,6 +158,10 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
             targets = allocate_snr(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
             modes_k = {k: f"lossy:snr={round(t, 1):g}" for k, t in targets.items()}
             measure(f"sens {dft:g}", *roundtrip_per_tensor(tensors, modes_k, tmp))
+            for power in (1.0, 0.5) if token_weights is not None else ():
+                # the word embeddings' rows weighted by token use (count ** power)
+                measure(f"sens {dft:g} +tok^{power:g}", *roundtrip_per_tensor(
+                    tensors, modes_k, tmp, {emb: {"row_weight": token_weights ** power}}))
     inner.load_state_dict(orig)
 
 

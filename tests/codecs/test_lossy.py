@@ -144,3 +144,23 @@ def test_allocate_snr():
     loss = {k: sens[k] * 10 ** (-(t[k] - 24) / 10) for k in ("a", "b", "c")}
     assert loss["c"] == pytest.approx(4 * loss["a"])
     assert sum(loss.values()) == pytest.approx(1e-3 * 6000 / 7000)
+
+
+def test_row_weights():
+    g = lossy.row_gains(np.array([4.0, 1.0, 0.0, 16.0]))
+    assert g[1] == pytest.approx(2 * g[0]) and g[0] == pytest.approx(2 * g[3])
+    assert g.max() / g.min() == pytest.approx(lossy.MAX_GAIN_RATIO)  # weight 0: capped
+    w = np.random.default_rng(3).standard_normal((64, 100)).astype(np.float32) * 0.02
+    weight = np.ones(64)
+    weight[:8] = 100.0  # rows used 100x more often
+    rec = encode_tensor(w, "F32", "lossy:snr=25", row_weight=weight)
+    s = rec.sections["scales"]
+    assert s[:8].max() < s[8:].min() and s[8] == pytest.approx(10 * s[0], rel=1e-5)
+    assert 25 <= rec.info["weighted_snr_db"] < 25.3 and rec.info["snr_db"] < 25
+    plain = encode_tensor(w, "F32", "lossy:snr=25")
+    assert rec.nbytes < plain.nbytes  # the same weighted quality for fewer bits
+    d = decode_tensor(rec)
+    assert np.abs(d - w)[:8].max() < np.abs(d - w)[8:].max()
+    for bad in (np.ones(63), -weight, np.full(64, np.nan)):
+        with pytest.raises(ValueError):
+            encode_tensor(w, "F32", "lossy:snr=25", row_weight=bad)

@@ -77,10 +77,11 @@ def parse_mode(mode: str) -> tuple[str, dict]:
     return "lossy", opts
 
 
-def row_steps(absmax: np.ndarray, delta: float) -> np.ndarray:
-    """[rows] float32 steps: max(delta, absmax / 127), 1.0 for all-zero rows."""
+def row_steps(absmax: np.ndarray, delta) -> np.ndarray:
+    """[rows] float32 steps: max(delta, absmax / 127), 1.0 for all-zero rows. delta: a step, or
+    [rows] steps."""
     floor = (absmax / 127.0).astype(np.float32)
-    s = np.maximum(np.float32(delta), floor)
+    s = np.maximum(np.asarray(delta, dtype=np.float32), floor)
     return np.where(absmax > 0, s, np.float32(1.0)).astype(np.float32)
 
 
@@ -99,28 +100,53 @@ def snr_db(w: np.ndarray, w_hat: np.ndarray) -> float:
     return float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-300) / noise))
 
 
+#: largest ratio between the steps of two rows that row weights may ask for
+MAX_GAIN_RATIO = 64.0
+
+
+def row_gains(row_weight: np.ndarray) -> np.ndarray:
+    """[rows] float32 step multipliers for row importance weights (>= 0, e.g. how often a row
+    of an embedding table is used): weight ** -1/2, the equal-weighted-distortion optimum (each
+    row's weighted error w * step**2 the same), capped at MAX_GAIN_RATIO over the smallest."""
+    w = np.asarray(row_weight, dtype=np.float64)
+    g = 1.0 / np.sqrt(np.maximum(w, w.max() * MAX_GAIN_RATIO ** -2.0 if w.max() > 0 else 1.0))
+    return (g / g.min()).astype(np.float32)
+
+
 def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
-                 target_snr_db: float | None = None, rounding: float = DEFAULT_ROUNDING):
+                 target_snr_db: float | None = None, rounding: float = DEFAULT_ROUNDING,
+                 row_weight: np.ndarray | None = None):
     """Steps for a [rows, cols] float32 tensor from qp or a target SNR.
 
     reconstruct(q, steps) -> float32 [rows, cols] as the decoder will produce it (rounded to the
-    tensor's dtype), so the SNR measured here is the decoded tensor's. Returns (steps [rows]
-    float32, q [rows, cols] int8, snr_db). For a target the finest setting (the absmax floor
-    everywhere) is returned when even it misses the target.
+    tensor's dtype), so the SNR measured here is the decoded tensor's. row_weight: optional
+    [rows] importance of each row (see :func:`row_gains`); with it the steps are delta *
+    row_gains(row_weight) (still floored per row) and the SNR met is the row-weighted one
+    (signal and error of each row scaled by its weight). Returns (steps [rows] float32, q [rows,
+    cols] int8, snr_db). For a target the finest setting (the absmax floor everywhere) is
+    returned when even it misses the target.
     """
     absmax = np.abs(w2).max(axis=1) if w2.shape[1] else np.zeros(w2.shape[0], np.float32)
     rms = float(np.sqrt(np.mean(w2.astype(np.float64) ** 2))) if w2.size else 0.0
+    if row_weight is not None:
+        rw = np.asarray(row_weight)
+        if rw.shape != (w2.shape[0],) or not np.all(np.isfinite(rw)) or np.any(rw < 0):
+            raise ValueError(f"row_weight must be {w2.shape[0]} finite values >= 0")
+    gain = np.ones(w2.shape[0], np.float32) if row_weight is None else row_gains(row_weight)
+    sq = None if row_weight is None else np.sqrt(np.asarray(row_weight, np.float64))[:, None]
 
     def at(delta):
-        s = row_steps(absmax, delta)
+        s = row_steps(absmax, np.float32(delta) * gain)
         q = quantize(w2, s, rounding)
-        return s, q, snr_db(w2, reconstruct(q, s))
+        w_hat = reconstruct(q, s)
+        return s, q, (snr_db(w2, w_hat) if sq is None else snr_db(w2 * sq, w_hat * sq))
 
     if rms == 0.0:
         return at(1.0)
     if qp is not None:
         return at(rms * 2.0 ** ((float(qp) - QP_REF) / 6.0))
-    lo = math.log2(max(float(absmax[absmax > 0].min()) / 127.0, 1e-30))  # finest: all rows at floor
+    # finest: every row at its floor
+    lo = math.log2(max(float(absmax[absmax > 0].min()) / 127.0 / float(gain.max()), 1e-30))
     hi = math.log2(max(float(absmax.max()), rms * 4.0))  # ~everything quantizes to zero
     best = at(2.0 ** lo)
     if not best[2] >= target_snr_db:

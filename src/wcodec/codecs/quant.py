@@ -53,13 +53,14 @@ class QuantCodec(Codec):
 
     def encode(self, array: np.ndarray, dtype: str, qp: float | None = None,
                target_snr_db: float | None = None, rounding: float | None = None,
-               **options) -> EncodedTensor:
+               row_weight: np.ndarray | None = None, **options) -> EncodedTensor:
         """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified.
 
         Without qp / target_snr_db: int8 absmax per row (scale = absmax / 127, round half even).
         With one of them: the rate-controlled dead-zone quantizer of :mod:`.lossy` (qp: step
         from the tensor's rms; target_snr_db: coarsest step meeting it; rounding: dead-zone
-        rounding offset). Both write the same record layout.
+        rounding offset; row_weight: [rows] importance of each row, steps ~ weight ** -1/2 and
+        the row-weighted SNR is the one met). Both write the same record layout.
         """
         w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
         if not np.all(np.isfinite(w)):
@@ -76,8 +77,10 @@ class QuantCodec(Codec):
                 return to_f32(dequantize(qq.reshape(-1), ss, rows, dtype), dtype).reshape(rows, cols)
 
             r = lossy.DEFAULT_ROUNDING if rounding is None else float(rounding)
-            scales, q, _ = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r)
             info = {"qp": qp} if qp is not None else {"target_snr_db": target_snr_db}
+            scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight)
+            if row_weight is not None:
+                info["weighted_snr_db"] = wsnr
         inner = Int8Codec().encode(q.reshape(array.shape), "I8", **options)
         decoded = dequantize(q.reshape(-1), scales, rows, dtype)
         w_hat = to_f32(decoded, dtype)
