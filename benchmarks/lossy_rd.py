@@ -84,7 +84,8 @@ def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path, options: dict | 
         _snr(tensors, dec), enc_s
 
 
-def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None) -> None:
+def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None,
+           tok_powers=(1.0, 0.5)) -> None:
     import importlib.util
 
     import torch
@@ -158,7 +159,7 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
             targets = allocate_snr(sens, {k: tensors[k].size for k in mats}, dft, 24.0)
             modes_k = {k: f"lossy:snr={round(t, 1):g}" for k, t in targets.items()}
             measure(f"sens {dft:g}", *roundtrip_per_tensor(tensors, modes_k, tmp))
-            for power in (1.0, 0.5) if token_weights is not None else ():
+            for power in tok_powers if token_weights is not None else ():
                 # the word embeddings' rows weighted by token use (count ** power)
                 measure(f"sens {dft:g} +tok^{power:g}", *roundtrip_per_tensor(
                     tensors, modes_k, tmp, {emb: {"row_weight": token_weights ** power}}))
@@ -223,6 +224,8 @@ def main() -> None:
                     help="MiniLM: predicted cosine deficits of the sensitivity-allocated rows")
     ap.add_argument("--sens-cache", default=None, help="MiniLM: JSON file of measured sensitivities (reused if present)")
     ap.add_argument("--sens-only", action="store_true", help="MiniLM: only the sensitivity-allocated rows")
+    ap.add_argument("--tok-powers", default="1,0.5",
+                    help="MiniLM: word-embedding row weights = token count ** power, one row per power")
     a = ap.parse_args()
     shared = Path(a.shared)
     if not shared.exists():
@@ -238,7 +241,8 @@ def main() -> None:
         if a.only in (None, "minilm"):
             deficits = [float(x) for x in a.deficits.split(",") if x]
             minilm(shared, modes if not a.sens_only else [], tmp, rows,
-                   () if a.quick else deficits, a.sens_cache)
+                   () if a.quick else deficits, a.sens_cache,
+                   [float(x) for x in a.tok_powers.split(",") if x])
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     print("\nsummary")
