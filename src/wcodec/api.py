@@ -66,7 +66,8 @@ def _progress(enabled: bool, desc: str):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
-              workers: int | None = None, codec: str | None = None) -> None:
+              workers: int | None = None, codec: str | None = None, qp: float | None = None,
+              target_snr_db: float | None = None) -> None:
     """Compress a dict of tensors into one .wcodec file (atomic: nothing is left on failure).
 
     tensors: {name: numpy array or torch tensor}; any dtype of :data:`wcodec.codecs.DTYPES`
@@ -75,10 +76,15 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str =
     per-channel quantization of float tensors). workers: encoding threads (default: up to 4).
     codec: ``"fixed"`` stores BF16 weights in the fixed-rate layout the fused matmul kernels read
     (``wcodec.torch.CompressedLinear``; about 12 bits/weight), other tensors as the policy says.
+    mode "lossy" with ``qp`` (0-63, 6 per halving of the step) or ``target_snr_db`` (per tensor,
+    dB): rate-controlled quantization of float matrices (:mod:`wcodec.codecs.lossy`).
     Raises UnsupportedError (dtype), InvalidInputError (a ValueError: not a tensor / bad
-    metadata), OSError.
+    metadata), ValueError (bad mode settings), OSError.
     """
+    from .codecs.lossy import mode_string
+
     _check_args(tensors, metadata)
+    mode = mode_string(mode, qp, target_snr_db)
     with Writer(filename, metadata) as w:
         encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers, codec=codec)
 

@@ -120,7 +120,13 @@ def cmd_encode(args) -> int:
     t = time.perf_counter()
     # a model folder also gets the codec recorded in its config.json (quantization_config)
     convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
-    paths = convert(args.src, args.dst, mode=args.mode, workers=args.workers,
+    from .codecs.lossy import mode_string
+    try:
+        mode = mode_string(args.mode, args.qp, args.target_snr_db)
+    except ValueError as e:
+        print(f"wcodec encode: {e}", file=sys.stderr)
+        return 2
+    paths = convert(args.src, args.dst, mode=mode, workers=args.workers,
                     max_shard_size=args.max_shard_size, progress=not args.quiet, codec=args.codec)
     src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
                                                else Path(args.src).rglob("*")) if p.is_file())
@@ -168,7 +174,7 @@ def cmd_info(args) -> int:
                 continue
             rec = r.record(name, verify=False)
             extra = [_modes(rec)] + [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                     for k, v in rec.info.items() if k in ("snr_db", "max_abs_err")]
+                                     for k, v in rec.info.items() if k in ("snr_db", "max_abs_err", "qp", "target_snr_db")]
             rows.append((name, e["dtype"], shape, e["codec"], f"{rec.bits_per_weight:.3f}",
                          f"{rec.raw_nbytes / rec.nbytes:.3f}" if rec.nbytes else "-", " ".join(x for x in extra if x)))
             raw_total += rec.raw_nbytes
@@ -272,13 +278,16 @@ def build_parser() -> argparse.ArgumentParser:
              "  wcodec encode ./hf-model ./out --max-shard-size 2GB")
     sp.add_argument("src", help="input file or model folder")
     sp.add_argument("dst", help="output *.wcodec file, or a folder (shards, index, config files)")
-    sp.add_argument("--mode", choices=("lossless", "int8"), default="lossless",
-                    help="lossless (bit-exact, default) or int8 (lossy per-channel quantization of float tensors)")
+    sp.add_argument("--mode", choices=("lossless", "int8", "lossy"), default="lossless",
+                    help="lossless (bit-exact, default), int8 (lossy per-channel quantization of float tensors) "
+                         "or lossy (rate-controlled quantization of float matrices: needs --qp or --target-snr-db)")
     sp.add_argument("--codec", choices=("fixed",), default=None,
                     help="fixed: BF16 weights in the fixed-rate layout that CompressedLinear multiplies "
                          "without decoding to memory (about 12 bits/weight; default: rANS, the smallest)")
     sp.add_argument("--workers", type=int, default=None, help="encoding threads (default: up to 4)")
     sp.add_argument("--max-shard-size", type=_size, default=None, help="folder output: bytes per shard (default 5GiB)")
+    sp.add_argument("--qp", type=float, default=None, help="--mode lossy: quantization parameter 0-63 (+6 doubles the step)")
+    sp.add_argument("--target-snr-db", type=float, default=None, help="--mode lossy: per-tensor SNR target in dB")
     sp.add_argument("--to", choices=("file", "folder"), default=None,
                     help="output kind (default: a *.wcodec name is a file; an existing folder, a name ending "
                          "in '/' or a folder input gives a folder)")

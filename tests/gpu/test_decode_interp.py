@@ -229,3 +229,23 @@ def test_pair_corrupt_chunk_named(pair_mode):
     bad = _corrupt(rec, "head.states", flip)
     with pytest.raises(CorruptDataError, match=f"'bad'.*chunk {n_chunks - 1}"):
         decode_records([("ok", rec), ("bad", bad)], DEVICE, config={m: (2, 2) for m in pair_mode.CONFIG})
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
+def test_lossy_rate_controlled_records(dtype):
+    # mode "lossy" writes int8-quant records with dead-zone indices and coarse per-row steps
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((40, 70)) * 0.02).astype(np.float32)
+    w[3, 5] = 0.5  # an outlier row keeps its absmax-floored step
+    arr = (w.view(np.uint32) >> 16).astype(np.uint16) if dtype == "BF16" else w.astype(np.float16)
+    _check([(f"qp{qp}", encode_tensor(arr, dtype, f"lossy:qp={qp}", tile=8, chunk_steps=4))
+            for qp in (20, 38)] + [("snr", encode_tensor(arr, dtype, "lossy:snr=24", tile=16))])
+
+
+@pytest.mark.parametrize("shape,tile", [((70, 300), 32), ((40, 150), 64)])
+def test_int8_band_programs_span_tile_rows(shape, tile):
+    # 32x32 tiles: 4 tiles per band program, so a tile row of 10 tiles takes 3 programs (the
+    # last one half empty, its last tile narrower); 64x64 tiles: one tile per program
+    rng = np.random.default_rng(12)
+    items = [(f"{dt}", _int8_with_modes(rng, shape, dt, tile)) for dt in ("I8", "U8")]
+    _check(items)

@@ -35,11 +35,17 @@ PREFERABLE = {"fixed": lambda dtype, numel: dtype == "BF16" and numel >= MIN_COD
 
 def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
     """The codec id the policy uses for a tensor of this dtype and shape in this mode."""
+    from .lossy import parse_mode
+
+    lossy = parse_mode(mode)[0] == "lossy"
+    mode = "int8" if lossy else mode
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise ValueError(f"mode must be one of {MODES} or 'lossy:qp=N' / 'lossy:snr=X', got {mode!r}")
     numel = int(np.prod(shape, dtype=np.int64))
     if numel < MIN_CODED_NUMEL:
         return "raw"
+    if lossy and dtype in FLOAT_DTYPES and len(shape) < 2:
+        return "float"  # vectors (biases, norms): few weights, sensitive, kept exact
     if dtype in FLOAT_DTYPES:
         return "int8-quant" if mode == "int8" and len(shape) >= 1 else "float"
     if dtype in ("I8", "U8"):
@@ -54,9 +60,10 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     """Encode one tensor. array: numpy array (bfloat16 given as uint16 bits); never modified.
 
     dtype: safetensors dtype name. mode: ``"lossless"`` (bit-exact) or ``"int8"`` (lossy
-    per-channel quantization of float tensors). codec: force a codec id. prefer: a codec of
-    :data:`PREFERABLE` used for the tensors it can take (e.g. ``"fixed"``: BF16 tensors of at
-    least MIN_CODED_NUMEL elements), the policy's codec for the others. Raises UnsupportedError.
+    per-channel quantization of float tensors), or ``"lossy:qp=N"`` / ``"lossy:snr=X"`` (rate
+    control of float matrices, :mod:`wcodec.codecs.lossy`). codec: force a codec id. prefer: a
+    codec of :data:`PREFERABLE` used for the tensors it can take (e.g. ``"fixed"``: BF16 tensors
+    of at least MIN_CODED_NUMEL elements), the policy's codec for the others. Raises UnsupportedError.
     """
     if dtype not in DTYPES:
         raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
@@ -67,6 +74,10 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     codec_id = codec or choose_codec(dtype, tuple(array.shape), mode)
     if codec_id != "raw":
         _load_all()
+    if codec_id == "int8-quant":
+        from .lossy import parse_mode
+
+        options = {**parse_mode(mode)[1], **options}
     return get_codec(codec_id).encode(array, dtype, **options)
 
 

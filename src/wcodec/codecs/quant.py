@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError
+from . import lossy
 from .base import DTYPES, Codec, EncodedTensor, register
 from .int8 import Int8Codec, decode_int8, view_2d
 
@@ -50,24 +51,42 @@ def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.n
 class QuantCodec(Codec):
     id = "int8-quant"
 
-    def encode(self, array: np.ndarray, dtype: str, **options) -> EncodedTensor:
-        """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified."""
+    def encode(self, array: np.ndarray, dtype: str, qp: float | None = None,
+               target_snr_db: float | None = None, rounding: float | None = None,
+               row_weight: np.ndarray | None = None, **options) -> EncodedTensor:
+        """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified.
+
+        Without qp / target_snr_db: int8 absmax per row (scale = absmax / 127, round half even).
+        With one of them: the rate-controlled dead-zone quantizer of :mod:`.lossy` (qp: step
+        from the tensor's rms; target_snr_db: coarsest step meeting it; rounding: dead-zone
+        rounding offset; row_weight: [rows] importance of each row, steps ~ weight ** -1/2 and
+        the row-weighted SNR is the one met). Both write the same record layout.
+        """
         w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
         if not np.all(np.isfinite(w)):
             raise ValueError("int8 quantization needs finite weights (found NaN or inf)")
         rows, cols = view_2d(array.shape)
         w2 = w.reshape(rows, cols)
-        absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
-        scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-        q = np.clip(np.rint(w2 / scales[:, None]), -127, 127).astype(np.int8)
+        info = {}
+        if qp is None and target_snr_db is None:
+            absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
+            scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+            q = np.clip(np.rint(w2 / scales[:, None]), -127, 127).astype(np.int8)
+        else:
+            def reconstruct(qq, ss):
+                return to_f32(dequantize(qq.reshape(-1), ss, rows, dtype), dtype).reshape(rows, cols)
+
+            r = lossy.DEFAULT_ROUNDING if rounding is None else float(rounding)
+            info = {"qp": qp} if qp is not None else {"target_snr_db": target_snr_db}
+            scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight)
+            if row_weight is not None:
+                info["weighted_snr_db"] = wsnr
         inner = Int8Codec().encode(q.reshape(array.shape), "I8", **options)
         decoded = dequantize(q.reshape(-1), scales, rows, dtype)
-        err = to_f32(decoded, dtype).astype(np.float64) - w
-        signal = float(np.sum(w.astype(np.float64) ** 2))
-        noise = float(np.sum(err ** 2))
-        snr = float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-300) / noise))
-        info = {"snr_db": snr, "max_abs_error": float(np.abs(err).max()) if err.size else 0.0,
-                "modes": inner.info["modes"]}
+        w_hat = to_f32(decoded, dtype)
+        err = w_hat.astype(np.float64) - w
+        info = {"snr_db": lossy.snr_db(w, w_hat), "max_abs_error": float(np.abs(err).max()) if err.size else 0.0,
+                **info, "modes": inner.info["modes"]}
         return EncodedTensor(self.id, dtype, tuple(array.shape), {"q": inner.params},
                              {**inner.sections, "scales": scales}, info=info)
 

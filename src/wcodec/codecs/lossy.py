@@ -1,0 +1,177 @@
+"""Rate-distortion control of the lossy front end: a dead-zone uniform quantizer with a step per
+output channel, its step picked from a quantization parameter (qp) or a target SNR.
+
+The quantized indices are stored exactly as ``int8-quant`` records (indices through the int8
+codec: tiles + intra prediction + rANS; steps as the ``scales`` section), so every decoder of
+that codec (numpy, numba, Triton to bf16/fp16/fp32) decodes them unchanged: ``w' = float32(q) *
+step[row]``. Only the encoder differs from plain int8 absmax quantization:
+
+- step[row] = max(delta, absmax[row] / 127): one step for the whole tensor (the equal-distortion
+  choice, which minimises the tensor's squared error at a given entropy at high rate), floored
+  per row so that no index leaves [-127, 127] (no clipping, no escape symbols);
+- q = sign(w) * floor(|w| / step + rounding): rounding 0.5 is plain rounding (the default), below
+  0.5 an H.264-style dead zone (more zeros, fewer bits, more error);
+- delta = rms(w) * 2 ** ((qp - QP_REF) / 6) for ``qp`` (6 qp steps halve or double the step,
+  about one bit per weight and 6 dB of SNR), or for ``target_snr_db`` the largest delta whose
+  SNR meets the target (bisection on log2 delta; the largest step codes to the fewest bits).
+
+Mode strings carry the settings through the encoder pipeline unchanged: ``"lossy:qp=30"``,
+``"lossy:snr=35"`` (see :func:`mode_string`, :func:`parse_mode`). In lossy mode, float vectors
+(biases, norms: few weights, sensitive) are coded losslessly (``wcodec.codecs.choose_codec``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: qp at which the step equals the tensor's rms (qp 0 = rms / 256, in practice the absmax floor)
+QP_REF = 48
+QP_MAX = 63
+#: default rounding offset of the dead-zone quantizer (0.5 = plain rounding). A dead zone
+#: (0.4) cost bits at equal SNR on MiniLM (5.75 vs 5.67 bits/weight at 32 dB): plain rounding
+DEFAULT_ROUNDING = 0.5
+#: bisection steps on log2(delta) for a target SNR: the bracket is ~10-20 octaves, so the step
+#: found is within 0.003 octave (~0.02 dB) of the coarsest that meets the target
+SNR_ITERATIONS = 14
+
+
+def mode_string(mode: str = "lossy", qp: float | None = None, target_snr_db: float | None = None) -> str:
+    """The encoder mode string for these settings. mode "lossy" needs exactly one of qp and
+    target_snr_db; other modes take neither. Raises ValueError."""
+    if mode != "lossy":
+        if qp is not None or target_snr_db is not None:
+            raise ValueError(f"qp / target_snr_db apply to mode 'lossy', not {mode!r}")
+        return mode
+    if (qp is None) == (target_snr_db is None):
+        raise ValueError("mode 'lossy' needs exactly one of qp and target_snr_db")
+    if qp is not None:
+        if not 0 <= float(qp) <= QP_MAX:
+            raise ValueError(f"qp must be in [0, {QP_MAX}], got {qp}")
+        return f"lossy:qp={float(qp):g}"
+    t = float(target_snr_db)
+    if not (math.isfinite(t) and 0 < t <= 200):
+        raise ValueError(f"target_snr_db must be in (0, 200] dB, got {target_snr_db}")
+    return f"lossy:snr={t:g}"
+
+
+def parse_mode(mode: str) -> tuple[str, dict]:
+    """Mode string -> (base mode, encoder options). ``"lossy:qp=30"`` -> ("lossy", {"qp": 30.0});
+    ``"lossy:snr=35"`` -> ("lossy", {"target_snr_db": 35.0}); other modes -> (mode, {}).
+    Raises ValueError for a malformed lossy mode."""
+    if not isinstance(mode, str) or not mode.startswith("lossy"):
+        return mode, {}
+    base, _, arg = mode.partition(":")
+    key, _, val = arg.partition("=")
+    names = {"qp": "qp", "snr": "target_snr_db"}
+    if base != "lossy" or key not in names:
+        raise ValueError(f"lossy mode must be 'lossy:qp=N' or 'lossy:snr=X', got {mode!r}")
+    try:
+        v = float(val)
+    except ValueError:
+        raise ValueError(f"lossy mode {mode!r}: {val!r} is not a number") from None
+    opts = {names[key]: v}
+    if mode_string("lossy", **opts) != mode:  # range check, one canonical spelling
+        raise ValueError(f"lossy mode {mode!r} is not canonical (use {mode_string('lossy', **opts)!r})")
+    return "lossy", opts
+
+
+def row_steps(absmax: np.ndarray, delta) -> np.ndarray:
+    """[rows] float32 steps: max(delta, absmax / 127), 1.0 for all-zero rows. delta: a step, or
+    [rows] steps."""
+    floor = (absmax / 127.0).astype(np.float32)
+    s = np.maximum(np.asarray(delta, dtype=np.float32), floor)
+    return np.where(absmax > 0, s, np.float32(1.0)).astype(np.float32)
+
+
+def quantize(w2: np.ndarray, steps: np.ndarray, rounding: float = DEFAULT_ROUNDING) -> np.ndarray:
+    """Dead-zone quantizer. w2: [rows, cols] float32, steps: [rows] float32 -> int8 [rows, cols]
+    with q = sign(w) * floor(|w| / step + rounding), clipped to [-127, 127]."""
+    a = np.floor(np.abs(w2) / steps[:, None] + np.float32(rounding))
+    return (np.sign(w2) * np.minimum(a, 127)).astype(np.int8)
+
+
+def snr_db(w: np.ndarray, w_hat: np.ndarray) -> float:
+    """10 log10(sum w^2 / sum (w - w_hat)^2) in dB (inf when exact). Both float arrays."""
+    w64 = w.astype(np.float64)
+    noise = float(np.sum((w_hat.astype(np.float64) - w64) ** 2))
+    signal = float(np.sum(w64 ** 2))
+    return float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-300) / noise))
+
+
+#: largest ratio between the steps of two rows that row weights may ask for
+MAX_GAIN_RATIO = 64.0
+
+
+def row_gains(row_weight: np.ndarray) -> np.ndarray:
+    """[rows] float32 step multipliers for row importance weights (>= 0, e.g. how often a row
+    of an embedding table is used): weight ** -1/2, the equal-weighted-distortion optimum (each
+    row's weighted error w * step**2 the same), capped at MAX_GAIN_RATIO over the smallest."""
+    w = np.asarray(row_weight, dtype=np.float64)
+    g = 1.0 / np.sqrt(np.maximum(w, w.max() * MAX_GAIN_RATIO ** -2.0 if w.max() > 0 else 1.0))
+    return (g / g.min()).astype(np.float32)
+
+
+def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
+                 target_snr_db: float | None = None, rounding: float = DEFAULT_ROUNDING,
+                 row_weight: np.ndarray | None = None):
+    """Steps for a [rows, cols] float32 tensor from qp or a target SNR.
+
+    reconstruct(q, steps) -> float32 [rows, cols] as the decoder will produce it (rounded to the
+    tensor's dtype), so the SNR measured here is the decoded tensor's. row_weight: optional
+    [rows] importance of each row (see :func:`row_gains`); with it the steps are delta *
+    row_gains(row_weight) (still floored per row) and the SNR met is the row-weighted one
+    (signal and error of each row scaled by its weight). Returns (steps [rows] float32, q [rows,
+    cols] int8, snr_db). For a target the finest setting (the absmax floor everywhere) is
+    returned when even it misses the target.
+    """
+    absmax = np.abs(w2).max(axis=1) if w2.shape[1] else np.zeros(w2.shape[0], np.float32)
+    rms = float(np.sqrt(np.mean(w2.astype(np.float64) ** 2))) if w2.size else 0.0
+    if row_weight is not None:
+        rw = np.asarray(row_weight)
+        if rw.shape != (w2.shape[0],) or not np.all(np.isfinite(rw)) or np.any(rw < 0):
+            raise ValueError(f"row_weight must be {w2.shape[0]} finite values >= 0")
+    gain = np.ones(w2.shape[0], np.float32) if row_weight is None else row_gains(row_weight)
+    sq = None if row_weight is None else np.sqrt(np.asarray(row_weight, np.float64))[:, None]
+
+    def at(delta):
+        s = row_steps(absmax, np.float32(delta) * gain)
+        q = quantize(w2, s, rounding)
+        w_hat = reconstruct(q, s)
+        return s, q, (snr_db(w2, w_hat) if sq is None else snr_db(w2 * sq, w_hat * sq))
+
+    if rms == 0.0:
+        return at(1.0)
+    if qp is not None:
+        return at(rms * 2.0 ** ((float(qp) - QP_REF) / 6.0))
+    # finest: every row at its floor
+    lo = math.log2(max(float(absmax[absmax > 0].min()) / 127.0 / float(gain.max()), 1e-30))
+    hi = math.log2(max(float(absmax.max()), rms * 4.0))  # ~everything quantizes to zero
+    best = at(2.0 ** lo)
+    if not best[2] >= target_snr_db:
+        return best
+    for _ in range(SNR_ITERATIONS):
+        mid = 0.5 * (lo + hi)
+        cand = at(2.0 ** mid)
+        if cand[2] >= target_snr_db:
+            lo, best = mid, cand
+        else:
+            hi = mid
+    return best
+
+
+def allocate_snr(sensitivity: dict, sizes: dict, deficit: float, at_db: float,
+                 lo_db: float = 6.0, hi_db: float = 60.0) -> dict:
+    """Per-tensor SNR targets (dB) that minimise total bits for a predicted accuracy loss.
+
+    sensitivity[name]: the loss measured (by the caller, e.g. 1 - embedding cosine) with that
+    tensor alone quantized at ``at_db``; sizes[name]: its weight count; deficit: the total loss
+    allowed. Model: a tensor's loss falls 10x per 10 dB and its size by n / 6.02 bits per dB, and
+    losses add; the Lagrange optimum gives every tensor a loss proportional to n:
+    snr = at_db + 10 log10(s / (mu n)), mu = deficit / sum(n), clamped to [lo_db, hi_db].
+    Returns {name: dB}, for ``encode_tensor(..., mode_string("lossy", target_snr_db=round(dB, 1)))``.
+    """
+    mu = deficit / max(sum(sizes[k] for k in sensitivity), 1)
+    return {k: float(np.clip(at_db + 10 * np.log10(max(s, 1e-12) / (mu * sizes[k])), lo_db, hi_db))
+            for k, s in sensitivity.items()}
