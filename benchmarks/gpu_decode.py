@@ -6,7 +6,7 @@ Llama-2-7B shapes, each tensor normal with its own std (fitted to the per-kind r
 weights), rounded to bf16; norms ~ 1 + N(0, 0.05). Every decode is checked bit-exact (output
 poisoned first) before it is timed.
 
-    PYTHONPATH=src python3 benchmarks/gpu_decode.py [--no-7b] [--no-e2e] [--no-competitors] [--no-int8] [--int8-only]
+    PYTHONPATH=src python3 benchmarks/gpu_decode.py [--no-7b] [--no-e2e] [--no-competitors] [--no-int8]
         [--sweep] [--steps-11008 256,128] [--steps-7b auto,256] [--minilm carry/minilm_l6_bf16.wcodec]
         [--pair]  (only: default vs two chunks per warp, single layers and the model)
         [--out DIR]
@@ -330,8 +330,6 @@ def main():
     ap.add_argument("--int8-child", type=int, metavar="SEED", help=argparse.SUPPRESS)
     ap.add_argument("--int8-timeout", type=float, default=120.0)
     ap.add_argument("--no-int8", action="store_true")
-    ap.add_argument("--int8-only", action="store_true",
-                    help="only the int8 rows (int8+prediction 4096x4096, int8-quant -> bf16 11008x4096)")
     ap.add_argument("--pair", action="store_true",
                     help="only: default vs two-chunks-per-warp variants on single layers and the model")
     ap.add_argument("--budget-s", type=float, default=150.0, help="--pair: skip the second model past this")
@@ -366,10 +364,6 @@ def main():
     seed = int(time.time() * 1000) % (1 << 31)
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
         f"cpus {os.cpu_count()} seed {seed} date {time.strftime('%Y-%m-%d %H:%M')}")
-    if args.int8_only:
-        int8_parent(seed, args.int8_timeout)
-        print("\n".join(f"{w:<62} {g:>9}  {e}" for w, g, e in ROWS))
-        return 0
     tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     children = {}
     if not args.no_competitors:

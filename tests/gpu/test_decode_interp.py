@@ -240,12 +240,3 @@ def test_lossy_rate_controlled_records(dtype):
     arr = (w.view(np.uint32) >> 16).astype(np.uint16) if dtype == "BF16" else w.astype(np.float16)
     _check([(f"qp{qp}", encode_tensor(arr, dtype, f"lossy:qp={qp}", tile=8, chunk_steps=4))
             for qp in (20, 38)] + [("snr", encode_tensor(arr, dtype, "lossy:snr=24", tile=16))])
-
-
-@pytest.mark.parametrize("shape,tile", [((70, 300), 32), ((40, 150), 64)])
-def test_int8_band_programs_span_tile_rows(shape, tile):
-    # 32x32 tiles: 4 tiles per band program, so a tile row of 10 tiles takes 3 programs (the
-    # last one half empty, its last tile narrower); 64x64 tiles: one tile per program
-    rng = np.random.default_rng(12)
-    items = [(f"{dt}", _int8_with_modes(rng, shape, dt, tile)) for dt in ("I8", "U8")]
-    _check(items)

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import CorruptDataError
 from . import layout as K
-from .plan import LUT_STRIDE, Plan, band_tiles
+from .plan import LUT_STRIDE, Plan
 
 STATUS = {K.ST_READ_PAST: "reads past the end of its words",
           K.ST_FINAL: "does not end in the initial state (words left or states wrong)",
@@ -39,8 +39,6 @@ MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
 #: it holds ~48 warps (benchmarks/RESULTS.md, third pass)
 PAIR = {K.MODE_BYTES: False, K.MODE_F16BITS: False, K.MODE_F32BITS: False}
 MAXNREG_PAIR = {K.MODE_F16BITS: 40, K.MODE_BYTES: 40}
-#: warps of the int8 band kernel (plan.BAND_ELEMS elements per program; not yet tuned on a GPU)
-INT8_BAND_WARPS = 4
 
 
 def _pair_fits(desc: np.ndarray, W: int) -> bool:
@@ -118,8 +116,8 @@ class Prepared:
         self.lut = build_luts(nb(plan.freqs.astype(np.int32)).to(device), nb(plan.prob_bits).to(device),
                               nb(plan.vals.astype(np.int64)).to(device))
         self.desc = {k: nb(d).to(device) for k, d in plan.desc.items() if d.shape[0]}
-        self.int8 = {k: (nb(td).to(device), nb(bands).to(device), nb(avgs).to(device))
-                     for k, (td, bands, avgs, _) in plan.int8.items()}
+        self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
+                     for k, (td, progs, _) in plan.int8.items()}
         self.status = {}  # per-launch chunk status, allocated by the first run()
         self._pair_ok = {}  # (key, W) -> _pair_fits, computed on first use
 
@@ -162,16 +160,11 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
                                              PF=prep.asm and bool(PF.get(mode)), PAIR=pair, num_warps=W,
                                              **({"maxnreg": caps[mode]} if mode in caps and prep.asm else {}))
         status[key] = st
-    for (bh, bw, kind), (td, bands, avgs) in prep.int8.items():
+    for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
         o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
                                                   torch.float32 if kind == K.OUT_F32 else torch.int16)
-        ntb = band_tiles(bh, bw)
-        if bands.shape[0]:
-            KK.int8_bands_kernel[(bands.shape[0],)](td, bands, buf, bufF, o, BH=bh, BW=bw, NTB=ntb,
-                                                    OUT=kind, NTF=K.NT, num_warps=INT8_BAND_WARPS)
-        if avgs.shape[0]:  # AVG tiles: the one-tile wavefront kernel
-            KK.int8_tiles_kernel[(avgs.shape[0],)](td, avgs, buf, bufF, o, BH=bh, BW=bw, OUT=kind,
-                                                   NTF=K.NT, num_warps=4 if bh * bw >= 1024 else 1)
+        KK.int8_tiles_kernel[(n_progs,)](td, progs, buf, bufF, o, BH=bh, BW=bw, OUT=kind,
+                                         NTF=K.NT, num_warps=4 if bh * bw >= 1024 else 1)
     for src, dst, n in plan.raw:
         out[dst:dst + n].copy_(buf[src:src + n])
     return status

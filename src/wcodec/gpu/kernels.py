@@ -443,93 +443,24 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
 
 
 @triton.jit
-def _int8_program(tdesc_ptr, prog_ptr, NTF: tl.constexpr):
-    """This program's (descriptor pointer, tile, cols, rows, tile_h, tile_w, tiles per row) from
-    its (tensor row, tile) pair in prog_ptr."""
-    pid = tl.program_id(0)
-    d = tdesc_ptr + tl.load(prog_ptr + 2 * pid).to(tl.int64) * NTF
-    tile = tl.load(prog_ptr + 2 * pid + 1).to(tl.int64)
-    return d, tile, tl.load(d + 0), tl.load(d + 1), tl.load(d + 2), tl.load(d + 3), tl.load(d + 4)
-
-
-@triton.jit
-def _int8_store(x, m, grow, o, d, signed, buf32f_ptr, out_ptr, OUT: tl.constexpr):
-    """Store reconstructed bytes x (int32 in [0, 256)) at output elements o (mask m): as uint8
-    for OUT_I8, else dequantised, ``float32(q) * scale[row]`` rounded to the output dtype (round
-    to nearest even). grow: the elements' rows (scale index); d: the tensor's descriptor."""
-    if OUT == 0:
-        tl.store(out_ptr + o, x.to(tl.uint8), mask=m)
-    else:
-        q = tl.where((x >= 128) & (signed != 0), x - 256, x).to(tl.float32)
-        sidx = tl.minimum(grow, tl.load(d + 10) - 1)
-        s = tl.load(buf32f_ptr + tl.load(d + 9) + sidx, mask=m, other=0.0)
-        v = q * s
-        if OUT == 1:
-            # round to nearest even by integer ops (as wcodec.codecs.quant.f32_to_bf16; NaN
-            # stays NaN), the same on every backend
-            u = v.to(tl.uint32, bitcast=True)
-            b = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-            b = tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, b)
-            tl.store(out_ptr + o, b.to(tl.uint16).to(tl.int16, bitcast=True), mask=m)
-        elif OUT == 2:
-            tl.store(out_ptr + o, v.to(tl.float16), mask=m)
-        else:
-            tl.store(out_ptr + o, v, mask=m)
-
-
-@triton.jit
-def int8_bands_kernel(tdesc_ptr, prog_ptr, buf8_ptr, buf32f_ptr, out_ptr, BH: tl.constexpr,
-                      BW: tl.constexpr, NTB: tl.constexpr, OUT: tl.constexpr, NTF: tl.constexpr):
-    """Inverse intra prediction of NTB consecutive tiles of one tile row per program (all modes
-    but AVG, whose tiles int8_tiles_kernel decodes), optionally dequantised.
-
-    prog_ptr: int32[n_programs, 2], (tensor row of tdesc, first tile) of each program. The
-    program's tiles are one contiguous span of the residual plane and NTB * tile_w contiguous
-    bytes of each output row: a [BH, NTB, BW] block, one load and one store. LEFT, TOP and
-    PLANAR are (2-D) prefix sums modulo 256 within each tile, computed for the whole block and
-    selected per tile; tensors without modes skip them.
-    """
-    d, first, cols, rows, th, tw, ntw = _int8_program(tdesc_ptr, prog_ptr, NTF)
-    ti = first // ntw
-    r0 = ti * th
-    h = tl.minimum(th, rows - r0)
-    rr = tl.arange(0, BH)[:, None, None]
-    tj = first % ntw + tl.arange(0, NTB)[None, :, None]  # tile column of each block slot
-    cc = tl.arange(0, BW)[None, None, :]
-    c0 = tj * tw
-    w = tl.minimum(tw, cols - c0)
-    live = tj < ntw
-    m = (rr < h) & (cc < w) & live
-    # tiles of tile row ti have height h: tile tj starts h * c0 bytes into the band
-    r = tl.load(buf8_ptr + tl.load(d + 5) + r0 * cols + c0 * h + rr * w + cc, mask=m,
-                other=0).to(tl.int32)
-    modes_off = tl.load(d + 7)
-    if modes_off >= 0:
-        mode = tl.load(buf8_ptr + modes_off + ti * ntw + tj, mask=live, other=0).to(tl.int32)
-        left = tl.cumsum(r, axis=2)
-        x = tl.where(mode == 1, left, r)
-        x = tl.where(mode == 2, tl.cumsum(r, axis=0), x)
-        x = tl.where(mode == 4, tl.cumsum(left, axis=0), x)
-        x = x & 0xFF
-        m = m & (mode != 3)
-    else:
-        x = r
-    grow = r0 + rr
-    _int8_store(x, m, grow, tl.load(d + 6) + grow * cols + c0 + cc, d, tl.load(d + 8),
-                buf32f_ptr, out_ptr, OUT)
-
-
-@triton.jit
-def int8_tiles_kernel(tdesc_ptr, prog_ptr, buf8_ptr, buf32f_ptr, out_ptr,
+def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
                       BH: tl.constexpr, BW: tl.constexpr, OUT: tl.constexpr, NTF: tl.constexpr):
-    """Inverse intra prediction of one tile per program, optionally dequantised (the AVG tiles;
-    any mode decodes).
+    """Inverse intra prediction of one tile per program, optionally dequantised.
 
-    prog_ptr: int32[n_programs, 2], (tensor row of tdesc, tile) of each program. The residual
-    plane is reconstructed in place (AVG needs already reconstructed neighbours), then stored as
-    int8_bands_kernel does.
+    prog_tensor_ptr: int32[n_programs], the tensor (row of tdesc) of each program's tile. The
+    residual plane is reconstructed in place (AVG needs already reconstructed neighbours), then
+    written to out (uint8 view for OUT_I8, else the float view) as ``float32(q) * scale[row]``
+    rounded to the output dtype (round to nearest even).
     """
-    d, local, cols, rows, th, tw, ntw = _int8_program(tdesc_ptr, prog_ptr, NTF)
+    pid = tl.program_id(0)
+    tsr = tl.load(prog_tensor_ptr + pid).to(tl.int64)
+    d = tdesc_ptr + tsr * NTF
+    cols = tl.load(d + 0)
+    rows = tl.load(d + 1)
+    th = tl.load(d + 2)
+    tw = tl.load(d + 3)
+    ntw = tl.load(d + 4)
+    local = pid - tl.load(d + 11)
     ti = local // ntw
     tj = local % ntw
     r0 = ti * th
@@ -580,5 +511,22 @@ def int8_tiles_kernel(tdesc_ptr, prog_ptr, buf8_ptr, buf32f_ptr, out_ptr,
         x = r
     x = x & 0xFF
     grow = r0 + rr
-    _int8_store(x, m, grow, tl.load(d + 6) + grow * cols + c0 + cc, d, signed, buf32f_ptr,
-                out_ptr, OUT)
+    o = tl.load(d + 6) + grow * cols + c0 + cc
+    if OUT == 0:
+        tl.store(out_ptr + o, x.to(tl.uint8), mask=m)
+    else:
+        q = tl.where((x >= 128) & (signed != 0), x - 256, x).to(tl.float32)
+        sidx = tl.minimum(grow, tl.load(d + 10) - 1)
+        s = tl.load(buf32f_ptr + tl.load(d + 9) + sidx, mask=m, other=0.0)
+        v = q * s
+        if OUT == 1:
+            # round to nearest even by integer ops (as wcodec.codecs.quant.f32_to_bf16; NaN
+            # stays NaN), the same on every backend
+            u = v.to(tl.uint32, bitcast=True)
+            b = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            b = tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, b)
+            tl.store(out_ptr + o, b.to(tl.uint16).to(tl.int16, bitcast=True), mask=m)
+        elif OUT == 2:
+            tl.store(out_ptr + o, v.to(tl.float16), mask=m)
+        else:
+            tl.store(out_ptr + o, v, mask=m)

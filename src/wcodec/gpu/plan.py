@@ -24,13 +24,6 @@ SECTION_ALIGN = 16
 OUT_ALIGN = 256
 LUT_STRIDE = 1 << 12  # entries per decode table slot (prob_bits <= 12)
 MAX_TILE = 128  # int8 tiles decode as one [BH, BW] block per program
-#: elements per program of the int8 band kernel: NTB = BAND_ELEMS // (BH * BW) tiles (at least 1)
-BAND_ELEMS = 4096
-
-
-def band_tiles(bh: int, bw: int) -> int:
-    """Tiles per program (NTB, a power of two) of the int8 band kernel for [bh, bw] tile blocks."""
-    return max(1, BAND_ELEMS // (bh * bw))
 OUT_KIND = {"BF16": K.OUT_BF16, "F16": K.OUT_F16, "F32": K.OUT_F32}
 
 
@@ -58,10 +51,8 @@ class Plan:
     descriptors (R: tail bits of float modes, 0 for bytes; PB: prob_bits), one launch per key, in
     key order (byte planes first: F32 low planes and int8 residuals are decoded into scratch
     before their consumers run); owner: same keys -> int32[n_chunks] index into outputs. int8: (BH, BW, OUT) -> (int64[k, NT] tensor
-    descriptors, int32[n_band_programs, 2] (tensor row, first tile) of the band kernel: NTB tiles of
-    one tile row per program, int32[n_avg_tiles, 2] (tensor row, tile) of the AVG tiles, which the
-    one-tile kernel decodes, int32[k] index into outputs). raw: (buffer byte offset, output byte
-    offset, nbytes) copies.
+    descriptors, int32[n_tiles] program->tensor row, int32[k] index into outputs). raw: (buffer byte
+    offset, output byte offset, nbytes) copies.
     """
 
     outputs: list = field(default_factory=list)
@@ -218,7 +209,7 @@ class Plan:
         if th > MAX_TILE or tw > MAX_TILE:
             raise UnsupportedError(f"int8 codec: tiles of {th}x{tw} exceed the GPU decoder's {MAX_TILE}")
         n_tw, n_th = -(-cols // tw), -(-rows // th)
-        modes, ms = -1, None
+        modes = -1
         if not p["all_none"]:
             ms = rec.section("modes", np.uint8, n_th * n_tw)
             if ms.size and int(ms.max()) > 4:
@@ -244,20 +235,15 @@ class Plan:
         signed = bool(p["signed"])
         bh, bw = 1 << max(0, (th - 1).bit_length()), 1 << max(0, (tw - 1).bit_length())
         key = (bh, bw, kind)
-        rowsd, bands, avgs, owners = self.int8.setdefault(key, ([], [], [], []))
-        t0 = sum(len(g) for g in bands)
+        rowsd, progs, owners = self.int8.setdefault(key, ([], [], []))
+        t0 = sum(len(g) for g in progs)
         d = np.zeros(K.NT, dtype=np.int64)
         d[[K.T_COLS, K.T_ROWS, K.T_TH, K.T_TW, K.T_NTW, K.T_RES, K.T_OUT, K.T_MODES, K.T_SIGNED,
            K.T_SCALES, K.T_NSCALES, K.T_TILE0]] = [cols, rows, th, tw, n_tw, res, o, modes,
                                                    int(signed), scales, n_scales, t0]
         self._int8_res.append((key, len(rowsd)))
         rowsd.append(d)
-        tr = len(rowsd) - 1
-        ntb = band_tiles(bh, bw)
-        first = (np.arange(n_th)[:, None] * n_tw + np.arange(0, n_tw, ntb)[None, :]).reshape(-1)
-        bands.append(np.stack([np.full(first.size, tr), first], axis=1).astype(np.int32))
-        avg = np.flatnonzero(ms == 3) if ms is not None else np.zeros(0, np.int64)
-        avgs.append(np.stack([np.full(avg.size, tr), avg], axis=1).astype(np.int32))
+        progs.append(np.full(n_th * n_tw, len(rowsd) - 1, dtype=np.int32))
         owners.append(oi)
 
     def finish(self) -> "Plan":
@@ -272,9 +258,8 @@ class Plan:
         for key, row in self._int8_res:
             self.int8[key][0][row][K.T_RES] += base
         for key in list(self.int8):
-            rowsd, bands, avgs, owners = self.int8[key]
-            self.int8[key] = (np.stack(rowsd), np.concatenate(bands), np.concatenate(avgs),
-                              np.asarray(owners, np.int32))
+            rowsd, progs, owners = self.int8[key]
+            self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32))
         self.freqs = np.stack(self.freqs) if self.freqs else np.zeros((0, 256), np.uint16)
         self.prob_bits = np.asarray(self.prob_bits, dtype=np.int64)
         self.vals = np.stack(self.vals) if self.vals else np.zeros((0, 256), np.uint32)
