@@ -4,9 +4,14 @@ wcodec folder; then a LoRA training step on a bf16 base and on compressed bases.
 
 Rows: bf16 (transformers, safetensors folder); wcodec folder through plain
 ``AutoModelForCausalLM.from_pretrained`` (decoded); ``WCodecModel.from_pretrained`` (decoded);
-keep_compressed fused (``WcodecConfig(keep_compressed=True)``: CompressedLinear for every
-Linear, embeddings just in time); keep_compressed jit (``keep_compressed="jit"``: every weight
-decoded just in time, the previous scheme).
+keep_compressed fused (``WCodecModel.from_pretrained(folder, keep_compressed=True)``:
+CompressedLinear for every Linear, embeddings just in time; "embeddings decoded":
+``jit_embeddings=False``); keep_compressed jit (``keep_compressed="jit"``: every weight decoded
+just in time, the previous scheme); and the fused row again through plain
+``AutoModelForCausalLM.from_pretrained(folder, quantization_config=WcodecConfig(keep_compressed=True))``
+(eager only). The kept-compressed rows and LoRA bases use our loader so that a transformers
+version whose quantizer hooks differ loses one row, not the table; with ``--device-map auto``
+they all go through transformers (only it spreads layers over GPUs; the rows say so).
 
 Weights are synthetic (normal, std 0.02 for matrices, 1.0 for norms, rounded to bf16; not a
 trained model), written as one safetensors folder, converted with ``wcodec.hf.convert_folder``
@@ -259,7 +264,8 @@ def main(argv=None) -> int:
     work = Path(args.workdir)
     src, dst = work / "bf16", work / "wcodec"
     cfg = llama7b_config(args.layers)
-    if args.smoke:
+    if args.smoke:  # 2 layers at most: a check of the script, not a measurement
+        cfg.num_hidden_layers = min(cfg.num_hidden_layers, 2)
         cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads = 64, 128, 4, 4
     t = time.perf_counter()
     nbytes = write_synthetic(src, cfg)
@@ -268,7 +274,8 @@ def main(argv=None) -> int:
     convert_folder(src, dst)
     t_enc = time.perf_counter() - t
     wc_bytes = sum(p.stat().st_size for p in dst.glob("*.wcodec"))
-    depth = "full depth (Llama-2-7B)" if args.layers == 32 else f"REDUCED DEPTH: {args.layers} of 32 layers"
+    layers = cfg.num_hidden_layers
+    depth = "full depth (Llama-2-7B)" if layers == 32 else f"REDUCED DEPTH: {layers} of 32 layers"
     print(f"# SYNTHETIC weights, Llama-2-7B width, {depth}; {_device_name()}; "
           f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     print(f"# bf16 safetensors {nbytes / 1e9:.2f} GB written in {t_write:.1f} s; wcodec {wc_bytes / 1e9:.2f} GB "
@@ -276,11 +283,14 @@ def main(argv=None) -> int:
 
     auto = transformers.AutoModelForCausalLM.from_pretrained
     # transformers needs accelerate for any device_map; without it: load on the CPU then move
-    # (bf16, decoded), and the kept-compressed rows go through WCodecModel (their rows say so)
+    # (bf16, decoded), and the row of the transformers route for kept-compressed weights is left out
     acc = importlib.util.find_spec("accelerate") is not None
     if not acc:
         print("# accelerate is not installed (pip install 'wcodec[hf]'): no device_map; "
-              "kept-compressed rows load with WCodecModel.from_pretrained", flush=True)
+              "no AutoModelForCausalLM keep_compressed row", flush=True)
+    # kept-compressed rows load with our loader (one transformers quirk cannot blank the table),
+    # except across GPUs (--device-map auto), where only transformers places the layers
+    spread = DMAP != DEV
 
     def load_bf16():
         if not acc:
@@ -290,20 +300,23 @@ def main(argv=None) -> int:
     def load_auto():
         return auto(str(dst), device_map=DMAP) if acc else auto(str(dst)).to(DEV)
 
-    def load_kept(mode, **kw):
-        if not acc:
-            return lambda: WCodecModel.from_pretrained(dst, device=DEV, keep_compressed=mode, **kw)
-        return lambda: auto(str(dst), device_map=DMAP, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
+    def load_kept(mode, via_auto=False, **kw):
+        if via_auto or (spread and acc):
+            return lambda: auto(str(dst), device_map=DMAP, quantization_config=WcodecConfig(keep_compressed=mode, **kw))
+        return lambda: WCodecModel.from_pretrained(dst, device=DEV, keep_compressed=mode, **kw)
 
+    how = f" (AutoModelForCausalLM, device_map={DMAP})" if spread and acc else ""
     variants = [("bf16 (transformers, safetensors)", load_bf16, True),
                 ("wcodec: AutoModelForCausalLM.from_pretrained" + ("" if acc else " (no device_map: CPU, then .to)"),
                  load_auto, False),
                 ("wcodec: WCodecModel.from_pretrained", lambda: WCodecModel.from_pretrained(dst, device=DEV), False),
-                ("keep_compressed fused", load_kept(True), True),
-                ("keep_compressed fused, embeddings decoded", load_kept(True, jit_embeddings=False), True),
-                ("keep_compressed jit", load_kept("jit"), True)]
+                ("keep_compressed fused" + how, load_kept(True), True),
+                ("keep_compressed fused, embeddings decoded" + how, load_kept(True, jit_embeddings=False), True),
+                ("keep_compressed jit" + how, load_kept("jit"), True)]
+    if acc and not spread:  # the plain transformers route of the fused row (eager only)
+        variants.append(("keep_compressed fused: AutoModelForCausalLM + WcodecConfig", load_kept(True, True), False))
     rows, loras = [], []
-    info = {"device_map": DMAP, "gpus": len(_gpus()), "accelerate": acc, "layers": args.layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
+    info = {"device_map": DMAP, "gpus": len(_gpus()), "accelerate": acc, "layers": layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
             "bf16_bytes": nbytes, "wcodec_bytes": wc_bytes, "rows": rows, "lora": loras}
 
     def save():

@@ -140,3 +140,27 @@ def test_placeholder_stub_and_options(tmp_path):
     with pytest.raises(ValueError, match="decoder"):
         WcodecConfig(decoder="cuda")
     assert WcodecConfig().dequantize and not WcodecConfig(keep_compressed="jit").dequantize
+
+
+def test_weights_resolve_through_a_config_hook_or_a_clear_error(llama, monkeypatch):
+    from wcodec.errors import UnsupportedError
+    from wcodec.hf import quantizer
+
+    _, dst = llama
+    assert quantizer.register()
+    # this transformers calls one of the quantizer's config hooks before resolving the weights
+    # file (update_tp_plan up to 5.2x, update_attn_implementation after): a new one may not
+    assert quantizer.config_hook_reached() is True, transformers.__version__
+    # one that does not: a wcodec error naming our loader, not transformers' missing-file OSError
+    monkeypatch.setattr(quantizer, "_REACHED", False)
+    with pytest.raises(UnsupportedError, match=r"WCodecModel\.from_pretrained"):
+        transformers.AutoModelForCausalLM.from_pretrained(str(dst))
+    # our loader does not go through the quantizer: unaffected
+    from wcodec.hf import WCodecModel
+
+    ref = WCodecModel.from_pretrained(dst, dtype="bfloat16")
+    with torch.no_grad():
+        want = ref(IDS).logits
+        for mode in (True, "jit"):
+            model = WCodecModel.from_pretrained(dst, dtype="bfloat16", keep_compressed=mode)
+            assert torch.equal(model(IDS).logits, want), mode

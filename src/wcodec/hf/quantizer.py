@@ -6,7 +6,7 @@ pipelines and ``SentenceTransformer(folder)`` load a folder written by
 Registered with transformers' public API (``register_quantization_config`` /
 ``register_quantizer``) by :func:`register`, which ``import wcodec`` arranges lazily (see
 :mod:`wcodec.hf.hook`). transformers reads only safetensors / torch files and the quantizer API
-has no hook that supplies tensors, so the quantizer (checked with transformers 5.23):
+has no hook that supplies tensors, so the quantizer (checked with transformers 5.17 and 5.23):
 
 1. names a weights file that does not exist (``config.transformers_weights``) so that the folder
    resolves, and, before loading, swaps it for a stub of placeholders (:mod:`.placeholders`);
@@ -84,13 +84,29 @@ class WcodecHfQuantizer(HfQuantizer):
         self.names: list[str] = []
         self.meta: dict[str, tuple] = {}
 
+    def validate_environment(self, *args, **kwargs):
+        # called before the weights file is resolved (5.17, 5.23)
+        if not _PROBING and config_hook_reached() is False:
+            import transformers
+
+            from ..errors import UnsupportedError
+
+            raise UnsupportedError(
+                f"wcodec: transformers {transformers.__version__} resolves the weights file before any quantizer "
+                f"hook sees the model config, so AutoModel*.from_pretrained cannot load a wcodec folder with it; "
+                f"load with wcodec.hf.WCodecModel.from_pretrained(folder, device=..., keep_compressed=...)")
+
+    # The hooks that transformers calls with the model config before it resolves the weights file:
+    # update_tp_plan and update_ep_plan in 5.17, update_attn_implementation in 5.23 (the version
+    # in between that switched is not known here). Each names the stub; naming it twice is harmless.
     def update_attn_implementation(self, config):
-        # the one hook that sees the model config before the weights file is resolved
-        if getattr(config, "transformers_weights", None) is None:
-            config.transformers_weights = STUB_NAME
-        if getattr(config, "dtype", None) is None:  # else transformers reads the (absent) file for it
-            config.dtype = torch.get_default_dtype()
-        return config
+        return name_stub(config)
+
+    def update_tp_plan(self, config):
+        return name_stub(config)
+
+    def update_ep_plan(self, config):
+        return name_stub(config)
 
     def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
         # placeholders have their own shape: transformers must not report them as mismatched
@@ -135,6 +151,49 @@ class WcodecHfQuantizer(HfQuantizer):
     @property
     def is_compileable(self) -> bool:
         return True
+
+
+def name_stub(config):
+    """Point transformers' weight-file resolution at STUB_NAME (``config.transformers_weights``,
+    which it resolves inside the folder without checking that the file exists) and give the
+    config a dtype (else transformers reads the absent file for it). Returns ``config``."""
+    if getattr(config, "transformers_weights", None) is None:
+        config.transformers_weights = STUB_NAME
+    if getattr(config, "dtype", None) is None:
+        config.dtype = torch.get_default_dtype()
+    return config
+
+
+_PROBING = False
+_REACHED: bool | None = None
+
+
+def config_hook_reached() -> bool | None:
+    """Whether this transformers calls one of the config hooks of :class:`WcodecHfQuantizer`
+    before resolving the weights file: a dry run of its ``get_hf_quantizer`` (the function
+    ``from_pretrained`` calls for that, not public) on an empty config of a wcodec folder, once.
+    None when wcodec is not registered, or that function is missing or fails (the load then
+    tells by itself)."""
+    global _PROBING, _REACHED
+    if _REACHED is not None:
+        return _REACHED
+    try:
+        from transformers import PretrainedConfig
+        from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING, get_hf_quantizer
+    except ImportError:
+        return None
+    if AUTO_QUANTIZER_MAPPING.get(QUANT_METHOD) is not WcodecHfQuantizer:
+        return None  # not registered (yet): nothing to check
+    config = PretrainedConfig(quantization_config={"quant_method": QUANT_METHOD})
+    _PROBING = True
+    try:
+        get_hf_quantizer(config, None, None, True, {})
+    except Exception:
+        return None
+    finally:
+        _PROBING = False
+    _REACHED = getattr(config, "transformers_weights", None) == STUB_NAME
+    return _REACHED
 
 
 def fill(model, reader, names: list[str], meta: dict, options: WcodecConfig) -> None:
