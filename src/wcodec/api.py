@@ -34,7 +34,8 @@ def _item(name: str, t) -> Item:
         arr = t.view(np.uint16) if dtype == "BF16" else t  # ml_dtypes bfloat16
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
-        return Item(name, np.ascontiguousarray(arr), dtype, ident)
+        # np.require keeps 0-d arrays 0-d (np.ascontiguousarray makes them shape (1,))
+        return Item(name, np.require(arr, requirements="C"), dtype, ident)
     if type(t).__module__.startswith("torch"):
         arr, dtype, ident = sources.torch_to_numpy(t, name)
         return Item(name, arr, dtype, ident)

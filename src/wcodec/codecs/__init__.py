@@ -61,10 +61,13 @@ def decode_tensor(record: EncodedTensor, name: str = "") -> np.ndarray:
     """
     if record.codec != "raw":
         _load_all()
+    from ..format.params import check_params
+
     try:
+        check_params(record.codec, record.dtype, record.shape, record.params)
         out = get_codec(record.codec).decode(record)
     except WcodecError as e:
         raise type(e)(f"tensor '{name}': {e}") from None
-    except (ValueError, IndexError, KeyError, TypeError) as e:  # malformed params
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError) as e:  # malformed params
         raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
     return out
