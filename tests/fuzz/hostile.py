@@ -191,7 +191,9 @@ def hostile_container(data: bytes, rng: random.Random, kind: str) -> tuple[bytes
     h_off, header = split_container(data)
     names = [n for n, e in header["tensors"].items() if "alias_of" not in e]
     name = rng.choice(names)
-    if kind == "container-params":
+    if kind == "container-params" and rng.random() < 0.2:
+        new, desc = claim_larger(header, name, rng.choice([2, 16, 1024, 1 << 16, 1 << 24]))
+    elif kind == "container-params":
         new, desc = mutate_json(header, rng, ("tensors", name, "params"))
     elif kind == "container-header":
         new, desc = mutate_json(header, rng)
@@ -210,6 +212,32 @@ def hostile_container(data: bytes, rng: random.Random, kind: str) -> tuple[bytes
     if isinstance(new, dict):
         fix_section_crcs(buf, new)
     return join_container(bytes(buf), h_off, dump(new, rng)), f"{kind}: {name}: {desc}"
+
+
+def claim_larger(header: dict, name: str, k: int) -> tuple[dict, str]:
+    """The tensor ``name`` claims ``k`` times more elements, with its shape, view and every
+    plane's ``n_symbols`` scaled consistently: only the ratio and memory bounds can catch it."""
+    header = copy.deepcopy(header)
+    e = header["tensors"][name]
+    e["shape"] = [k] + list(e["shape"]) if e["shape"] else [k]
+    numel = 1
+    for d in e["shape"]:
+        numel *= d
+
+    def scale(p):
+        if isinstance(p, dict):
+            if "n_symbols" in p:
+                p["n_symbols"] = numel
+            if "rows" in p and "cols" in p:
+                p["rows"], p["cols"] = numel // max(p["cols"], 1) if p["cols"] else 0, p["cols"]
+            for v in p.values():
+                scale(v)
+        elif isinstance(p, list):
+            for v in p:
+                scale(v)
+
+    scale(e.get("params"))
+    return header, f"claims {k}x more elements"
 
 
 def hostile_safetensors(data: bytes, rng: random.Random) -> tuple[bytes, str]:

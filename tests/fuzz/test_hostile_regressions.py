@@ -154,6 +154,19 @@ def test_truncated_while_open_is_an_error_not_sigbus(seeds, tmp_path):
     assert "REJECTED" in res.stdout and "truncated" in res.stdout
 
 
+def test_zero_copy_records_check_the_size_first(seeds, tmp_path):
+    path = tmp_path / "t.wcodec"
+    path.write_bytes(Path(seeds["container"]).read_bytes())
+    with Reader(path) as r:
+        a = r.record("f32", copy=False)
+        b = r.record("f32")
+        assert all(np.array_equal(a.sections[k], b.sections[k]) for k in a.sections)
+        del a
+        os.truncate(path, 4096)
+        with pytest.raises(CorruptDataError, match="changed size"):
+            r.record("f32", copy=False)
+
+
 def test_safetensors_truncated_while_reading(seeds, tmp_path):
     path = tmp_path / "t.safetensors"
     path.write_bytes(Path(seeds["safetensors"]).read_bytes())
