@@ -41,10 +41,9 @@ def test_hostile_files_raise_only_wcodec_errors(fuzzer, kind):
 
 def test_params_mutations_cover_every_codec(fuzzer):
     """The seed container holds records of every built-in codec, so params mutations reach each."""
-    import json
     _, header = hostile.split_container(fuzzer.data["container"])
     codecs = {e.get("codec") for e in header["tensors"].values() if "alias_of" not in e}
     assert codecs >= {"float", "int8", "int8-quant", "raw"}, codecs
     dtypes = {e.get("dtype") for e in header["tensors"].values() if e.get("codec") == "float"}
     assert dtypes == {"BF16", "F16", "F32"}
-    assert json.loads(fuzzer.index_name and (fuzzer.seeds["sharded"] / fuzzer.index_name).read_text())["weight_map"]
+    assert len(set(fuzzer.index["weight_map"].values())) >= 2  # the sharded seed has several shards
