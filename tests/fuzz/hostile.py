@@ -267,11 +267,20 @@ def hostile_vectors(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 # -- targets ---------------------------------------------------------------------------------------
 def read_container(path) -> None:
-    """Open a .wcodec file or folder and decode every tensor, as ``wcodec verify`` does."""
+    """Open a .wcodec file or folder and decode every tensor, as ``wcodec verify`` does, then
+    run ``wcodec info`` on it (which reads records without decoding them)."""
+    import contextlib
+    import io
+
     from wcodec.format import CheckpointReader
-    with CheckpointReader(path) as r:
-        for name in r.keys():
-            r.get_numpy(name, verify=True)
+    try:
+        with CheckpointReader(path) as r:
+            for name in r.keys():
+                r.get_numpy(name, verify=True)
+    finally:
+        from wcodec.cli import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            main(["info", str(path)])  # returns 1 on a WcodecError; anything else escapes
 
 
 def read_safetensors_file(path) -> None:

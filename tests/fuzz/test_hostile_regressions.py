@@ -84,6 +84,17 @@ def test_hostile_params_raise_wcodec_error(seeds, tmp_path, tensor, key, value):
     assert wcodec.cli.main(["verify", str(path), "--quiet"]) == 1  # an error line, no traceback
 
 
+def test_section_dtypes_are_checked_per_codec(seeds, tmp_path):
+    # an F32 'modes' section (size a multiple of 4) crashed `wcodec info`'s mode histogram
+    def edit(h):
+        h["tensors"]["i8.smooth"]["sections"]["modes"]["dtype"] = "F32"
+
+    path = _edit_container(seeds["container"], tmp_path / "bad.wcodec", edit)
+    with pytest.raises(CorruptDataError, match="'modes' must be U8"):
+        Reader(path)
+    assert wcodec.cli.main(["info", str(path)]) == 1
+
+
 def test_nan_in_header_rejected_even_where_unused(seeds, tmp_path):
     path = _edit_container(seeds["container"], tmp_path / "bad.wcodec",
                            lambda h: h["tensors"]["f32"].setdefault("info", {}).update(x=float("nan")))

@@ -100,6 +100,38 @@ def _int8_dtype(params, dtype, shape, numel):
     _int8(params, dtype, shape, numel)
 
 
+_PLANE_SECTIONS = {"freqs": "U8", "freqs_big": "U16", "states": "U32", "offsets": "U32", "words": "U16"}
+
+
+def _plane_sections(*prefixes: str) -> dict:
+    return {f"{p}.{k}": v for p in prefixes for k, v in _PLANE_SECTIONS.items()}
+
+
+#: section name -> dtype of each built-in codec (what its encoder writes; sections may be absent)
+SECTIONS = {
+    "raw": {"data": "U8"},
+    "float": {"head.alphabet": "U16", "tail": "U8", "low1.raw": "U8", "low0.raw": "U8",
+              **_plane_sections("head", "low1", "low0")},
+    "int8": {"modes": "U8", **_plane_sections("res")},
+    "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res")},
+}
+
+
+def check_sections(codec: str, dtypes: dict) -> None:
+    """Section names and dtypes ({name: dtype name}) of a built-in codec's record.
+
+    Raises CorruptDataError for a name the codec does not write or a dtype it does not use
+    (e.g. an F32 ``modes`` section, which report code would misread)."""
+    known = SECTIONS.get(codec)
+    if known is None:
+        return
+    for name, dt in dtypes.items():
+        if name not in known:
+            raise CorruptDataError(f"{codec} codec: unknown section {name!r}"[:300])
+        if dt != known[name]:
+            raise CorruptDataError(f"{codec} codec: section '{name}' must be {known[name]}, got {dt!r}"[:300])
+
+
 CHECKS = {"float": _float, "int8": _int8_dtype, "int8-quant": _quant, "raw": _raw}
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ChecksumError, CorruptDataError, FormatError
 from . import _io
-from .params import check_params
+from .params import check_params, check_sections
 
 MAGIC = b"\x89WCODEC\n"
 FORMAT_VERSION = 1
@@ -153,6 +153,10 @@ def validate_entry(name: str, e, data_end: int) -> None:
         if size % np.dtype(SECTION_DTYPES[s["dtype"]]).itemsize:
             bad(f"section '{sname}': size {size} is not a multiple of its {s['dtype']} item size")
         total += size
+    try:
+        check_sections(e["codec"], {k: s["dtype"] for k, s in secs.items()})
+    except CorruptDataError as err:
+        bad(str(err))
     check_plausible(e["codec"], e["dtype"], shape, e.get("params", {}), total, bad)
 
 

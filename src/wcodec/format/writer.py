@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import CorruptDataError, UnsupportedError
 from . import _io, spec
 
 
@@ -100,6 +100,11 @@ class Writer:
         def bad(msg):
             raise UnsupportedError(f"tensor '{name}': cannot be stored readably: {msg}")
 
+        try:
+            spec.check_sections(record.codec, {k: spec.section_dtype_name(np.asarray(a))
+                                               for k, a in record.sections.items()})
+        except CorruptDataError as e:
+            bad(str(e))
         spec.check_plausible(record.codec, record.dtype, tuple(int(d) for d in record.shape),
                              _jsonable(record.params), sum(int(np.asarray(a).nbytes) for a in record.sections.values()), bad)
         sections = {}
