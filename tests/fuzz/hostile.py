@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 KINDS = ("container-header", "container-params", "container-sections", "sharded-index",
-         "safetensors", "vectors")
+         "safetensors", "safetensors-index", "vectors")
 
 HOSTILE = [float("nan"), float("inf"), -float("inf"), 2 ** 64, 2 ** 63, 2 ** 63 - 1, 2 ** 62, 2 ** 40,
            2 ** 31, 2 ** 32 + 1, -1, -2 ** 63, 0, 1, 2, 3, 255, 256, 65536, 1.5, -0.0, 1e308, True, False,
            None, "", "x", "F32", "I8", "float", "int8", "raw", "int8-quant", "../x", "/etc/passwd",
-           "a\x00b", [], [1, 2], [[1]], {}, {"a": 1}, [0] * 40, "deep"]
+           "a\x00b", "missing.safetensors", "missing-00001-of-00002.wcodec", [], [1, 2], [[1]], {}, {"a": 1}, [0] * 40, "deep"]
 
 
 def _crc(b) -> int:
@@ -290,6 +290,14 @@ def read_safetensors_file(path) -> None:
         np.asarray(it.array).sum()
 
 
+def read_model_folder(path) -> None:
+    """Read a Hugging Face style folder (index + safetensors shards) as ``wcodec encode`` does."""
+    from wcodec.format.sources import read_source
+    _, items = read_source(path)
+    for it in items:
+        np.asarray(it.array).sum()
+
+
 def read_vectors(path) -> None:
     from wcodec.vectors.storage import load_index
     load_index(path)
@@ -327,6 +335,18 @@ class Fuzzer:
             path = self.work / "case.vectors.wcodec"
             path.write_bytes(raw)
             return read_vectors, path, desc, raw
+        if kind == "safetensors-index":
+            folder = self.work / "st-folder"
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir()
+            (folder / "model-00001-of-00001.safetensors").write_bytes(self.data["safetensors"])
+            names = json.loads(self.data["safetensors"][8:8 + struct.unpack("<Q", self.data["safetensors"][:8])[0]])
+            index = {"metadata": {"total_size": 1},
+                     "weight_map": {k: "model-00001-of-00001.safetensors" for k in names if k != "__metadata__"}}
+            raw, desc = hostile_index(index, rng)
+            (folder / "model.safetensors.index.json").write_bytes(raw)
+            return read_model_folder, folder, f"safetensors {desc}", raw
         if kind == "sharded-index":
             if self.case_dir.exists():
                 shutil.rmtree(self.case_dir)

@@ -16,7 +16,7 @@ import pytest
 import hostile
 
 SEED = 20261122
-CASES = 500
+CASES = 350
 
 
 @pytest.fixture(scope="module")

@@ -99,9 +99,10 @@ def read_json(path, what: str = "JSON file", error=FormatError):
     return loads(raw, f"{Path(path).name}", error)
 
 
-def inside(folder, rel: str, what: str = "file") -> Path:
+def inside(folder, rel: str, what: str = "file", must_exist: bool = False) -> Path:
     """``folder / rel`` after checking it is a relative path that resolves (symlinks followed)
-    inside ``folder``. Raises FormatError naming the entry."""
+    inside ``folder`` (and, with ``must_exist``, exists: an index naming a missing file is a
+    corrupt index, not a missing input). Raises FormatError naming the entry."""
     folder = Path(folder)
     if not isinstance(rel, str) or not rel or "\x00" in rel or os.path.isabs(rel) \
             or ".." in Path(rel).parts or "\\" in rel:
@@ -111,6 +112,8 @@ def inside(folder, rel: str, what: str = "file") -> Path:
     real = path.resolve()
     if real != root and root not in real.parents:
         raise FormatError(f"{what} {rel!r} resolves to {real}, outside {root}")
+    if must_exist and not path.exists():
+        raise FormatError(f"{what} {rel!r} does not exist in {folder}")
     return path
 
 

@@ -229,7 +229,7 @@ class CheckpointReader:
             raise KeyError(f"no tensor named {name!r} in {self.path.name}") from None
         r = self._readers.get(fname)
         if r is None:
-            r = self._readers[fname] = Reader(_io.inside(self.path.parent, fname, "shard"))
+            r = self._readers[fname] = Reader(_io.inside(self.path.parent, fname, "shard", must_exist=True))
         if name not in r:
             raise CorruptDataError(f"tensor '{name}': the index names shard {fname}, which does not hold it")
         return r
@@ -248,7 +248,7 @@ class CheckpointReader:
         if not files:
             return {}
         if files[0] not in self._readers:
-            self._readers[files[0]] = Reader(_io.inside(self.path.parent, files[0], "shard"))
+            self._readers[files[0]] = Reader(_io.inside(self.path.parent, files[0], "shard", must_exist=True))
         return self._readers[files[0]].metadata()
 
     def __getattr__(self, attr):

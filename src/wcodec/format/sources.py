@@ -225,7 +225,7 @@ def weight_files(folder) -> list[Path]:
             wm = idx.get("weight_map") if isinstance(idx, dict) else None
             if not isinstance(wm, dict) or not wm or not all(isinstance(v, str) for v in wm.values()):
                 raise FormatError(f"{p}: bad index: weight_map must be a non-empty object of file names")
-            return [_io.inside(folder, f, f"{index} entry") for f in dict.fromkeys(wm.values())]
+            return [_io.inside(folder, f, f"{index} entry", must_exist=True) for f in dict.fromkeys(wm.values())]
     for pattern in ("*.safetensors", "*.bin", "*.pt", "*.pth"):
         files = sorted(folder.glob(pattern))
         if files:

@@ -128,7 +128,7 @@ def check_meta(meta, path) -> dict:
 
     def need_int(key, lo, hi, optional=False):
         v = meta.get(key)
-        if optional and v is None:
+        if optional and key not in meta:
             return
         if type(v) is not int or not lo <= v <= hi:
             bad(f"'{key}' must be an integer in [{lo}, {hi}], got {v!r}")
@@ -142,7 +142,8 @@ def check_meta(meta, path) -> dict:
     need_int("m", 1, MAX_M)
     need_int("iterations", 0, 1 << 62)
     need_int("source_itemsize", 1, 8, optional=True)
-    need_int("r", 1, meta["d"], optional=True)
+    if meta.get("r") is not None:  # None without residual codes
+        need_int("r", 1, meta["d"])
     if type(meta.get("energy")) not in (int, float):
         bad(f"'energy' must be a number, got {meta.get('energy')!r}")
     sizes = meta.get("sub_sizes")
