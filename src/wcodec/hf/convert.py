@@ -61,6 +61,7 @@ def _record_codec(dst: Path, mode: str) -> Path | None:
         return None
     p = dst / "config.json"
     cfg["quantization_config"] = codec_config(mode)
+    _io.clean_stale_temps(dst, p.name)
     tmp = _io.temp_path(p)
     try:
         tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
