@@ -96,6 +96,8 @@ def main() -> int:
             else:
                 counts[ev["kind"]][ev["outcome"]] += 1
                 last_start = None
+        if last_start is None and p.returncode and not hung and time.monotonic() < deadline:
+            counts["(worker)"][f"error:rc={p.returncode}"] += 1  # died outside a case (seeds)
         if last_start is not None and time.monotonic() < deadline:
             what = "hang" if hung else f"crash:rc={p.returncode}"
             counts[last_start["kind"]][what] += 1
