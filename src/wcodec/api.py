@@ -14,14 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UnsupportedError
+from .errors import DeviceError, InvalidInputError, MissingDependencyError, UnsupportedError
 from .format import CheckpointReader, Item, ShardedWriter, Writer, encode_into
 from .format.encode import map_in_threads
 from .format import sources
+from .safeopen import safe_open  # re-exported: wcodec.safe_open
+
+__all__ = ["save_file", "load_file", "save", "load", "safe_open", "encode_safetensors_to_wcodec",
+           "load_wcodec_checkpoint", "decode_to_safetensors", "placement", "torch_device", "import_torch"]
 
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
               "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
-              "float32": "F32", "float64": "F64"}
+              "float32": "F32", "float64": "F64", "complex64": "C64"}
 
 
 def _item(name: str, t) -> Item:
@@ -37,9 +41,22 @@ def _item(name: str, t) -> Item:
         # np.require keeps 0-d arrays 0-d (np.ascontiguousarray makes them shape (1,))
         return Item(name, np.require(arr, requirements="C"), dtype, ident)
     if type(t).__module__.startswith("torch"):
+        if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+            raise InvalidInputError(f"tensor '{name}': {t.layout} tensors are not supported (dense tensors only)")
         arr, dtype, ident = sources.torch_to_numpy(t, name)
         return Item(name, arr, dtype, ident)
-    raise TypeError(f"tensor '{name}': expected a numpy array or torch tensor, got {type(t).__name__}")
+    raise InvalidInputError(f"tensor '{name}': expected a numpy array or torch tensor, got {type(t).__name__}")
+
+
+def _check_args(tensors, metadata) -> None:
+    """safetensors' argument rules, raised as InvalidInputError (a ValueError)."""
+    from collections.abc import Mapping
+    if not isinstance(tensors, Mapping):
+        raise InvalidInputError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__}")
+    if metadata is not None and not (isinstance(metadata, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise InvalidInputError("metadata must be a dict mapping str to str (as in safetensors), "
+                                f"got {type(metadata).__name__}")
 
 
 def _progress(enabled: bool, desc: str):
@@ -50,24 +67,26 @@ def _progress(enabled: bool, desc: str):
 
 
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
-              workers: int | None = None) -> None:
+              workers: int | None = None, codec: str | None = None) -> None:
     """Compress a dict of tensors into one .wcodec file (atomic: nothing is left on failure).
 
     tensors: {name: numpy array or torch tensor}; any dtype of :data:`wcodec.codecs.DTYPES`
     (torch bfloat16 included). Tensors sharing memory (tied weights) are stored once, the others
     as aliases. metadata: str -> str. mode: "lossless" (bit-exact) or "int8" (lossy
     per-channel quantization of float tensors). workers: encoding threads (default: up to 4).
-    Raises UnsupportedError (dtype), TypeError (not a tensor / bad metadata), OSError.
+    codec: ``"fixed"`` stores BF16 weights in the fixed-rate layout the fused matmul kernels read
+    (``wcodec.torch.CompressedLinear``; about 12 bits/weight), other tensors as the policy says.
+    Raises UnsupportedError (dtype), InvalidInputError (a ValueError: not a tensor / bad
+    metadata), OSError.
     """
+    _check_args(tensors, metadata)
     with Writer(filename, metadata) as w:
-        encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers)
+        encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers, codec=codec)
 
 
 def _to_torch(arr: np.ndarray, dtype: str):
-    import torch
-    if dtype == "BF16":
-        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(arr)
+    from .torch.tensors import from_numpy
+    return from_numpy(arr, dtype)
 
 
 def _gpu_load_records():
@@ -80,17 +99,72 @@ def _gpu_load_records():
         return None
 
 
+def import_torch():
+    """torch, or MissingDependencyError naming the extra that installs it."""
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError("this needs torch, which is not installed: pip install 'wcodec[torch]' "
+                                     "(or load numpy arrays with framework='np' / wcodec.numpy)") from None
+    return torch
+
+
+def torch_device(device):
+    """A device as torch.load / safetensors accept it (None, str, int index, torch.device) as a
+    torch.device that exists here. Raises DeviceError (e.g. CUDA asked for and absent)."""
+    torch = import_torch()
+    try:
+        dev = torch.device("cpu" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+    except (RuntimeError, TypeError) as e:
+        raise InvalidInputError(f"not a device: {device!r} ({e})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device '{dev}' was asked for but CUDA is not available here "
+                              f"(torch {torch.__version__}, torch.cuda.is_available() is False); "
+                              "load with device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise DeviceError(f"device '{dev}' was asked for but only {torch.cuda.device_count()} CUDA devices exist")
+    elif dev.type not in ("cpu", "meta"):
+        try:
+            torch.empty(0, device=dev)
+        except Exception as e:  # noqa: BLE001  (each backend raises its own type)
+            raise DeviceError(f"device '{dev}' is not available: {e}") from None
+    return dev
+
+
+def placement(map_location):
+    """torch.load's map_location as (torch.device to decode onto, post-function or None).
+
+    str / int / torch.device: that device. dict: the location the tensors were saved from is
+    "cpu" for every wcodec tensor, so ``map_location.get("cpu", "cpu")``. callable: called as
+    ``fn(tensor, "cpu")`` on each tensor decoded to the CPU (the tensor stands for torch.load's
+    storage); a None result keeps the CPU tensor.
+    """
+    if callable(map_location) and not isinstance(map_location, (str, int)) and \
+            type(map_location).__name__ != "device":
+        return torch_device("cpu"), map_location
+    if isinstance(map_location, dict):
+        return torch_device(map_location.get("cpu", "cpu")), None
+    return torch_device(map_location), None
+
+
 def _load(reader: CheckpointReader, names: list[str], device, framework: str, verify: bool) -> dict:
     """Decode ``names``; aliases come back as the same object as their target (tied weights)."""
     target = {n: reader.alias_of(n) or n for n in names}
     stored = list(dict.fromkeys(target.values()))
     if framework in ("np", "numpy"):
         if str(device) != "cpu":
-            raise ValueError("framework='np' only loads to device='cpu'")
+            raise InvalidInputError("framework='np' only loads to device='cpu'")
         out = map_in_threads(lambda n: reader.get_numpy(n, verify=verify), stored)
     elif framework in ("pt", "torch"):
-        import torch
-        dev = torch.device(device if device is not None else "cpu")
+        dev, post = placement(device)
+        if post is not None:
+            cpu = _load(reader, names, "cpu", framework, verify)
+            moved = {}  # tied names share one result (and one call of the callable)
+            for t in cpu.values():
+                if id(t) not in moved:
+                    moved[id(t)] = _apply(post, t)
+            return {n: moved[id(t)] for n, t in cpu.items()}
         load_records = _gpu_load_records() if dev.type == "cuda" else None
         if load_records is not None:
             # section checksums are checked by the loader in parallel while it stages the bytes
@@ -106,65 +180,32 @@ def _load(reader: CheckpointReader, names: list[str], device, framework: str, ve
             out = map_in_threads(lambda n: _to_torch(reader.get_numpy(n, verify=verify),
                                                      reader.entry(n)["dtype"]).to(dev), stored)
     else:
-        raise ValueError(f"framework must be 'pt' or 'np', got {framework!r}")
+        raise InvalidInputError(f"framework must be 'pt' or 'np', got {framework!r}")
     return {n: out[target[n]] for n in names}
+
+
+def _apply(fn, t):
+    r = fn(t, "cpu")
+    return t if r is None else r
 
 
 def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True) -> dict:
     """Load every tensor of a .wcodec file (or sharded folder / index) into a dict.
 
-    device: "cpu", "cuda", "cuda:1", a torch.device... CUDA uses the GPU decoder when
-    available, else decodes on the CPU and copies. framework: "pt" (torch tensors) or "np"
-    (numpy arrays, BF16 as uint16, CPU only). verify: check section and decoded checksums on
-    the CPU path. Raises FormatError / CorruptDataError / ChecksumError naming the tensor.
+    device: "cpu", "cuda", "cuda:1", an int (CUDA index), a torch.device, or any
+    ``map_location`` of torch.load (dict, callable; see :func:`placement`). CUDA uses the GPU
+    decoder when available, else decodes on the CPU and copies. framework: "pt" (torch tensors)
+    or "np" (numpy arrays, BF16 / FP8 as unsigned bits, CPU only). verify: check section and
+    decoded checksums on the CPU path. Raises FormatError / CorruptDataError / ChecksumError
+    naming the tensor, DeviceError (device absent), MissingDependencyError (no torch).
     """
     with CheckpointReader(filename) as r:
         return _load(r, r.keys(), device, framework, verify)
 
 
-class safe_open:  # noqa: N801  (the safetensors name)
-    """Lazy per-tensor access, as ``safetensors.safe_open``.
-
-    ``with wcodec.safe_open(path, framework="pt", device="cpu") as f:`` then ``f.keys()``,
-    ``f.get_tensor(name)``, ``f.metadata()``; ``f.record(name)`` gives the EncodedTensor with
-    zero-copy sections and ``f.span(name)`` its byte range in the file.
-    Opening validates the header; nothing is decoded until asked for.
-    """
-
-    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True):
-        self._reader = CheckpointReader(filename)
-        self.framework, self.device, self.verify = framework, device, verify
-
-    def keys(self) -> list[str]:
-        return self._reader.keys()
-
-    def metadata(self) -> dict[str, str]:
-        return self._reader.metadata()
-
-    def get_tensor(self, name: str, device=None):
-        """Decode one tensor (torch or numpy per ``framework``) onto ``device`` (default: the one given to open)."""
-        return _load(self._reader, [name], self.device if device is None else device, self.framework,
-                     self.verify)[name]
-
-    def record(self, name: str, verify: bool = False):
-        return self._reader.record(name, verify=verify)
-
-    def span(self, name: str) -> tuple[int, int]:
-        return self._reader.span(name)
-
-    def close(self) -> None:
-        self._reader.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int | None = None,
                                  metadata: dict | None = None, max_shard_size: int | None = None,
-                                 progress: bool = False) -> list[Path]:
+                                 progress: bool = False, codec: str | None = None) -> list[Path]:
     """Convert a checkpoint to .wcodec, streaming tensor by tensor.
 
     src: a .safetensors file, a torch .pt/.pth/.bin/.ckpt state dict, or a model folder
@@ -172,6 +213,7 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     that receives ``model.wcodec`` (or shards + ``model.wcodec.index.json`` beyond
     ``max_shard_size`` bytes, default 5 GiB) and, for a folder source, copies of its config,
     tokenizer and other non-weight files. metadata: extra str -> str merged into the source's.
+    codec: as in :func:`save_file`.
     Returns the written paths. Raises WcodecError subclasses on bad input, OSError on I/O.
     """
     src, dst = Path(src), Path(dst)
@@ -181,11 +223,11 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     try:
         if dst.suffix == ".wcodec":
             with Writer(dst, meta) as w:
-                encode_into(w, items, mode, workers, bar)
+                encode_into(w, items, mode, workers, bar, codec=codec)
             return [w.path]
         kw = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
         with ShardedWriter(dst, metadata=meta, **kw) as w:
-            encode_into(w, items, mode, workers, bar)
+            encode_into(w, items, mode, workers, bar, codec=codec)
         paths = list(w.paths)
         if src.is_dir():
             paths += sources.copy_side_files(src, dst)
@@ -198,8 +240,10 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
 def load_wcodec_checkpoint(path, map_location=None, verify: bool = True) -> dict:
     """Load a .wcodec file, sharded folder or index as a torch state dict (torch.load style).
 
-    map_location: None / "cpu" / "cuda[:i]" / torch.device. Tied weights come back as one tensor
-    under both names. Raises WcodecError subclasses on corrupt input.
+    map_location: as torch.load takes it: None / "cpu" / "cuda[:i]" / torch.device / int, a dict
+    of locations ({"cpu": "cuda:0"}; wcodec tensors are saved from "cpu") or a callable
+    ``fn(tensor, "cpu")`` (see :func:`placement`). Tied weights come back as one tensor under
+    both names. Raises WcodecError subclasses on corrupt input, DeviceError for an absent device.
     """
     return load_file(path, device=map_location or "cpu", framework="pt", verify=verify)
 
@@ -221,3 +265,28 @@ def decode_to_safetensors(src, dst, progress: bool = False) -> Path:
         finally:
             if bar is not None:
                 bar.close()
+
+
+def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless", workers: int | None = None) -> bytes:
+    """The .wcodec file of ``tensors`` as bytes (as ``safetensors.torch.save``); arguments and
+    errors as :func:`save_file`. The container is written through a temporary file (the writer
+    streams to disk), read back and removed."""
+    import tempfile
+    _check_args(tensors, metadata)
+    with tempfile.TemporaryDirectory(prefix="wcodec-") as d:
+        path = Path(d) / "data.wcodec"
+        save_file(tensors, path, metadata, mode, workers)
+        return path.read_bytes()
+
+
+def load(data: bytes, device="cpu", framework: str = "pt", verify: bool = True) -> dict:
+    """Decode every tensor of a .wcodec file given as bytes (as ``safetensors.torch.load``).
+    Arguments and errors as :func:`load_file`; the bytes are memory-mapped from a temporary file."""
+    import tempfile
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(f"data must be bytes, got {type(data).__name__}")
+    with tempfile.TemporaryDirectory(prefix="wcodec-") as d:
+        path = Path(d) / "data.wcodec"
+        path.write_bytes(data)
+        out = load_file(path, device, framework, verify)
+        return out

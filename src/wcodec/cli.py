@@ -2,11 +2,15 @@
 
 Exit status: 0 on success, 1 when the input is bad (a one-line ``wcodec: error: ...`` on
 stderr), 2 on a usage error (argparse). Heavy modules are imported inside the subcommands.
+Outputs are checked before any work starts: an existing output is refused without ``--force``,
+the input is never overwritten, and the output kind (a ``*.wcodec`` file or a folder) is
+explicit (``--to``) or read from the name. A closed stdout (``wcodec info | head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -15,6 +19,7 @@ from pathlib import Path
 EPILOG = """examples:
   wcodec encode model.safetensors model.wcodec          lossless, bit-exact
   wcodec encode ./hf-model ./hf-model-wcodec --mode int8  folder: shards + config/tokenizer copies
+  wcodec encode model.safetensors out/ --force          a folder output, replacing its checkpoint
   wcodec decode model.wcodec model.safetensors
   wcodec info model.wcodec
   wcodec verify model.wcodec
@@ -38,19 +43,89 @@ def _fmt_bytes(n: float) -> str:
         n /= 1024
 
 
+class CliError(Exception):
+    """A problem with the command line's files, reported as one line (exit status 1)."""
+
+
+#: optional module -> the extra that installs it
+EXTRAS = {"torch": "torch", "triton": "gpu", "transformers": "hf", "accelerate": "hf"}
+TORCH_MAGIC = (b"PK\x03\x04", b"\x80\x02")  # zip (torch.save since 1.6) or legacy pickle
+
+
+def _check_input(src: Path) -> None:
+    if not src.exists():
+        raise CliError(f"input '{src}' does not exist")
+    if src.is_file() and src.suffix in (".pt", ".pth", ".bin", ".ckpt"):
+        with open(src, "rb") as f:
+            head = f.read(4)
+        if not head.startswith(TORCH_MAGIC):
+            raise CliError(f"'{src}' is not a torch checkpoint (neither a torch zip archive nor a pickle)")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_output(src: Path, dst: Path, kind: str, force: bool, hint: str = "") -> None:
+    """Refuse, before any work: the input as output, an existing output without --force, a
+    missing parent folder, a file output that is a folder (or the reverse)."""
+    if _same(src, dst) or src.resolve() == dst.resolve():
+        raise CliError(f"output '{dst}' is the input; choose another name")
+    parent = dst.resolve().parent
+    if not parent.is_dir():
+        raise CliError(f"output folder '{parent}' does not exist")
+    if kind == "file":
+        if dst.is_dir():
+            raise CliError(f"output '{dst}' is a folder; name a file{hint}")
+        if dst.exists() and not force:
+            raise CliError(f"output '{dst}' exists; use --force to overwrite it")
+    else:
+        if dst.exists() and not dst.is_dir():
+            raise CliError(f"output '{dst}' is a file, not a folder")
+        if dst.is_dir() and any(dst.glob("*.wcodec*")) and not force:
+            raise CliError(f"output folder '{dst}' already holds a checkpoint; use --force to overwrite it")
+
+
+def _output_kind(src: Path, dst: Path, to: str | None, raw_dst: str) -> str:
+    """'file' or 'folder': --to, else a *.wcodec name is a file, an existing folder, a name
+    ending in '/' or a folder input gives a folder; anything else is ambiguous and refused."""
+    if to is not None:
+        if to == "file" and dst.suffix != ".wcodec":
+            raise CliError(f"a file output must end in .wcodec, got '{dst}'")
+        if to == "folder" and dst.suffix == ".wcodec":
+            raise CliError(f"a folder output must not end in .wcodec, got '{dst}'")
+        return to
+    if dst.suffix == ".wcodec":
+        return "file"
+    if dst.is_dir() or raw_dst.endswith(("/", os.sep)) or src.is_dir():
+        return "folder"
+    raise CliError(f"output '{dst}': name a .wcodec file, or a folder with --to folder (or a trailing '/')")
+
+
 def cmd_encode(args) -> int:
     from .api import encode_safetensors_to_wcodec
     from .hf import convert_folder
 
+    src, dst = Path(args.src), Path(args.dst)
+    _check_input(src)
+    if _same(src, dst):
+        raise CliError(f"output '{dst}' is the input; choose another name")
+    kind = _output_kind(src, dst, args.to, args.dst)
+    _check_output(src, dst, kind, args.force, " (or encode into it with --to folder)")
+    if kind == "folder":
+        dst.mkdir(exist_ok=True)
     t = time.perf_counter()
     # a model folder also gets the codec recorded in its config.json (quantization_config)
     convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
     paths = convert(args.src, args.dst, mode=args.mode, workers=args.workers,
-                    max_shard_size=args.max_shard_size, progress=not args.quiet)
+                    max_shard_size=args.max_shard_size, progress=not args.quiet, codec=args.codec)
     src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
                                                else Path(args.src).rglob("*")) if p.is_file())
     out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
-    print(f"wrote {len(paths)} file(s) to {args.dst}: {_fmt_bytes(out_size)} of .wcodec "
+    print(f"wrote {len(paths)} file(s) to {kind} {args.dst}: {_fmt_bytes(out_size)} of .wcodec "
           f"from {_fmt_bytes(src_size)} in {time.perf_counter() - t:.2f} s")
     return 0
 
@@ -58,6 +133,9 @@ def cmd_encode(args) -> int:
 def cmd_decode(args) -> int:
     from .api import decode_to_safetensors
 
+    src, dst = Path(args.src), Path(args.dst)
+    _check_input(src)
+    _check_output(src, dst, "file", args.force, " (e.g. model.safetensors)")
     decode_to_safetensors(args.src, args.dst, progress=not args.quiet)
     print(f"wrote {args.dst}")
     return 0
@@ -156,6 +234,11 @@ def cmd_bench(args) -> int:
             best = min(best, time.perf_counter() - t)
     print(f"CPU decode: {_fmt_bytes(raw)} from {_fmt_bytes(coded)} in {best * 1e3:.1f} ms "
           f"= {raw / best / 1e9:.3f} GB/s (best of {args.repeat}, {len(recs)} tensors)")
+    from . import native
+    from .format.encode import default_workers
+
+    print(f"kernels: {native.path()}, {native.threads()} threads per call, "
+          f"{args.workers or default_workers()} tensor workers")
     return 0
 
 
@@ -191,13 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dst", help="output *.wcodec file, or a folder (shards, index, config files)")
     sp.add_argument("--mode", choices=("lossless", "int8"), default="lossless",
                     help="lossless (bit-exact, default) or int8 (lossy per-channel quantization of float tensors)")
+    sp.add_argument("--codec", choices=("fixed",), default=None,
+                    help="fixed: BF16 weights in the fixed-rate layout that CompressedLinear multiplies "
+                         "without decoding to memory (about 12 bits/weight; default: rANS, the smallest)")
     sp.add_argument("--workers", type=int, default=None, help="encoding threads (default: up to 4)")
     sp.add_argument("--max-shard-size", type=_size, default=None, help="folder output: bytes per shard (default 5GiB)")
+    sp.add_argument("--to", choices=("file", "folder"), default=None,
+                    help="output kind (default: a *.wcodec name is a file; an existing folder, a name ending "
+                         "in '/' or a folder input gives a folder)")
+    sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
     sp = add("decode", cmd_decode, "decompress to one safetensors file",
              "example:\n  wcodec decode model.wcodec model.safetensors")
     sp.add_argument("src", help=".wcodec file, sharded folder or index")
     sp.add_argument("dst", help="output .safetensors file")
+    sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
     sp = add("info", cmd_info, "per-tensor table: dtype, shape, codec, bits/weight, ratio, prediction modes")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")
@@ -224,6 +315,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_TORCH_REFUSAL = "Weights only load failed."
+_TMP_NAME = re.compile(r"\.([^\s/'\"]+?)(?:\.[0-9a-f]{12})?\.tmp\b")
+
+
+def error_line(e: BaseException) -> str:
+    """One line for the user: no internal temporary names, no errno prefixes, no tracebacks."""
+    if isinstance(e, ImportError) and getattr(e, "name", None):
+        top = e.name.split(".")[0]
+        extra = EXTRAS.get(top)
+        msg = f"this needs {top}, which is not installed" + (f": pip install 'wcodec[{extra}]'" if extra else "")
+    elif isinstance(e, OSError) and e.strerror:
+        msg = e.strerror + (f": '{e.filename}'" if e.filename else "")
+    elif isinstance(e, KeyError) and e.args:
+        msg = str(e.args[0])
+    else:
+        msg = str(e) or type(e).__name__
+    msg = _TMP_NAME.sub(r"\1", msg.strip().splitlines()[0] if msg.strip() else msg)
+    if _TORCH_REFUSAL in msg:  # drop torch's advice to retry with weights_only=False (unsafe)
+        msg = msg[:msg.index(_TORCH_REFUSAL) + len(_TORCH_REFUSAL)] + " (not a plain state dict of tensors, or corrupt)"
+    return f"wcodec: error: {msg}"
+
+
+def _stdout_closed() -> int:
+    """stdout's reader went away (``| head``): stop quietly; later flushes go to /dev/null."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (also used by the ``wcodec`` console script)."""
     from .errors import WcodecError
@@ -231,9 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (WcodecError, OSError, KeyError, ValueError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"wcodec: error: {msg}", file=sys.stderr)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (CliError, WcodecError, OSError, KeyError, ValueError, ImportError) as e:
+        print(error_line(e), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("wcodec: interrupted", file=sys.stderr)

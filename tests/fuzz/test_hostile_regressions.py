@@ -503,9 +503,9 @@ def test_sparse_meta_and_nul_names():
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "x.wcodec"
-        with pytest.raises(UnsupportedError, match="sparse"):
+        with pytest.raises(WcodecError, match="sparse"):
             wcodec.save_file({"s": torch.eye(3).to_sparse()}, p)
-        with pytest.raises(UnsupportedError, match="meta"):
+        with pytest.raises(WcodecError, match="meta"):
             wcodec.save_file({"m": torch.zeros(3, device="meta")}, p)
         with pytest.raises(UnsupportedError, match="NUL"):
             wcodec.save_file({"a\x00b": np.ones(3, np.float32)}, p)

@@ -12,17 +12,25 @@ from ..errors import CorruptDataError, UnsupportedError, WcodecError
 from .base import DTYPES, FLOAT_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
 from . import raw  # noqa: F401  (registers "raw")
 
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")  # as codecs.fp8 (not imported here)
+
 MODES = ("lossless", "int8")
 #: tensors with fewer elements than this are stored raw (tables and states would cost more)
 MIN_CODED_NUMEL = 256
 
 __all__ = ["EncodedTensor", "Codec", "encode_tensor", "decode_tensor", "get_codec", "register",
-           "REGISTRY", "DTYPES", "MODES", "choose_codec"]
+           "REGISTRY", "DTYPES", "MODES", "PREFERABLE", "choose_codec"]
 
 
 def _load_all() -> None:
     # Imported lazily: these modules compile numba kernels on first use.
-    from . import float as _f, int8 as _i, quant as _q  # noqa: F401
+    from . import float as _f, int8 as _i, quant as _q, fixed as _x  # noqa: F401
+    from . import fp8 as _f8  # noqa: F401
+
+
+#: codecs a caller may prefer (``save_file(..., codec=...)``): id -> which tensors it can take;
+#: the others keep the policy's codec
+PREFERABLE = {"fixed": lambda dtype, numel: dtype == "BF16" and numel >= MIN_CODED_NUMEL}
 
 
 def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
@@ -36,36 +44,58 @@ def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
         return "int8-quant" if mode == "int8" and len(shape) >= 1 else "float"
     if dtype in ("I8", "U8"):
         return "int8"
+    if dtype in FP8_DTYPES:
+        return "fp8"
     return "raw"
 
 
 def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: str = "",
-                  codec: str | None = None, **options) -> EncodedTensor:
+                  codec: str | None = None, prefer: str | None = None, **options) -> EncodedTensor:
     """Encode one tensor. array: numpy array (bfloat16 given as uint16 bits); never modified.
 
     dtype: safetensors dtype name. mode: ``"lossless"`` (bit-exact) or ``"int8"`` (lossy
-    per-channel quantization of float tensors). codec: force a codec id. Raises UnsupportedError.
+    per-channel quantization of float tensors). codec: force a codec id. prefer: a codec of
+    :data:`PREFERABLE` used for the tensors it can take (e.g. ``"fixed"``: BF16 tensors of at
+    least MIN_CODED_NUMEL elements), the policy's codec for the others. Raises UnsupportedError.
     """
     if dtype not in DTYPES:
         raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
+    if prefer is not None and prefer not in PREFERABLE:
+        raise UnsupportedError(f"codec {prefer!r} cannot be chosen per file (choose from {sorted(PREFERABLE)})")
+    if codec is None and prefer is not None and PREFERABLE[prefer](dtype, int(array.size)):
+        codec = prefer
     codec_id = codec or choose_codec(dtype, tuple(array.shape), mode)
     if codec_id != "raw":
         _load_all()
     return get_codec(codec_id).encode(array, dtype, **options)
 
 
-def decode_tensor(record: EncodedTensor, name: str = "") -> np.ndarray:
+def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None = None) -> np.ndarray:
     """Decode one record to a numpy array (bfloat16 as uint16 bits).
 
+    out: optional writable C-contiguous array of the tensor's byte size (a view of a torch
+    tensor, pinned memory, an mmap); the float codec decodes straight into it, other codecs copy
+    their result in. Returns the decoded array (a view of ``out`` when given).
     Raises a WcodecError subclass naming the tensor when the record is corrupt.
     """
+    if out is not None and not (isinstance(out, np.ndarray) and out.flags.c_contiguous
+                                and out.flags.writeable and out.nbytes == record.raw_nbytes):
+        raise ValueError(f"tensor '{name}': out must be a writable C-contiguous array of {record.raw_nbytes} bytes")
     if record.codec != "raw":
         _load_all()
     from ..format.params import check_params
 
     try:
         check_params(record.codec, record.dtype, record.shape, record.params)
-        out = get_codec(record.codec).decode(record)
+        codec = get_codec(record.codec)
+        if out is not None and record.codec == "float":
+            return codec.decode(record, out=out)
+        res = codec.decode(record)
+        if out is not None:
+            dst = out.reshape(-1).view(np.uint8)
+            dst[...] = np.ascontiguousarray(res).reshape(-1).view(np.uint8)
+            return out.view(res.dtype).reshape(res.shape)
+        out = res
     except WcodecError as e:
         raise type(e)(f"tensor '{name}': {e}") from None
     except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError) as e:  # malformed params

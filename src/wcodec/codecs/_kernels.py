@@ -154,15 +154,8 @@ def _merge_blocks(b0, b1, head, head_base, placed, tail, tail_bits, tail_shift, 
     return seen
 
 
-#: marks a head symbol outside the alphabet in the placed-value table (above any float's bits)
+#: marks a head symbol outside the alphabet in the placed-value table (as ``float.BAD_SYMBOL``)
 BAD_SYMBOL = np.uint64(1) << np.uint64(40)
-
-
-def placed_heads(alphabet, head_shift):
-    """[256] uint64: head symbol -> its head value shifted into place; BAD_SYMBOL past the alphabet."""
-    placed = np.full(256, BAD_SYMBOL, dtype=np.uint64)
-    placed[:alphabet.size] = alphabet.astype(np.uint64) << np.uint64(head_shift)
-    return placed
 
 
 @kernel

@@ -13,8 +13,18 @@ DTYPES = {
     "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16,
     "I32": np.int32, "U32": np.uint32, "I64": np.int64, "U64": np.uint64,
     "F16": np.float16, "BF16": np.uint16, "F32": np.float32, "F64": np.float64,
+    # no numpy dtype either: FP8 / E8M0 / packed FP4 pairs travel as uint8 bits
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E4M3FNUZ": np.uint8, "F8_E5M2FNUZ": np.uint8,
+    "F8_E8M0": np.uint8, "F4_X2": np.uint8, "C64": np.complex64,
 }
 FLOAT_DTYPES = ("BF16", "F16", "F32")
+
+
+def view_2d(shape: tuple) -> tuple[int, int]:
+    """The [rows, cols] view of a tensor: rows = dim 0 (1 for 0-d and 1-d tensors)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    rows = int(shape[0]) if len(shape) >= 2 else 1
+    return rows, (numel // rows if rows else 0)
 
 
 def itemsize(dtype: str) -> int:

@@ -21,9 +21,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import native as K
 from .. import rans
 from ..errors import CorruptDataError
-from . import _kernels as K
 from .base import DTYPES, Codec, EncodedTensor, register
 
 # dtype -> (total bits, exponent bits, mantissa bits, low byte planes)
@@ -56,6 +56,17 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
         if cost < best[0] - 1e-9 * n:
             best = (cost, j)
     return best[1]
+
+
+#: marks a head symbol outside the alphabet in the placed-value table (above any float's bits)
+BAD_SYMBOL = np.uint64(1) << np.uint64(40)
+
+
+def placed_heads(alphabet: np.ndarray, head_shift: int) -> np.ndarray:
+    """[256] uint64: head symbol -> its head value shifted into place; BAD_SYMBOL past the alphabet."""
+    placed = np.full(256, BAD_SYMBOL, dtype=np.uint64)
+    placed[:alphabet.size] = alphabet.astype(np.uint64) << np.uint64(head_shift)
+    return placed
 
 
 class FloatParts(NamedTuple):
@@ -102,7 +113,7 @@ class FloatCodec(Codec):
         n = bits.size
         tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
         # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
-        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1, size=n)
+        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
         j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)
         R = tail0 - j
         shift, mask = M - j, (1 << (E + j)) - 1
@@ -113,7 +124,7 @@ class FloatCodec(Codec):
         symbol_of = np.zeros(mask + 1, dtype=np.uint8)
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
         head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
-                                        W - 1, R, L, size=n)
+                                        W - 1, R, L)
         plane = rans.encode(head, prob_bits, chunk_steps, tables)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
@@ -128,28 +139,35 @@ class FloatCodec(Codec):
         return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
                              info={"head_bits": j})
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: optional writable C-contiguous array of the tensor's size in bytes (a torch
+        tensor's memory, pinned memory, an mmap): decoded into in place, no extra copy."""
         parts = parse(record)
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
-        low = np.empty((L, n), dtype=np.uint8)
+        low = []
         for k, name in enumerate(("low1", "low0")[:L]):
             lp = p["low"][k]
             if lp.get("coded"):
                 lplane = rans.RansPlane.from_sections(lp, record.sections, name)
                 if lplane.n_symbols != n:
                     raise CorruptDataError(f"float codec: {name} plane has {lplane.n_symbols} symbols")
-                rans.decode(lplane, out=low[k], where=f"{name} plane")
+                low.append(rans.decode(lplane, where=f"{name} plane"))
             else:
-                low[k] = record.section(f"{name}.raw", np.uint8, n)
-        out = np.empty(n, dtype=UINT[W])
+                low.append(np.ascontiguousarray(record.section(f"{name}.raw", np.uint8, n)))
+        if out is None:
+            out = np.empty(n, dtype=UINT[W])
+        else:
+            if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable
+                    and out.nbytes == n * W // 8):
+                raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
+            out = out.reshape(-1).view(UINT[W])
         head = parts.head  # validated by parse
         lookup, words = rans.kernel_inputs(head)
         status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
                                       head.chunks_per_table, lookup, head.prob_bits,
-                                      K.placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low, out,
-                                      size=n if head.n_chunks > 1 else 0)
+                                      placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low, out)
         rans.check_status(status, "head plane")
         return out.view(DTYPES[record.dtype]).reshape(record.shape)
 

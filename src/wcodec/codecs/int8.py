@@ -16,19 +16,12 @@ import numpy as np
 from .. import rans
 from ..errors import CorruptDataError
 from . import _predict as P
-from .base import DTYPES, Codec, EncodedTensor, register
+from .base import DTYPES, Codec, EncodedTensor, register, view_2d
 from ..rans.tables import normalize_freqs
 
 MODE_NAMES = ("NONE", "LEFT", "TOP", "AVG", "PLANAR")
 DEFAULT_TILE = 32
 MODE_ROUNDS = 3
-
-
-def view_2d(shape: tuple) -> tuple[int, int]:
-    """The [rows, cols] view of a tensor: rows = dim 0 (1 for 0-d and 1-d tensors)."""
-    numel = int(np.prod(shape, dtype=np.int64))
-    rows = int(shape[0]) if len(shape) >= 2 else 1
-    return rows, (numel // rows if rows else 0)
 
 
 def _cost_lut(counts: np.ndarray) -> np.ndarray:

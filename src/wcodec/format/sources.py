@@ -22,7 +22,9 @@ from . import _io, spec
 from .encode import Item
 
 ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
-             "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8"}
+             "I64": "<i8", "U64": "<u8", "F16": "<f2", "BF16": "<u2", "F32": "<f4", "F64": "<f8",
+             "F8_E4M3": "|u1", "F8_E5M2": "|u1", "F8_E4M3FNUZ": "|u1", "F8_E5M2FNUZ": "|u1",
+             "F8_E8M0": "|u1", "C64": "<c8", "F4_X2": "|u1"}
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 OTHER_WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", ".onnx")
@@ -37,12 +39,16 @@ def _st_entry(fname: str, name, e, data_size: int) -> tuple:
     dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
     if not isinstance(dtype, str):
         raise CorruptDataError(f"{where}: dtype must be a string, got {dtype!r}"[:300])
-    if dtype not in ST_DTYPES:
-        raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
     if not isinstance(shape, list) or len(shape) > spec.MAX_NDIM or \
             not all(type(d) is int and 0 <= d < (1 << 48) for d in shape):
         raise CorruptDataError(f"{where}: shape must be a list of at most {spec.MAX_NDIM} "
                                f"non-negative integers, got {shape!r}"[:300])
+    if dtype == "F4":  # safetensors counts FP4 values; wcodec stores torch's packed pairs
+        if not shape or shape[-1] % 2:
+            raise UnsupportedError(f"tensor '{name}': F4 with an odd last dimension is not supported")
+        dtype, shape = "F4_X2", shape[:-1] + [shape[-1] // 2]
+    elif dtype == "F4_X2" or dtype not in ST_DTYPES:
+        raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
     if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)):
         raise CorruptDataError(f"{where}: data_offsets must be two integers, got {offs!r}"[:300])
     a, b = offs
@@ -115,6 +121,8 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
                                    "(reserved for the metadata, used twice, or holds a NUL byte)")
         nbytes = int(np.prod(shape, dtype=np.int64)) * spec.TENSOR_ITEMSIZE[dtype]
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        if dtype == "F4_X2":  # safetensors' F4 counts FP4 values: two per byte
+            header[name].update(dtype="F4", shape=list(shape[:-1]) + [2 * shape[-1]] if shape else [2])
         off += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces
@@ -141,7 +149,11 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
 # -- torch -----------------------------------------------------------------------------------------
 TORCH_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
                 "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
-                "float32": "F32", "float64": "F64"}
+                "float32": "F32", "float64": "F64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+                "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+                "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": "F4_X2", "complex64": "C64"}
+#: dtypes without a numpy dtype, viewed as unsigned bits of their size
+BITS_DTYPES = ("BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4_X2")
 
 
 def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
@@ -165,6 +177,9 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
     t = t.detach().cpu().contiguous()
     if dtype == "BF16":
         arr = t.view(torch.int16).numpy().view(np.uint16)
+    elif dtype in BITS_DTYPES:
+        import torch
+        arr = t.view(torch.uint8).numpy()
     else:
         arr = t.numpy()
     return arr, dtype, ident

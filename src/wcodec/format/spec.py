@@ -48,7 +48,9 @@ SECTION_DTYPES = {
 _NP_TO_SECTION = {np.dtype(v).str: k for k, v in SECTION_DTYPES.items()}
 # tensor dtypes: same names as wcodec.codecs.base.DTYPES (kept here so the reader needs no codecs)
 TENSOR_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4,
-                   "I64": 8, "U64": 8, "F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+                   "I64": 8, "U64": 8, "F16": 2, "BF16": 2, "F32": 4, "F64": 8,
+                   "F8_E4M3": 1, "F8_E5M2": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "F8_E8M0": 1,
+                   "F4_X2": 1, "C64": 8}
 
 
 def align_up(n: int, a: int = ALIGN) -> int:

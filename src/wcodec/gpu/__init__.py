@@ -5,6 +5,7 @@ Light to import: torch and triton load only when a function here is called.
 - :func:`decode_records` (``wcodec.gpu.decode``): records -> tensors on a device, one batch.
 - :func:`load_records` (``wcodec.gpu.loader``): the pipelined loader (pinned buffers, streams,
   checksums), with a CPU fallback when no GPU is present.
+- :class:`GPUDecoder` (``wcodec.gpu.api``): the seed's ``GPUDecoder(use_gpu=True).decode_layer(rec)``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ def load_records(items, device="cuda", separate=False, **kwargs):
     return f(items, device, separate=separate, **kwargs)
 
 
+def __getattr__(name):
+    if name == "GPUDecoder":  # the seed's name (wcodec.gpu.api); imports torch on first use
+        from .api import GPUDecoder
+        return GPUDecoder
+    raise AttributeError(f"module 'wcodec.gpu' has no attribute {name!r}")
+
+
 def triton_available() -> bool:
     """True when triton imports (the kernels can run, on a GPU or under TRITON_INTERPRET=1)."""
     try:
@@ -31,4 +39,4 @@ def triton_available() -> bool:
     return True
 
 
-__all__ = ["decode_records", "load_records", "triton_available"]
+__all__ = ["decode_records", "load_records", "triton_available", "GPUDecoder"]

@@ -100,11 +100,9 @@ def build_luts(freqs: torch.Tensor, prob_bits: torch.Tensor, vals: torch.Tensor 
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """safetensors dtype name -> torch dtype."""
-    return {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
-            "U16": torch.uint16, "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64,
-            "U64": torch.uint64, "F16": torch.float16, "BF16": torch.bfloat16,
-            "F32": torch.float32, "F64": torch.float64}[name]
+    """safetensors dtype name -> torch dtype (see wcodec.torch.tensors.torch_dtype)."""
+    from ..torch.tensors import torch_dtype as f
+    return f(name)
 
 
 class Prepared:

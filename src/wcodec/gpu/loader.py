@@ -27,15 +27,29 @@ _PINNED: dict = {}  # (device index, slot) -> pinned uint8 tensor, reused across
 def _cpu_fallback(items, device):
     import torch
     from ..codecs import decode_tensor
+    from ..torch.tensors import from_numpy
     from .decode import torch_dtype
     out = {}
     for name, rec in items:
-        arr = np.ascontiguousarray(decode_tensor(rec, name))
-        t = torch.from_numpy(arr.view(np.int16) if rec.dtype == "BF16" else arr)
-        if rec.dtype == "BF16":
-            t = t.view(torch.bfloat16)
+        t = from_numpy(decode_tensor(rec, name), rec.dtype)
         out[name] = t.reshape(tuple(rec.shape)).to(device) if str(device) != "cpu" else t.reshape(tuple(rec.shape))
         assert out[name].dtype == torch_dtype(rec.dtype)
+    return out
+
+
+def _load_fixed(items, dev, crcs, workers) -> dict:
+    """Codec "fixed" records: sections checked on the host, uploaded, decoded by its own kernel."""
+    from ..errors import WcodecError
+    from .fixed import decode, from_sections
+    if crcs is not None:
+        with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
+            _check_sections(pool, items, crcs)
+    out = {}
+    for name, rec in items:
+        try:
+            out[name] = decode(from_sections(rec.params, rec.sections, rec.shape, dev)).reshape(tuple(rec.shape))
+        except WcodecError as e:
+            raise type(e)(f"tensor '{name}': {e}") from None
     return out
 
 
@@ -107,6 +121,11 @@ def load_records(items, device="cuda", separate: bool = False, crcs: dict | None
             from . import decode as D
         except ImportError:
             fallback = True
+    if not fallback and any(rec.codec == "fixed" for _, rec in items):
+        rest = [(n, r) for n, r in items if r.codec != "fixed"]
+        out = load_records(rest, dev, separate, crcs, batch_bytes, workers, config) if rest else {}
+        out.update(_load_fixed([(n, r) for n, r in items if r.codec == "fixed"], dev, crcs, workers))
+        return out
     if fallback:
         if crcs is not None:
             with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:

@@ -72,6 +72,7 @@ class Plan:
     # for chunk descriptor blocks, (key, row) for int8 tensor descriptors
     _fix: list = field(default_factory=list)
     _int8_res: list = field(default_factory=list)
+    _raw_scratch: list = field(default_factory=list)  # (scratch offset, output offset, nbytes)
     section_owners: list = field(default_factory=list)  # (tensor name, section name) per section
     _cur: str = ""
 
@@ -146,6 +147,8 @@ class Plan:
                 self._add_float(rec, out, oi)
             elif rec.codec in ("int8", "int8-quant"):
                 self._add_int8(rec, out, oi)
+            elif rec.codec == "fp8":
+                self._add_fp8(rec, out, oi)
             else:
                 raise UnsupportedError(f"codec {rec.codec!r} has no GPU decoder")
         except CorruptDataError as e:
@@ -187,6 +190,14 @@ class Plan:
             if kind == "scratch":
                 self._fix.append((key, len(self.desc.get(key, [])), getattr(K, "D_" + fld)))
         self._rows(key, c.size, oi, **cols)
+
+    def _add_fp8(self, rec: EncodedTensor, out: Output, oi: int) -> None:
+        """FP8: the byte plane decodes into scratch (MODE_BYTES, as int8 residuals), then one copy
+        to the output, after every kernel of the batch (run() copies raw entries last)."""
+        from ..codecs.fp8 import parse as parse_fp8
+        plane = parse_fp8(rec)
+        if rec.numel:
+            self._raw_scratch.append((self._byte_plane(plane, "data", rec, oi), out.offset, rec.numel))
 
     def _add_int8(self, rec: EncodedTensor, out: Output, oi: int) -> None:
         quant = rec.codec == "int8-quant"
@@ -243,6 +254,7 @@ class Plan:
             self.desc[key][block][:, fld] += base
         self.desc = {k: np.concatenate(self.desc[k]) for k in sorted(self.desc)}
         self.owner = {k: np.concatenate(self.owner[k]) for k in sorted(self.owner)}
+        self.raw += [(base + sc, dst, n) for sc, dst, n in self._raw_scratch]
         for key, row in self._int8_res:
             self.int8[key][0][row][K.T_RES] += base
         for key in list(self.int8):

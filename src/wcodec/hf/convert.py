@@ -72,14 +72,16 @@ def _record_codec(dst: Path, mode: str) -> Path | None:
 
 
 def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
-                   max_shard_size: int | None = None, progress: bool = False) -> list[Path]:
+                   max_shard_size: int | None = None, progress: bool = False,
+                   codec: str | None = None) -> list[Path]:
     """Convert a Hugging Face model folder (sharded or not; a sentence-transformers folder too).
 
     src: folder with safetensors (or torch .bin) weights. dst: output folder; receives
     ``model.wcodec`` (or shards + ``model.wcodec.index.json``), copies of every non-weight file
     (config, tokenizer, generation config, sub-folders such as ``1_Pooling``), and config.json
     gains ``quantization_config = {"quant_method": "wcodec", "format_version", "mode",
-    "wcodec_version"}``. mode: "lossless" or "int8". Returns the written paths.
+    "wcodec_version"}``. mode: "lossless" or "int8". codec: ``"fixed"`` for the fixed-rate
+    layout of BF16 weights (see :func:`wcodec.save_file`). Returns the written paths.
     Raises FileNotFoundError (no weights), WcodecError subclasses (bad input), OSError.
     """
     from ..api import encode_safetensors_to_wcodec
@@ -89,6 +91,7 @@ def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
         raise NotADirectoryError(f"{src}: convert_folder takes a model folder")
     _read_config(src)  # a malformed config.json fails here, before any weight is written
     paths = encode_safetensors_to_wcodec(src, dst, mode=mode, workers=workers,
-                                         max_shard_size=max_shard_size, progress=progress)
+                                         max_shard_size=max_shard_size, progress=progress,
+                                         codec=codec)
     _record_codec(dst, mode)
     return paths

@@ -6,8 +6,9 @@ independently and in parallel (one GPU warp, or one CPU thread, per chunk). Chun
 into table segments of ``chunks_per_table`` chunks that share one frequency table, which lets
 tensors whose statistics drift (embeddings) use several tables.
 
-Public entry points: :func:`encode` and :func:`decode` (numba by default, ``backend="reference"``
-for the pure-Python specification), and :class:`RansPlane`, the coded plane.
+Public entry points: :func:`encode` and :func:`decode` (the C extension where built, else numba:
+see ``wcodec.native``; ``backend="reference"`` for the pure-Python specification), and
+:class:`RansPlane`, the coded plane.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..errors import CorruptDataError
 from . import reference
 from .tables import (
@@ -226,6 +228,16 @@ def unpack_freqs(small: np.ndarray, big: np.ndarray, where: str = "rANS plane") 
     return freqs
 
 
+BACKENDS = ("auto", "native", "numba", "reference")
+
+
+def _numba_backend(backend: str) -> bool:
+    """True when the numba kernels must run; ``native`` without the extension is an error."""
+    if backend == "native" and not native.available():
+        raise ValueError("backend 'native': the C extension wcodec._cext is not available")
+    return backend == "numba"
+
+
 def _table_bits(freqs: np.ndarray) -> int:
     """Stored size in bits of packed tables (see pack_freqs)."""
     return 8 * freqs.size + 16 * int(np.count_nonzero(freqs >= 255))
@@ -257,14 +269,15 @@ def encode(
     prob_bits: int = DEFAULT_PROB_BITS,
     chunk_steps: int | None = None,
     tables: str | int = "auto",
-    backend: str = "numba",
+    backend: str = "auto",
 ) -> RansPlane:
     """Encode a symbol plane with interleaved rANS.
 
     symbols: [n] uint8 (any shape is flattened). prob_bits: 11 or 12. chunk_steps: steps per chunk
     (chunk = 32 * chunk_steps symbols); None picks ``auto_chunk_steps(n)``. tables: ``"auto"`` picks the number of chunks sharing a
     frequency table by measured cost (one table, or one per 64K-1M symbols); an int fixes
-    chunks_per_table. backend: ``"numba"`` or ``"reference"`` (pure Python, tiny inputs only).
+    chunks_per_table. backend: ``"auto"`` (native where built, else numba), ``"native"``, ``"numba"``
+    or ``"reference"`` (pure Python, tiny inputs only).
     The input is not modified. Returns a RansPlane.
     """
     symbols = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
@@ -277,12 +290,14 @@ def encode(
     chunk_size = LANES * chunk_steps
     n = symbols.size
     n_chunks = -(-n // chunk_size)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}")
+    use_numba = _numba_backend(backend)
     if backend == "reference":
         counts = np.stack([np.bincount(symbols[c * chunk_size:(c + 1) * chunk_size], minlength=256)
                            for c in range(n_chunks)]) if n_chunks else np.zeros((0, 256), np.int64)
     else:
-        from . import cpu
-        counts = cpu.chunk_histograms(symbols, chunk_size, size=n)
+        counts = native.chunk_histograms(symbols, chunk_size, numba=use_numba)
     cpt = _choose_tables(counts, chunk_size, prob_bits) if tables == "auto" else int(tables)
     if cpt < 1:
         raise ValueError("tables must be 'auto' or a positive number of chunks per table")
@@ -299,10 +314,8 @@ def encode(
         states = np.array(states, dtype=np.uint32)
         offsets = np.array(offsets, dtype=np.uint32)
         words = np.array(words, dtype=np.uint16)
-    elif backend == "numba":
-        states, offsets, words = cpu.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, size=n)
     else:
-        raise ValueError(f"unknown backend {backend!r}")
+        states, offsets, words = native.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, numba=use_numba)
     alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1
     compact = np.ascontiguousarray(freqs[:, :alphabet_size]).reshape(-1)
     plane = RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words)
@@ -320,8 +333,7 @@ _STATUS = {1: "reads past the end of its words", 2: "does not end in the initial
 def kernel_inputs(plane: RansPlane) -> tuple[np.ndarray, np.ndarray]:
     """(lookup [n_tables, 2**prob_bits] uint32, words) for the numba decoders of a validated
     plane; words holds at least one word, since the branchless decoder always loads one."""
-    tables = plane.full_tables().reshape(-1, ALPHABET)
-    lookup = np.stack([decode_lookup(t, plane.prob_bits) for t in tables])
+    lookup = native.decode_lookups(plane.full_tables().reshape(-1, ALPHABET), plane.prob_bits)
     words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
     return lookup, words
 
@@ -333,13 +345,17 @@ def check_status(status: np.ndarray, where: str) -> None:
         raise CorruptDataError(f"{where}: chunk {c} {_STATUS.get(int(status[c]), 'is corrupt')}")
 
 
-def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = None,
+def decode(plane: RansPlane, backend: str = "auto", out: np.ndarray | None = None,
            where: str = "rANS plane") -> np.ndarray:
     """Decode a RansPlane to [n_symbols] uint8 (written into ``out`` if given).
 
     Validates the plane first; raises CorruptDataError (naming ``where`` and the chunk) on corrupt
-    data. Never reads or writes out of bounds.
+    data. Never reads or writes out of bounds. backend: as :func:`encode`. ``out`` may be any
+    writable contiguous uint8 array of n_symbols (a view of a torch tensor, pinned memory, an
+    mmap): the native decoder writes into it directly.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}")
     plane.validate(where)
     n = plane.n_symbols
     if out is None:
@@ -358,11 +374,8 @@ def decode(plane: RansPlane, backend: str = "numba", out: np.ndarray | None = No
             except CorruptDataError as e:
                 raise CorruptDataError(f"{where}: chunk {c}: {e}") from None
         return out
-    if backend != "numba":
-        raise ValueError(f"unknown backend {backend!r}")
-    from . import cpu
     lookup, words = kernel_inputs(plane)
-    status = cpu.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
-                               plane.prob_bits, out, size=n if plane.n_chunks > 1 else 0)
+    status = native.decode_chunks(plane.states, plane.offsets, words, n, cs, cpt, lookup,
+                                  plane.prob_bits, out, numba=_numba_backend(backend))
     check_status(status, where)
     return out

@@ -33,9 +33,9 @@ def normalize_many(counts: np.ndarray, prob_bits: int) -> np.ndarray:
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     if counts.ndim != 2 or counts.shape[1] != ALPHABET:
         raise ValueError(f"counts must have shape (T, 256), got {counts.shape}")
-    from ._normalize import normalize_rows
+    from .. import native
 
-    return normalize_rows(counts, prob_bits)
+    return native.normalize_rows(counts, prob_bits)
 
 
 def cumulative(freqs: np.ndarray) -> np.ndarray:

@@ -46,12 +46,27 @@ def _fail(msg: str) -> int:
     return 1
 
 
+def _load_npy(path) -> np.ndarray:
+    """A .npy array (memory-mapped); ValueError with a plain message for anything else."""
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise ValueError(f"'{path}' is not a .npy file (save the embeddings with numpy.save)")
+    try:
+        return np.load(path, mmap_mode="r")
+    except ValueError:
+        raise ValueError(f"'{path}' holds Python objects, not a numeric [N, d] array") from None
+
+
 def cmd_compress(args: argparse.Namespace) -> int:
     from ..errors import WcodecError
     from . import AnnealingConfig, compress
 
     try:
-        points = np.load(args.input, mmap_mode="r")
+        points = _load_npy(args.input)
+        if args.bytes_per_vector is None:
+            print("wcodec vectors: warning: no --bytes-per-vector: the index holds anchors and assignments only, "
+                  "so search cannot rank vectors of one anchor (ties, low recall); pass --bytes-per-vector "
+                  "(e.g. 32) for a searchable index", file=sys.stderr)
         kw = {} if args.iterations is None else {"max_iterations": args.iterations}
         cfg = AnnealingConfig(m=args.anchors, bytes_per_vector=args.bytes_per_vector, device=args.device,
                               seed=args.seed, verbose=args.verbose, **kw)

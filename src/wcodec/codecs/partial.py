@@ -1,0 +1,128 @@
+"""Partial decode: the elements ``[e0, e1)`` (C order) of a record, decoding only the rANS chunks
+(and int8 tile rows) that hold them. Used by ``safe_open(...).get_slice``.
+
+rANS chunks cover contiguous symbol ranges and decode independently, so an element range maps to
+a chunk range. A sub-record is cut out of the record (the chunks' states, rebased word offsets
+and words, the one frequency table of each table segment crossed, the matching tail bits or
+tile rows) and decoded by the codec's own decoder, so the partial and full paths share every
+line of decoding. Ranges over half the tensor, and codecs without a partial path (none today),
+decode whole and slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import rans
+from ..rans import RansPlane
+from .base import DTYPES, EncodedTensor
+
+
+def sub_planes(plane: RansPlane, s0: int, s1: int):
+    """Pieces of ``plane`` covering symbols ``[s0, s1)``: yields (RansPlane, first symbol) for
+    each table segment crossed, each piece whole chunks with one frequency table."""
+    cs, cpt = plane.chunk_size, plane.chunks_per_table
+    c0, c1 = s0 // cs, -(-s1 // cs)
+    tables = plane.freqs.reshape(-1, plane.alphabet_size)
+    c = c0
+    while c < c1:
+        ce = min(c1, (c // cpt + 1) * cpt)
+        lo, hi = int(plane.offsets[c]), int(plane.offsets[ce])
+        n = min(ce * cs, plane.n_symbols) - c * cs
+        yield RansPlane(n, plane.prob_bits, plane.chunk_steps, ce - c, plane.alphabet_size,
+                        np.ascontiguousarray(tables[c // cpt]), plane.states[c * 32:ce * 32],
+                        (plane.offsets[c:ce + 1] - plane.offsets[c]).astype(np.uint32),
+                        plane.words[lo:hi]), c * cs
+        c = ce
+
+
+def decode_symbols(plane: RansPlane, s0: int, s1: int, where: str) -> np.ndarray:
+    """Symbols ``[s0, s1)`` of a plane, decoding only the chunks holding them."""
+    plane.validate(where)
+    pieces = [(rans.decode(p, where=where), start) for p, start in sub_planes(plane, s0, s1)]
+    if not pieces:
+        return np.empty(0, np.uint8)
+    whole = np.concatenate([p for p, _ in pieces])
+    return whole[s0 - pieces[0][1]:s1 - pieces[0][1]]
+
+
+def _float_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
+    from .float import FloatCodec, parse
+    parts = parse(rec)
+    W, E, M, L = parts.layout
+    R, head = parts.tail_bits, parts.head
+    out = []
+    for piece, start in sub_planes(head, e0, e1):
+        n = piece.n_symbols
+        p = dict(rec.params, head=piece.params(), low=[{"coded": False}] * L)
+        tail_bits = parts.tail[start * R // 8:(start * R + n * R + 7) // 8]  # chunks start byte-aligned
+        sec = {"head.alphabet": parts.alphabet, **piece.sections("head"), "tail": tail_bits}
+        for k, lname in enumerate(("low1", "low0")[:L]):
+            lp = rec.params["low"][k]
+            if lp.get("coded"):
+                lplane = RansPlane.from_sections(lp, rec.sections, lname)
+                sec[f"{lname}.raw"] = decode_symbols(lplane, start, start + n, f"{lname} plane")
+            else:
+                sec[f"{lname}.raw"] = rec.section(f"{lname}.raw", np.uint8, rec.numel)[start:start + n]
+        sub = EncodedTensor(rec.codec, rec.dtype, (n,), p, sec)
+        out.append((FloatCodec().decode(sub), start))
+    whole = np.concatenate([o for o, _ in out])
+    return whole[e0 - out[0][1]:e1 - out[0][1]]
+
+
+def _int8_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
+    """int8 / int8-quant: decode the tile rows holding [e0, e1): in the tile-major residual plane
+    a band of whole tile rows is one contiguous symbol range, and a tile is predicted only from
+    its own values."""
+    from . import _predict as P
+    from ..errors import CorruptDataError
+    from .int8 import MODE_NAMES
+    quant = rec.codec == "int8-quant"
+    p = rec.params["q"] if quant else rec.params
+    rows, cols, th, tw = (int(p[k]) for k in ("rows", "cols", "tile_h", "tile_w"))
+    if rows < 0 or cols < 1 or rows * cols != rec.numel or th < 1 or tw < 1:
+        raise CorruptDataError("int8 codec: view or tile size inconsistent with the shape")
+    ntw, nth = -(-cols // tw), -(-rows // th)
+    b0, b1 = (e0 // cols) // th, -(-(-(-e1 // cols)) // th)  # band of tile rows
+    rr0, rr1 = b0 * th, min(b1 * th, rows)
+    if p["all_none"]:
+        modes = np.zeros((b1 - b0) * ntw, np.uint8)
+    else:
+        modes = rec.section("modes", np.uint8, nth * ntw)[b0 * ntw:b1 * ntw]
+        if modes.size and int(modes.max()) >= len(MODE_NAMES):
+            raise CorruptDataError("int8 codec: unknown prediction mode")
+    plane = RansPlane.from_sections(p["res"], rec.sections, "res")
+    if plane.n_symbols != rec.numel:
+        raise CorruptDataError("int8 codec: residual plane size does not match the tensor")
+    res = decode_symbols(plane, rr0 * cols, rr1 * cols, "residual plane")
+    k = rr1 - rr0
+    q = P.reconstruct(res, k, cols, th, tw, modes, bool(p["signed"]), size=k * cols).reshape(-1)
+    if quant:
+        from .quant import dequantize
+        scales = rec.section("scales", np.float32, rows)[rr0:rr1]
+        q = dequantize(q.view(np.int8), scales, k, rec.dtype)
+    return q[e0 - rr0 * cols:e1 - rr0 * cols]
+
+
+def decode_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
+    """Elements ``[e0, e1)`` of the record's tensor in C order, as a flat numpy array of its
+    dtype (BF16 / FP8 as unsigned bits). Raises CorruptDataError like the full decode."""
+    from . import decode_tensor
+    if not (0 <= e0 <= e1 <= rec.numel):
+        raise ValueError(f"element range [{e0}, {e1}) outside a tensor of {rec.numel}")
+    dt = DTYPES[rec.dtype]
+    if e0 == e1:
+        return np.empty(0, dt)
+    if rec.codec == "raw":
+        size = np.dtype(dt).itemsize
+        return rec.section("data", np.uint8, rec.numel * size)[e0 * size:e1 * size].view(dt).copy()
+    if 2 * (e1 - e0) > rec.numel:  # most of the tensor: one parallel decode of all chunks is faster
+        return decode_tensor(rec).reshape(-1)[e0:e1].copy()
+    if rec.codec == "float":
+        return _float_range(rec, e0, e1).view(dt)
+    if rec.codec == "fp8":
+        from .fp8 import parse
+        return decode_symbols(parse(rec), e0, e1, "fp8 data plane").copy()
+    if rec.codec in ("int8", "int8-quant"):
+        return np.ascontiguousarray(_int8_range(rec, e0, e1)).view(dt)
+    return decode_tensor(rec).reshape(-1)[e0:e1].copy()

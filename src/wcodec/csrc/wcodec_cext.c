@@ -1,0 +1,1725 @@
+/* wcodec._cext: the CPU hot loops of wcodec in C, bit-identical to the numba kernels
+ * (src/wcodec/rans/cpu.py, src/wcodec/codecs/_kernels.py, src/wcodec/rans/_normalize.py) and to
+ * the pure-Python specification (src/wcodec/rans/reference.py, docs/CODEC_LAYOUT.md).
+ *
+ * - interleaved rANS decode of a plane (32 lanes per chunk, 16-bit words): scalar, AVX2 (four
+ *   8-lane vectors, gathered lookup, the step's word reads compacted by movemask + popcount + a
+ *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), the
+ *   ISA picked at run time (__builtin_cpu_supports) so one binary runs everywhere;
+ * - rANS encode, chunk histograms, frequency normalisation, the float split and the fused
+ *   float decode + merge;
+ * - threads: each call runs its chunks on a few pthreads (work taken from an atomic counter),
+ *   with the GIL released; a process-wide budget keeps concurrent calls (tensors decoded in
+ *   pool threads) from oversubscribing the cores.
+ *
+ * Build with -DWCODEC_NO_SIMD to get the portable path only (what ARM and other CPUs compile).
+ *
+ * Inputs arrive through the buffer protocol (no numpy C API: the module builds without numpy
+ * headers). The Python wrapper (wcodec/native.py) validates planes before calling; the entry
+ * points still check every size they rely on, and the decoders bound every read by the words
+ * array, so corrupt data makes a chunk fail with a status, never an out-of-bounds access.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
+#define WC_X86 1
+#include <immintrin.h>
+#endif
+#ifndef _WIN32
+#include <pthread.h>
+#define WC_THREADS 1
+#endif
+
+#define LANES 32
+#define STATE_LOWER (1u << 16)
+
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static int g_isa_max = ISA_SCALAR; /* what the CPU supports */
+static int g_isa = ISA_SCALAR;     /* what runs (tests lower it) */
+static const char *ISA_NAMES[] = {"scalar", "avx2", "avx512"};
+static int g_soft_gather = 0;      /* SIMD table lookups by scalar loads (see lut16) */
+
+/* ------------------------------------------------------------------------------------------ */
+/* threads                                                                                    */
+
+typedef void (*task_fn)(void *ctx, int64_t task);
+typedef struct {
+    task_fn fn;
+    void *ctx;
+    int64_t n;
+    int64_t next;
+} job_t;
+
+static void job_drain(job_t *job) {
+    for (;;) {
+        int64_t i = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+        if (i >= job->n) break;
+        job->fn(job->ctx, i);
+    }
+}
+
+#ifdef WC_THREADS
+static void *job_worker(void *p) {
+    job_drain((job_t *)p);
+    return NULL;
+}
+#endif
+
+/* extra threads (beyond the callers' own) that may run at once, over all concurrent calls */
+static int g_spare = 0;
+
+static int reserve_threads(int want) {
+    int cur = __atomic_load_n(&g_spare, __ATOMIC_RELAXED);
+    for (;;) {
+        int take = want < cur ? want : cur;
+        if (take <= 0) return 0;
+        if (__atomic_compare_exchange_n(&g_spare, &cur, cur - take, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return take;
+    }
+}
+
+/* Run fn(ctx, 0..n-1) on the caller's thread plus up to threads-1 more. */
+static void run_parallel(task_fn fn, void *ctx, int64_t n, int threads) {
+    job_t job = {fn, ctx, n, 0};
+    if (threads > n) threads = (int)n;
+#ifdef WC_THREADS
+    if (threads > 1) {
+        int extra = reserve_threads(threads - 1);
+        pthread_t tid[256];
+        int started = 0;
+        if (extra > 256) extra = 256;
+        for (int t = 0; t < extra; t++)
+            if (pthread_create(&tid[started], NULL, job_worker, &job) == 0) started++;
+        job_drain(&job);
+        for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+        __atomic_fetch_add(&g_spare, extra, __ATOMIC_RELAXED);
+        return;
+    }
+#endif
+    (void)threads;
+    job_drain(&job);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* rANS decode of one chunk                                                                   */
+
+typedef struct {
+    const uint32_t *states;  /* [n_chunks * 32] */
+    const uint32_t *offsets; /* [n_chunks + 1] */
+    const uint16_t *words;   /* [words_len], words_len >= 1 */
+    int64_t words_len;
+    int64_t n;               /* symbols in the plane */
+    int64_t chunk_size;
+    int64_t chunks_per_table;
+    const uint32_t *lookup;  /* [n_tables << prob_bits] */
+    int prob_bits;
+} plane_t;
+
+/* Scalar steps for symbols [i0, m) of a chunk from the lane states X; the word index is clamped
+ * to [0, last] so corrupt data never reads out of bounds (the count pos is what is checked). */
+static inline int64_t decode_tail(uint32_t *X, int64_t i0, int64_t m, const uint32_t *lut, int pb,
+                                  const uint16_t *words, int64_t pos, int64_t last, uint8_t *out) {
+    const uint32_t mask = (1u << pb) - 1;
+    for (int64_t i = i0; i < m; i++) {
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        uint32_t e = lut[x & mask];
+        out[i] = (uint8_t)e;
+        x = (((e >> 8) & 0xFFF) + 1) * (x >> pb) + (e >> 20);
+        /* branchless renormalisation (the branch is unpredictable) */
+        uint32_t need = x < STATE_LOWER;
+        uint32_t w = words[pos < last ? pos : last];
+        x = (x << (16 * need)) | (w & (0u - need));
+        pos += need;
+        X[lane] = x;
+    }
+    return pos;
+}
+
+static inline int finish_chunk(const uint32_t *X, int64_t pos, int64_t end) {
+    if (pos > end) return 1;
+    if (pos < end) return 2;
+    for (int l = 0; l < LANES; l++)
+        if (X[l] != STATE_LOWER) return 2;
+    return 0;
+}
+
+static int decode_chunk_scalar(const plane_t *p, int64_t c, uint8_t *out) {
+    const uint32_t *lut = p->lookup + ((c / p->chunks_per_table) << p->prob_bits);
+    int64_t start = c * p->chunk_size;
+    int64_t m = (p->n < start + p->chunk_size ? p->n : start + p->chunk_size) - start;
+    int64_t pos = p->offsets[c], end = p->offsets[c + 1];
+    int64_t last = end - 1 > 0 ? end - 1 : 0;
+    uint32_t X[LANES];
+    for (int l = 0; l < LANES; l++) {
+        X[l] = p->states[c * LANES + l];
+        if (X[l] < STATE_LOWER) return 3;
+    }
+    pos = decode_tail(X, 0, m, lut, p->prob_bits, p->words, pos, last, out);
+    return finish_chunk(X, pos, end);
+}
+
+#ifdef WC_X86
+/* Table lookups of 8/16 lanes. On AMD Zen the gather instructions are slow (measured on Zen 5:
+ * decode 0.80 ns/symbol with vpgatherdd, 0.38 with 16 scalar loads through the stack), so there
+ * the lanes are looked up one by one; elsewhere with the gather instruction. */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i lut8(__m256i idx, const uint32_t *lut, int soft) {
+    if (soft) {
+        uint32_t sl[8], ev[8];
+        _mm256_storeu_si256((__m256i *)sl, idx);
+        for (int k = 0; k < 8; k++) ev[k] = lut[sl[k]];
+        return _mm256_loadu_si256((const __m256i *)ev);
+    }
+    return _mm256_i32gather_epi32((const int *)lut, idx, 4);
+}
+
+__attribute__((target("avx512f"), always_inline))
+static inline __m512i lut16(__m512i idx, const uint32_t *lut, int soft) {
+    if (soft) {
+        uint32_t sl[16], ev[16];
+        _mm512_storeu_si512(sl, idx);
+        for (int k = 0; k < 16; k++) ev[k] = lut[sl[k]];
+        return _mm512_loadu_si512(ev);
+    }
+    return _mm512_i32gather_epi32(idx, (const int *)lut, 4);
+}
+
+/* lane k of mask mk reads word popcount(mk & ((1 << k) - 1)) of the step's run */
+static int32_t g_perm8[256][8];
+
+/* the encoder's compaction: lanes set in mk, ascending, at the top positions 8-popcount..7 */
+static int32_t g_top8[256][8];
+
+static void init_perm8(void) {
+    for (int mk = 0; mk < 256; mk++) {
+        int cnt = __builtin_popcount((unsigned)mk), r = 8 - cnt;
+        for (int k = 0; k < 8; k++) g_top8[mk][k] = 0;
+        for (int k = 0; k < 8; k++)
+            if (mk >> k & 1) g_top8[mk][r++] = k;
+    }
+    for (int mk = 0; mk < 256; mk++) {
+        int r = 0;
+        for (int k = 0; k < 8; k++) {
+            g_perm8[mk][k] = r;
+            if (mk >> k & 1) r++;
+        }
+    }
+}
+
+/* 8 (AVX2) / 16 (AVX-512) words from pos, each index clamped to the words array */
+static inline void load_words_clamped(uint16_t *dst, const uint16_t *words, int64_t pos, int64_t len, int k) {
+    for (int i = 0; i < k; i++) dst[i] = words[pos + i < len ? pos + i : len - 1];
+}
+
+__attribute__((target("avx2,popcnt")))
+static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
+    const int soft = g_soft_gather;
+    const int pb = p->prob_bits;
+    const uint32_t *lut = p->lookup + ((c / p->chunks_per_table) << pb);
+    int64_t start = c * p->chunk_size;
+    int64_t m = (p->n < start + p->chunk_size ? p->n : start + p->chunk_size) - start;
+    int64_t pos = p->offsets[c], end = p->offsets[c + 1];
+    int64_t last = end - 1 > 0 ? end - 1 : 0;
+    const uint16_t *words = p->words;
+    const int64_t wlen = p->words_len;
+    uint32_t X[LANES];
+    for (int l = 0; l < LANES; l++) {
+        X[l] = p->states[c * LANES + l];
+        if (X[l] < STATE_LOWER) return 3;
+    }
+    __m256i x[4];
+    for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(X + 8 * v));
+    const __m256i vmask = _mm256_set1_epi32((1 << pb) - 1), v255 = _mm256_set1_epi32(0xFF);
+    const __m256i vfff = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m128i shift_pb = _mm_cvtsi32_si128(pb);
+    int64_t steps = m / LANES;
+    for (int64_t t = 0; t < steps; t++) {
+        __m256i sym[4];
+        for (int v = 0; v < 4; v++) {
+            __m256i e = lut8(_mm256_and_si256(x[v], vmask), lut, soft);
+            sym[v] = _mm256_and_si256(e, v255);
+            __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), vfff), one);
+            __m256i xv = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x[v], shift_pb)),
+                                          _mm256_srli_epi32(e, 20));
+            __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(xv, 16), zero);
+            unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
+            __m128i w16;
+            if (pos + 8 <= wlen) {
+                w16 = _mm_loadu_si128((const __m128i *)(words + pos));
+            } else {
+                uint16_t tmp[8];
+                load_words_clamped(tmp, words, pos, wlen, 8);
+                w16 = _mm_loadu_si128((const __m128i *)tmp);
+            }
+            __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16),
+                                                    _mm256_loadu_si256((const __m256i *)g_perm8[mk]));
+            x[v] = _mm256_blendv_epi8(xv, _mm256_or_si256(_mm256_slli_epi32(xv, 16), w), need);
+            pos += __builtin_popcount(mk);
+        }
+        __m256i p01 = _mm256_packus_epi32(sym[0], sym[1]), p23 = _mm256_packus_epi32(sym[2], sym[3]);
+        __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p01, p23), order);
+        _mm256_storeu_si256((__m256i *)(out + t * LANES), b);
+    }
+    for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(X + 8 * v), x[v]);
+    /* a corrupt stream may have run pos past the chunk: the tail clamps, the check flags it */
+    pos = decode_tail(X, steps * LANES, m, lut, pb, words, pos, last, out);
+    return finish_chunk(X, pos, end);
+}
+
+/* one 16-lane step of a chunk: symbols to dst, words from pos (see decode_chunk_avx2) */
+#define WC_STEP512(xr, dst, pos, lut)                                                                   \
+    do {                                                                                        \
+        __m512i e = lut16(_mm512_and_si512(xr, vmask), lut, soft);   \
+        _mm_storeu_si128((__m128i *)(dst), _mm512_cvtepi32_epi8(_mm512_and_si512(e, v255)));    \
+        __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), vfff), one);     \
+        __m512i xv = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srl_epi32(xr, shift_pb)),    \
+                                      _mm512_srli_epi32(e, 20));                                \
+        __mmask16 need = _mm512_cmplt_epu32_mask(xv, lower);                                    \
+        __m256i w16;                                                                            \
+        if (pos + 16 <= wlen) {                                                                 \
+            w16 = _mm256_loadu_si256((const __m256i *)(words + pos));                           \
+        } else {                                                                                \
+            uint16_t tmp[16];                                                                   \
+            load_words_clamped(tmp, words, pos, wlen, 16);                                      \
+            w16 = _mm256_loadu_si256((const __m256i *)tmp);                                     \
+        }                                                                                       \
+        __m512i w = _mm512_maskz_expand_epi32(need, _mm512_cvtepu16_epi32(w16));                \
+        xr = _mm512_mask_or_epi32(xv, need, _mm512_slli_epi32(xv, 16), w);                      \
+        pos += __builtin_popcount((unsigned)need);                                              \
+    } while (0)
+
+__attribute__((target("avx512f,avx512bw,popcnt")))
+static int decode_chunk_avx512(const plane_t *p, int64_t c, uint8_t *out) {
+    const int soft = g_soft_gather;
+    const int pb = p->prob_bits;
+    const uint32_t *lut = p->lookup + ((c / p->chunks_per_table) << pb);
+    int64_t start = c * p->chunk_size;
+    int64_t m = (p->n < start + p->chunk_size ? p->n : start + p->chunk_size) - start;
+    int64_t pos = p->offsets[c], end = p->offsets[c + 1];
+    int64_t last = end - 1 > 0 ? end - 1 : 0;
+    const uint16_t *words = p->words;
+    const int64_t wlen = p->words_len;
+    uint32_t X[LANES];
+    for (int l = 0; l < LANES; l++) {
+        X[l] = p->states[c * LANES + l];
+        if (X[l] < STATE_LOWER) return 3;
+    }
+    __m512i x0 = _mm512_loadu_si512(X), x1 = _mm512_loadu_si512(X + 16);
+    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1), v255 = _mm512_set1_epi32(0xFF);
+    const __m512i vfff = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
+    const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
+    const __m128i shift_pb = _mm_cvtsi32_si128(pb);
+    int64_t steps = m / LANES;
+    for (int64_t t = 0; t < steps; t++) {
+        WC_STEP512(x0, out + t * LANES, pos, lut);
+        WC_STEP512(x1, out + t * LANES + 16, pos, lut);
+    }
+    _mm512_storeu_si512(X, x0);
+    _mm512_storeu_si512(X + 16, x1);
+    pos = decode_tail(X, steps * LANES, m, lut, pb, words, pos, last, out);
+    return finish_chunk(X, pos, end);
+}
+/* Two whole chunks c, c + 1 at once: four independent 16-lane chains hide the gather and
+ * multiply latencies that bound one chunk's two chains. Statuses to st[0], st[1]. */
+__attribute__((target("avx512f,avx512bw,popcnt")))
+static void decode_pair_avx512(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
+    const int soft = g_soft_gather;
+    const int pb = p->prob_bits;
+    const uint32_t *luta = p->lookup + ((c / p->chunks_per_table) << pb);
+    const uint32_t *lutb = p->lookup + (((c + 1) / p->chunks_per_table) << pb);
+    int64_t posa = p->offsets[c], enda = p->offsets[c + 1], posb = enda, endb = p->offsets[c + 2];
+    const uint16_t *words = p->words;
+    const int64_t wlen = p->words_len;
+    uint32_t XA[LANES], XB[LANES];
+    int bad = 0;
+    for (int l = 0; l < LANES; l++) {
+        XA[l] = p->states[c * LANES + l];
+        XB[l] = p->states[(c + 1) * LANES + l];
+        bad |= XA[l] < STATE_LOWER || XB[l] < STATE_LOWER;
+    }
+    if (bad) {
+        st[0] = decode_chunk_avx512(p, c, outa);
+        st[1] = decode_chunk_avx512(p, c + 1, outb);
+        return;
+    }
+    __m512i a0 = _mm512_loadu_si512(XA), a1 = _mm512_loadu_si512(XA + 16);
+    __m512i b0 = _mm512_loadu_si512(XB), b1 = _mm512_loadu_si512(XB + 16);
+    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1), v255 = _mm512_set1_epi32(0xFF);
+    const __m512i vfff = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
+    const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
+    const __m128i shift_pb = _mm_cvtsi32_si128(pb);
+    int64_t steps = p->chunk_size / LANES;
+    for (int64_t t = 0; t < steps; t++) {
+        WC_STEP512(a0, outa + t * LANES, posa, luta);
+        WC_STEP512(b0, outb + t * LANES, posb, lutb);
+        WC_STEP512(a1, outa + t * LANES + 16, posa, luta);
+        WC_STEP512(b1, outb + t * LANES + 16, posb, lutb);
+    }
+    _mm512_storeu_si512(XA, a0);
+    _mm512_storeu_si512(XA + 16, a1);
+    _mm512_storeu_si512(XB, b0);
+    _mm512_storeu_si512(XB + 16, b1);
+    st[0] = finish_chunk(XA, posa, enda);
+    st[1] = finish_chunk(XB, posb, endb);
+}
+#undef WC_STEP512
+#endif
+
+/* decode chunk c into out (symbol i of the chunk at out[i]); returns its status */
+static int decode_chunk(const plane_t *p, int64_t c, uint8_t *out) {
+#ifdef WC_X86
+    if (g_isa == ISA_AVX512) return decode_chunk_avx512(p, c, out);
+    if (g_isa == ISA_AVX2) return decode_chunk_avx2(p, c, out);
+#endif
+    return decode_chunk_scalar(p, c, out);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* argument helpers                                                                           */
+
+typedef struct {
+    Py_buffer b[16];
+    int k;
+} bufs_t;
+
+static void bufs_release(bufs_t *bs) {
+    for (int i = 0; i < bs->k; i++) PyBuffer_Release(&bs->b[i]);
+    bs->k = 0;
+}
+
+/* a C-contiguous buffer of items of `itemsize` bytes (0: any); NULL with an exception if not */
+static void *get_buf(bufs_t *bs, PyObject *obj, int writable, int itemsize, int64_t *count, const char *what) {
+    Py_buffer *b = &bs->b[bs->k];
+    if (PyObject_GetBuffer(obj, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    bs->k++;
+    if (itemsize && b->itemsize != itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected items of %d bytes, got %zd", what, itemsize, b->itemsize);
+        return NULL;
+    }
+    *count = b->itemsize ? (int64_t)(b->len / b->itemsize) : 0;
+    return b->buf;
+}
+
+static int g_threads_default = 1;
+
+static int pick_threads(int threads, int64_t tasks) {
+    if (threads <= 0) threads = g_threads_default;
+    if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
+    return threads < 1 ? 1 : threads;
+}
+
+/* checks a plane's arrays against each other; 0 ok, -1 with ValueError */
+static int check_plane(const plane_t *p, int64_t n_states, int64_t n_offsets, int64_t n_lookup) {
+    if (p->chunk_size < LANES || p->chunk_size % LANES || p->chunks_per_table < 1 || p->n < 0 ||
+        (p->prob_bits != 11 && p->prob_bits != 12) || p->words_len < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad rANS plane parameters");
+        return -1;
+    }
+    int64_t n_chunks = (p->n + p->chunk_size - 1) / p->chunk_size;
+    int64_t n_tables = n_chunks ? (n_chunks - 1) / p->chunks_per_table + 1 : 0;
+    if (n_states != n_chunks * LANES || n_offsets != n_chunks + 1 || n_lookup < (n_tables << p->prob_bits)) {
+        PyErr_SetString(PyExc_ValueError, "rANS plane arrays have inconsistent sizes");
+        return -1;
+    }
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (p->offsets[c] > p->offsets[c + 1] || (int64_t)p->offsets[c + 1] > p->words_len) {
+            PyErr_SetString(PyExc_ValueError, "rANS word offsets out of range");
+            return -1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+ *               out, status, threads)                                                        */
+
+typedef struct {
+    plane_t p;
+    uint8_t *out;
+    int32_t *status;
+} dec_ctx;
+
+/* decode chunks 2t and 2t + 1 (if it exists) to out0 / out1; statuses to st */
+static void decode_two(const plane_t *p, int64_t t, uint8_t *out0, uint8_t *out1, int *st) {
+    int64_t c = 2 * t, n_chunks = (p->n + p->chunk_size - 1) / p->chunk_size;
+#ifdef WC_X86
+    if (g_isa == ISA_AVX512 && (c + 2) * p->chunk_size <= p->n) {
+        decode_pair_avx512(p, c, out0, out1, st);
+        return;
+    }
+#endif
+    st[0] = decode_chunk(p, c, out0);
+    if (c + 1 < n_chunks) st[1] = decode_chunk(p, c + 1, out1);
+}
+
+static void dec_task(void *vctx, int64_t t) {
+    dec_ctx *ctx = vctx;
+    int64_t c = 2 * t, cs = ctx->p.chunk_size, n_chunks = (ctx->p.n + cs - 1) / cs;
+    int st[2] = {0, 0};
+    decode_two(&ctx->p, t, ctx->out + c * cs, ctx->out + (c + 1) * cs, st);
+    ctx->status[c] = st[0];
+    if (c + 1 < n_chunks) ctx->status[c + 1] = st[1];
+}
+
+static PyObject *py_decode_chunks(PyObject *self, PyObject *args) {
+    PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_out, *o_status;
+    long long n, cs, cpt;
+    int pb, threads;
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+                          &pb, &o_out, &o_status, &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    dec_ctx ctx;
+    int64_t ns, no, nl, nout, nst;
+    ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
+    if (!ctx.p.states) goto fail;
+    ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
+    if (!ctx.p.offsets) goto fail;
+    ctx.p.words = get_buf(&bs, o_words, 0, 2, &ctx.p.words_len, "words");
+    if (!ctx.p.words) goto fail;
+    ctx.p.lookup = get_buf(&bs, o_lookup, 0, 4, &nl, "lookup");
+    if (!ctx.p.lookup) goto fail;
+    ctx.out = get_buf(&bs, o_out, 1, 1, &nout, "out");
+    if (!ctx.out) goto fail;
+    ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status");
+    if (!ctx.status) goto fail;
+    ctx.p.n = n;
+    ctx.p.chunk_size = cs;
+    ctx.p.chunks_per_table = cpt;
+    ctx.p.prob_bits = pb;
+    if (check_plane(&ctx.p, ns, no, nl) < 0) goto fail;
+    int64_t n_chunks = no - 1;
+    if (nout != n || nst != n_chunks) {
+        PyErr_SetString(PyExc_ValueError, "out must hold n symbols and status n_chunks entries");
+        goto fail;
+    }
+    threads = pick_threads(threads, (n_chunks + 1) / 2);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(dec_task, &ctx, (n_chunks + 1) / 2, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* fused float decode + merge:
+ * decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+ *                    placed, tail, tail_bits, tail_shift, sign_shift, low, low_planes, out, status,
+ *                    threads)
+ * placed: [256] uint64 head value in place, bit 40 set past the alphabet; out: [n] uint16/uint32;
+ * low: [low_planes, n] uint8 (low[0] = bits 15..8, low[1] = bits 7..0).                    */
+
+#define BAD_SYMBOL (1ull << 40)
+
+typedef struct {
+    plane_t p;
+    const uint64_t *placed;
+    uint32_t placed32[256]; /* the placed heads that fit 32 bits (the SIMD merge's table) */
+    uint32_t n_valid;       /* symbols below this are in the alphabet */
+    uint16_t placed16[256]; /* the 16 bits of the placed head that hold it (BF16; F32 >> 16) */
+    int fast16;             /* the 32-wide AVX-512 merge applies (see merge_range_avx512_w) */
+    const uint8_t *tail;
+    int64_t n_tail;
+    int tail_bits, tail_shift, sign_shift, low_planes, out_bytes;
+    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each */
+    void *out;
+    int32_t *status;
+} merge_ctx;
+
+/* the R-bit tail fields of values [i0, i0 + k) (k <= 8, i0 a multiple of 8) */
+static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk, int R, int k, uint64_t *f) {
+    int64_t base = blk * R;
+    int nb = (int)(n_tail - base < R ? n_tail - base : R);
+    uint64_t lo = 0, hi = 0;
+    if (nb == R && R <= 8 && base + 8 <= n_tail) {
+        memcpy(&lo, tail + base, 8);
+    } else {
+        for (int q = 0; q < nb && q < 8; q++) lo |= (uint64_t)tail[base + q] << (8 * q);
+        for (int q = 8; q < nb; q++) hi |= (uint64_t)tail[base + q] << (8 * (q - 8));
+    }
+    const uint64_t fm = (1ull << R) - 1;
+    for (int j = 0; j < k; j++) {
+        int pos = j * R;
+        uint64_t v;
+        if (pos >= 64) v = hi >> (pos - 64);
+        else if (pos + R <= 64) v = lo >> pos;
+        else v = (lo >> pos) | (hi << (64 - pos));
+        f[j] = v & fm;
+    }
+}
+
+/* merge values [a, b) of the tensor (a a multiple of 8); sym[i - a] is the head symbol of value
+ * i. Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
+ * T: the output word, LP: low byte planes. */
+#define MERGE_RANGE(NAME, T, LP)                                                                   \
+    static inline __attribute__((always_inline)) uint64_t NAME(const merge_ctx *ctx, const uint8_t *sym, \
+                                                                int64_t a, int64_t b) {            \
+        const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
+        const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
+        const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;                                        \
+        const uint64_t *placed = ctx->placed;                                                      \
+        T *o = (T *)ctx->out;                                                                      \
+        uint64_t seen = 0;                                                                         \
+        uint64_t f[8];                                                                             \
+        for (int64_t i0 = a; i0 < b; i0 += 8) {                                                    \
+            int k = (int)(b - i0 < 8 ? b - i0 : 8);                                                \
+            int64_t base = (i0 / 8) * R;                                                           \
+            if (R <= 8 && k == 8 && base + 8 <= ctx->n_tail) { /* no branches per value */        \
+                uint64_t word;                                                                     \
+                memcpy(&word, ctx->tail + base, 8);                                                \
+                for (int j = 0; j < 8; j++) f[j] = (word >> (j * R)) & fm;                         \
+            } else {                                                                               \
+                tail_fields(ctx->tail, ctx->n_tail, i0 / 8, R, k, f);                              \
+            }                                                                                      \
+            for (int j = 0; j < k; j++) {                                                          \
+                uint64_t h = placed[sym[i0 - a + j]];                                              \
+                seen |= h;                                                                         \
+                uint64_t v = h | ((f[j] >> (R - 1)) << ssh) | ((f[j] & tmask) << tsh);             \
+                if (LP) v |= ((uint64_t)low1[i0 + j] << 8) | low0[i0 + j];                         \
+                o[i0 + j] = (T)v;                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        return seen;                                                                               \
+    }
+MERGE_RANGE(merge16, uint16_t, 0)
+MERGE_RANGE(merge32, uint32_t, 0)
+MERGE_RANGE(merge32_low, uint32_t, 1)
+
+static inline __attribute__((always_inline)) uint64_t merge_range(const merge_ctx *ctx, const uint8_t *sym,
+                                                                  int64_t a, int64_t b) {
+    if (ctx->out_bytes == 2) return merge16(ctx, sym, a, b);
+    return ctx->low_planes == 2 ? merge32_low(ctx, sym, a, b) : merge32(ctx, sym, a, b);
+}
+
+static uint64_t merge_range_scalar(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+    return merge_range(ctx, sym, a, b);
+}
+
+#ifdef WC_X86
+/* SIMD merge for tails of <= 8 bits: the tail fields of 8 (AVX2) / 16 (AVX-512) values come out
+ * of one byte shuffle (each 32-bit lane takes the two bytes holding its field) and a variable
+ * shift; the placed heads are gathered from placed32. The bad-symbol check is a running max. */
+static void merge_simd_tables(int R, int k, uint8_t *ctl, uint32_t *shv) {
+    for (int j = 0; j < k; j++) {
+        int o = (j * R) >> 3; /* pshufb indexes within each 128-bit lane, all holding the same bytes */
+        ctl[4 * j] = (uint8_t)o;
+        ctl[4 * j + 1] = o + 1 < 16 ? (uint8_t)(o + 1) : 0x80;
+        ctl[4 * j + 2] = ctl[4 * j + 3] = 0x80;
+        shv[j] = (uint32_t)((j * R) & 7);
+    }
+}
+
+__attribute__((target("avx2,bmi2")))
+static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+    const int soft = g_soft_gather;
+    const int R = ctx->tail_bits;
+    if (R > 8) return merge_range(ctx, sym, a, b);
+    uint8_t ctl[32];
+    uint32_t shv[8];
+    merge_simd_tables(R, 8, ctl, shv);
+    const __m256i vctl = _mm256_loadu_si256((const __m256i *)ctl), vsh = _mm256_loadu_si256((const __m256i *)shv);
+    const __m256i vfm = _mm256_set1_epi32((1 << R) - 1), vtm = _mm256_set1_epi32((1 << (R - 1)) - 1);
+    const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
+    const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
+    __m256i mx = _mm256_setzero_si256();
+    int64_t i0 = a;
+    for (; i0 + 8 <= b && (i0 / 8) * R + 8 <= ctx->n_tail; i0 += 8) {
+        long long tw;
+        memcpy(&tw, ctx->tail + (i0 / 8) * R, 8);
+        __m256i t = _mm256_shuffle_epi8(_mm256_set1_epi64x(tw), vctl);
+        __m256i f = _mm256_and_si256(_mm256_srlv_epi32(t, vsh), vfm);
+        long long sw;
+        memcpy(&sw, sym + (i0 - a), 8);
+        __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sw));
+        mx = _mm256_max_epu32(mx, s32);
+        __m256i v = lut8(s32, ctx->placed32, soft);
+        v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_srl_epi32(f, sgn_r), ssh));
+        v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_and_si256(f, vtm), tsh));
+        if (ctx->out_bytes == 2) {
+            __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+            _mm_storeu_si128((__m128i *)((uint16_t *)ctx->out + i0), _mm256_castsi256_si128(pk));
+        } else {
+            if (ctx->low_planes == 2) {
+                long long l1, l0;
+                memcpy(&l1, low1 + i0, 8);
+                memcpy(&l0, low0 + i0, 8);
+                v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l1)), 8));
+                v = _mm256_or_si256(v, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l0)));
+            }
+            _mm256_storeu_si256((__m256i *)((uint32_t *)ctx->out + i0), v);
+        }
+    }
+    uint32_t m8[8];
+    _mm256_storeu_si256((__m256i *)m8, mx);
+    uint64_t seen = 0;
+    for (int j = 0; j < 8; j++)
+        if (m8[j] >= ctx->n_valid) seen = BAD_SYMBOL;
+    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+    const int soft = g_soft_gather;
+    const int R = ctx->tail_bits;
+    if (R > 8) return merge_range(ctx, sym, a, b);
+    uint8_t ctl[64];
+    uint32_t shv[16];
+    merge_simd_tables(R, 16, ctl, shv);
+    const __m512i vctl = _mm512_loadu_si512(ctl), vsh = _mm512_loadu_si512(shv);
+    const __m512i vfm = _mm512_set1_epi32((1 << R) - 1), vtm = _mm512_set1_epi32((1 << (R - 1)) - 1);
+    const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
+    const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
+    __m512i mx = _mm512_setzero_si512();
+    int64_t i0 = a;
+    for (; i0 + 16 <= b && (i0 / 8) * R + 16 <= ctx->n_tail; i0 += 16) {
+        __m128i tb = _mm_loadu_si128((const __m128i *)(ctx->tail + (i0 / 8) * R));
+        __m512i t = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(tb), vctl);
+        __m512i f = _mm512_and_si512(_mm512_srlv_epi32(t, vsh), vfm);
+        __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + (i0 - a))));
+        mx = _mm512_max_epu32(mx, s32);
+        __m512i v = lut16(s32, ctx->placed32, soft);
+        v = _mm512_or_si512(v, _mm512_sll_epi32(_mm512_srl_epi32(f, sgn_r), ssh));
+        v = _mm512_or_si512(v, _mm512_sll_epi32(_mm512_and_si512(f, vtm), tsh));
+        if (ctx->out_bytes == 2) {
+            _mm256_storeu_si256((__m256i *)((uint16_t *)ctx->out + i0), _mm512_cvtepi32_epi16(v));
+        } else {
+            if (ctx->low_planes == 2) {
+                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low1 + i0))), 8));
+                v = _mm512_or_si512(v, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low0 + i0))));
+            }
+            _mm512_storeu_si512((uint32_t *)ctx->out + i0, v);
+        }
+    }
+    uint64_t seen = _mm512_reduce_max_epu32(mx) >= ctx->n_valid ? BAD_SYMBOL : 0;
+    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+}
+
+/* 32 values per iteration, for BF16 and F32 with tails of <= 8 bits: everything in 16-bit lanes
+ * (the upper half of an F32 is laid out as a BF16: head, sign at bit 15, tail at bit 0). The
+ * head lookup is a 256-entry word table in eight registers (four vpermt2w + three blends), the
+ * tail fields come from one byte shuffle per block and a per-lane shift. */
+__attribute__((target("avx512f,avx512bw")))
+static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+    const int R = ctx->tail_bits;
+    __m512i T[8];
+    for (int k = 0; k < 8; k++) T[k] = _mm512_loadu_si512(ctx->placed16 + 32 * k);
+    uint8_t ctl[64];
+    uint16_t shv[32];
+    for (int L = 0; L < 4; L++)
+        for (int j = 0; j < 8; j++) {
+            int o = (j * R) >> 3;
+            ctl[16 * L + 2 * j] = (uint8_t)o;
+            ctl[16 * L + 2 * j + 1] = (uint8_t)(o + 1);
+            shv[8 * L + j] = (uint16_t)((j * R) & 7);
+        }
+    const __m512i vctl = _mm512_loadu_si512(ctl), vsh = _mm512_loadu_si512(shv);
+    const __m512i vfm = _mm512_set1_epi16((short)((1 << R) - 1)), vtm = _mm512_set1_epi16((short)((1 << (R - 1)) - 1));
+    const __m512i b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
+    const __m128i sgn_r = _mm_cvtsi32_si128(R - 1);
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi_idx = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
+    const uint8_t *tail = ctx->tail;
+    __m256i mx = _mm256_setzero_si256();
+    int64_t i0 = a;
+    for (; i0 + 32 <= b && (i0 / 8 + 3) * R + 16 <= ctx->n_tail; i0 += 32) {
+        const uint8_t *tb = tail + (i0 / 8) * R;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)tb));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + R)), 1);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + 2 * R)), 2);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(tb + 3 * R)), 3);
+        __m512i f = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_epi8(t, vctl), vsh), vfm);
+        __m256i s8 = _mm256_loadu_si256((const __m256i *)(sym + (i0 - a)));
+        mx = _mm256_max_epu8(mx, s8);
+        __m512i idx = _mm512_cvtepu8_epi16(s8);
+        __m512i r0 = _mm512_permutex2var_epi16(T[0], idx, T[1]), r1 = _mm512_permutex2var_epi16(T[2], idx, T[3]);
+        __m512i r2 = _mm512_permutex2var_epi16(T[4], idx, T[5]), r3 = _mm512_permutex2var_epi16(T[6], idx, T[7]);
+        __mmask32 m6 = _mm512_test_epi16_mask(idx, b6), m7 = _mm512_test_epi16_mask(idx, b7);
+        __m512i h = _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, r0, r1), _mm512_mask_blend_epi16(m6, r2, r3));
+        __m512i u = _mm512_or_si512(h, _mm512_or_si512(_mm512_slli_epi16(_mm512_srl_epi16(f, sgn_r), 15),
+                                                       _mm512_and_si512(f, vtm)));
+        if (ctx->out_bytes == 2) {
+            _mm512_storeu_si512((uint16_t *)ctx->out + i0, u);
+        } else {
+            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + i0)));
+            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + i0)));
+            __m512i lo16 = _mm512_or_si512(_mm512_slli_epi16(l1, 8), l0);
+            __m512i A = _mm512_unpacklo_epi16(lo16, u), B = _mm512_unpackhi_epi16(lo16, u);
+            _mm512_storeu_si512((uint32_t *)ctx->out + i0, _mm512_permutex2var_epi64(A, lo_idx, B));
+            _mm512_storeu_si512((uint32_t *)ctx->out + i0 + 16, _mm512_permutex2var_epi64(A, hi_idx, B));
+        }
+    }
+    uint8_t m32[32];
+    _mm256_storeu_si256((__m256i *)m32, mx);
+    uint64_t seen = 0;
+    for (int j = 0; j < 32; j++)
+        if (m32[j] >= ctx->n_valid) seen = BAD_SYMBOL;
+    return seen | merge_range_avx512(ctx, sym + (i0 - a), i0, b);
+}
+#endif
+
+static void merge_task(void *vctx, int64_t t) {
+    merge_ctx *ctx = vctx;
+    int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
+    uint8_t stackbuf[65536];
+    uint8_t *buf = 2 * cs <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)(2 * cs));
+    if (!buf) {
+        for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->status[c] = 5;
+        return;
+    }
+    int st[2] = {0, 0};
+    decode_two(&ctx->p, t, buf, buf + cs, st);
+    for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) {
+        int64_t start = c * cs, end = ctx->p.n < start + cs ? ctx->p.n : start + cs;
+        const uint8_t *sym = buf + (c - c0) * cs;
+        if (st[c - c0] == 0) {
+            uint64_t seen;
+#ifdef WC_X86
+            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, start, end);
+            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, start, end);
+            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, start, end);
+            else
+#endif
+                seen = merge_range_scalar(ctx, sym, start, end);
+            if (seen & BAD_SYMBOL) st[c - c0] = 4;
+        }
+        ctx->status[c] = st[c - c0];
+    }
+    if (buf != stackbuf) free(buf);
+}
+
+static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
+    PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
+    long long n, cs, cpt;
+    int pb, threads;
+    merge_ctx ctx;
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+                          &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
+                          &o_low0, &o_out, &o_status, &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst;
+    ctx.low_planes = o_low1 != Py_None ? 2 : 0;
+    ctx.low1 = ctx.low0 = NULL;
+    ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
+    if (!ctx.p.states) goto fail;
+    ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
+    if (!ctx.p.offsets) goto fail;
+    ctx.p.words = get_buf(&bs, o_words, 0, 2, &ctx.p.words_len, "words");
+    if (!ctx.p.words) goto fail;
+    ctx.p.lookup = get_buf(&bs, o_lookup, 0, 4, &nl, "lookup");
+    if (!ctx.p.lookup) goto fail;
+    ctx.placed = get_buf(&bs, o_placed, 0, 8, &np_, "placed");
+    if (!ctx.placed) goto fail;
+    ctx.tail = get_buf(&bs, o_tail, 0, 1, &ctx.n_tail, "tail");
+    if (!ctx.tail) goto fail;
+    if (ctx.low_planes) {
+        ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1");
+        if (!ctx.low1) goto fail;
+        ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0");
+        if (!ctx.low0) goto fail;
+    }
+    ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out");
+    if (!ctx.out) goto fail;
+    ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
+    ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status");
+    if (!ctx.status) goto fail;
+    ctx.p.n = n;
+    ctx.p.chunk_size = cs;
+    ctx.p.chunks_per_table = cpt;
+    ctx.p.prob_bits = pb;
+    if (check_plane(&ctx.p, ns, no, nl) < 0) goto fail;
+    int64_t n_chunks = no - 1;
+    int R = ctx.tail_bits;
+    if (np_ != 256 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4) ||
+        R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 ||
+        (ctx.low_planes && (nlow != n || nlow0 != n || ctx.out_bytes != 4)) ||
+        ctx.sign_shift < 0 || ctx.sign_shift >= 8 * ctx.out_bytes || ctx.tail_shift < 0 || ctx.tail_shift > 16) {
+        PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
+        goto fail;
+    }
+    ctx.n_valid = 256;
+    for (int s = 255; s >= 0; s--) {
+        ctx.placed32[s] = (uint32_t)ctx.placed[s];
+        if (ctx.placed[s] & BAD_SYMBOL) ctx.n_valid = (uint32_t)s;
+    }
+    /* BF16 (sign at 15, tail at 0) or F32 with both low planes (sign at 31, tail at 16, heads in
+     * the upper half): the upper 16 bits of every value are laid out alike */
+    int upper = ctx.out_bytes == 4 ? 16 : 0;
+    ctx.fast16 = R <= 8 && ctx.sign_shift == upper + 15 && ctx.tail_shift == upper &&
+                 (ctx.out_bytes == 2 ? ctx.low_planes == 0 : ctx.low_planes == 2);
+    for (int s = 0; s < 256; s++) {
+        ctx.placed16[s] = (uint16_t)(ctx.placed32[s] >> upper);
+        if (upper && (ctx.placed32[s] & 0xFFFF) && s < (int)ctx.n_valid) ctx.fast16 = 0;
+    }
+    threads = pick_threads(threads, (n_chunks + 1) / 2);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(merge_task, &ctx, (n_chunks + 1) / 2, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* encode: histograms, normalisation, the float split, rANS encode                           */
+
+typedef struct {
+    const uint8_t *sym;
+    int64_t n, chunk_size;
+    int64_t *counts; /* [n_chunks, 256] */
+} hist_ctx;
+
+static void hist_task(void *vctx, int64_t c) {
+    hist_ctx *ctx = vctx;
+    int64_t a = c * ctx->chunk_size, b = ctx->n < a + ctx->chunk_size ? ctx->n : a + ctx->chunk_size;
+    uint32_t h[4][256];
+    memset(h, 0, sizeof h);
+    int64_t i = a;
+    for (; i + 4 <= b; i += 4) { /* four sub-histograms: no store-to-load stalls on repeats */
+        h[0][ctx->sym[i]]++;
+        h[1][ctx->sym[i + 1]]++;
+        h[2][ctx->sym[i + 2]]++;
+        h[3][ctx->sym[i + 3]]++;
+    }
+    for (; i < b; i++) h[0][ctx->sym[i]]++;
+    int64_t *row = ctx->counts + c * 256;
+    for (int s = 0; s < 256; s++) row[s] = (int64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+/* chunk_histograms(symbols, chunk_size, counts, threads); counts: [n_chunks * 256] int64 */
+static PyObject *py_chunk_histograms(PyObject *self, PyObject *args) {
+    PyObject *o_sym, *o_counts;
+    long long cs;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &cs, &o_counts, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    hist_ctx ctx;
+    int64_t nc;
+    ctx.sym = get_buf(&bs, o_sym, 0, 1, &ctx.n, "symbols");
+    if (!ctx.sym) goto fail;
+    ctx.counts = get_buf(&bs, o_counts, 1, 8, &nc, "counts");
+    if (!ctx.counts) goto fail;
+    ctx.chunk_size = cs;
+    if (cs < 1 || cs > (1 << 24) || nc != ((ctx.n + cs - 1) / cs) * 256) {
+        PyErr_SetString(PyExc_ValueError, "chunk_histograms: bad sizes");
+        goto fail;
+    }
+    int64_t n_chunks = nc / 256;
+    threads = pick_threads(threads, n_chunks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(hist_task, &ctx, n_chunks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* head_histogram(bits, shift, mask, hist, threads): hist[(b >> shift) & mask] += 1 over
+ * uint16/uint32 bits; hist: [mask + 1] int64 */
+typedef struct {
+    const void *bits;
+    int bytes, shift;
+    uint32_t mask;
+    int64_t n, part;
+    int64_t *parts; /* [n_parts, mask + 1] */
+} hh_ctx;
+
+/* four interleaved 32-bit sub-histograms: runs of equal values (weights' exponents cluster)
+ * would otherwise chain every increment through one counter (store-to-load latency) */
+#define HH_LOOP(T)                                                                               \
+    do {                                                                                         \
+        const T *x = ctx->bits;                                                                  \
+        int64_t i = a;                                                                           \
+        for (; i + 4 <= b; i += 4) {                                                             \
+            h0[(x[i] >> sh) & msk]++;                                                            \
+            h1[(x[i + 1] >> sh) & msk]++;                                                        \
+            h2[(x[i + 2] >> sh) & msk]++;                                                        \
+            h3[(x[i + 3] >> sh) & msk]++;                                                        \
+        }                                                                                        \
+        for (; i < b; i++) h0[(x[i] >> sh) & msk]++;                                             \
+    } while (0)
+
+static void hh_task(void *vctx, int64_t p) {
+    hh_ctx *ctx = vctx;
+    int64_t a = p * ctx->part, b = ctx->n < a + ctx->part ? ctx->n : a + ctx->part;
+    int64_t nb = (int64_t)ctx->mask + 1;
+    int64_t *h = ctx->parts + p * nb;
+    uint32_t *sub = calloc((size_t)(4 * nb), sizeof(uint32_t));
+    if (!sub) { /* no memory for the fast path: count directly */
+        for (int64_t i = a; i < b; i++)
+            h[((ctx->bytes == 2 ? ((const uint16_t *)ctx->bits)[i] : ((const uint32_t *)ctx->bits)[i]) >> ctx->shift) & ctx->mask]++;
+        return;
+    }
+    uint32_t *h0 = sub, *h1 = sub + nb, *h2 = sub + 2 * nb, *h3 = sub + 3 * nb;
+    const int sh = ctx->shift;
+    const uint32_t msk = ctx->mask;
+    if (ctx->bytes == 2) HH_LOOP(uint16_t);
+    else HH_LOOP(uint32_t);
+    for (int64_t k = 0; k < nb; k++) h[k] += (int64_t)h0[k] + h1[k] + h2[k] + h3[k];
+    free(sub);
+}
+
+static PyObject *py_head_histogram(PyObject *self, PyObject *args) {
+    PyObject *o_bits, *o_hist;
+    int shift, threads;
+    unsigned int mask;
+    if (!PyArg_ParseTuple(args, "OiIOi", &o_bits, &shift, &mask, &o_hist, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    hh_ctx ctx;
+    int64_t nh;
+    ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
+    if (!ctx.bits) goto fail;
+    ctx.bytes = (int)bs.b[0].itemsize;
+    int64_t *hist = get_buf(&bs, o_hist, 1, 8, &nh, "hist");
+    if (!hist) goto fail;
+    if ((ctx.bytes != 2 && ctx.bytes != 4) || shift < 0 || shift >= 32 || mask > (1u << 20) || nh != (int64_t)mask + 1) {
+        PyErr_SetString(PyExc_ValueError, "head_histogram: bad arguments");
+        goto fail;
+    }
+    ctx.shift = shift;
+    ctx.mask = mask;
+    int64_t n_parts = ctx.n >= (1 << 18) ? 16 : 1;
+    while (ctx.n / n_parts >= ((int64_t)1 << 31)) n_parts *= 2; /* 32-bit sub-histograms */
+    ctx.part = (ctx.n + n_parts - 1) / n_parts;
+    if (ctx.part < 1) ctx.part = 1;
+    ctx.parts = calloc((size_t)(n_parts * nh), sizeof(int64_t));
+    if (!ctx.parts) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    threads = pick_threads(threads, n_parts);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(hh_task, &ctx, n_parts, threads);
+    for (int64_t p = 0; p < n_parts; p++)
+        for (int64_t s = 0; s < nh; s++) hist[s] += ctx.parts[p * nh + s];
+    Py_END_ALLOW_THREADS
+    free(ctx.parts);
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* normalize_rows(counts [T*256] int64, prob_bits, out [T*256] uint16): as rans/_normalize.py */
+static PyObject *py_normalize_rows(PyObject *self, PyObject *args) {
+    PyObject *o_counts, *o_out;
+    int pb;
+    if (!PyArg_ParseTuple(args, "OiO", &o_counts, &pb, &o_out)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nc, no;
+    const int64_t *counts = get_buf(&bs, o_counts, 0, 8, &nc, "counts");
+    if (!counts) goto fail;
+    uint16_t *out = get_buf(&bs, o_out, 1, 2, &no, "out");
+    if (!out) goto fail;
+    if (nc != no || nc % 256 || pb < 1 || pb > 15) {
+        PyErr_SetString(PyExc_ValueError, "normalize_rows: bad sizes");
+        goto fail;
+    }
+    const int64_t total_prob = 1 << pb;
+    for (int64_t r = 0; r < nc / 256; r++) {
+        const int64_t *cr = counts + r * 256;
+        int64_t f[256], total = 0;
+        int best = 0;
+        for (int s = 0; s < 256; s++) {
+            total += cr[s];
+            if (cr[s] > cr[best]) best = s;
+        }
+        memset(f, 0, sizeof f);
+        if (total == 0) {
+            f[0] = total_prob;
+        } else {
+            int64_t acc = 0;
+            for (int s = 0; s < 256; s++)
+                if (cr[s] > 0) {
+                    int64_t v = cr[s] * total_prob / total;
+                    f[s] = v > 1 ? v : 1;
+                    acc += f[s];
+                }
+            int64_t diff = total_prob - acc;
+            if (diff > 0) f[best] += diff;
+            while (diff < 0) {
+                /* symbols by frequency descending, ties by symbol (a stable argsort of -f) */
+                int order[256];
+                for (int s = 0; s < 256; s++) order[s] = s;
+                for (int i = 1; i < 256; i++) { /* insertion sort: stable */
+                    int s = order[i], j = i - 1;
+                    while (j >= 0 && f[order[j]] < f[s]) {
+                        order[j + 1] = order[j];
+                        j--;
+                    }
+                    order[j + 1] = s;
+                }
+                for (int i = 0; i < 256; i++) {
+                    int s = order[i];
+                    if (diff == 0 || f[s] <= 1) break;
+                    f[s]--;
+                    diff++;
+                }
+            }
+        }
+        for (int s = 0; s < 256; s++) out[r * 256 + s] = (uint16_t)f[s];
+    }
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits,
+ *             low_planes, head, tail, low, threads): as codecs/_kernels.split_float          */
+typedef struct {
+    const void *bits;
+    int bytes;
+    int64_t n, n_tail;
+    int shift, tail_shift, sign_shift, R, low_planes;
+    uint32_t mask, tail_mask;
+    const uint8_t *symbol_of;
+    uint8_t *head, *tail, *low;
+} split_ctx;
+
+#define SPLIT_BLOCKS 4096 /* blocks of 8 values per task */
+
+/* blocks [from, b1), any tail width */
+static inline __attribute__((always_inline)) void split_body(split_ctx *ctx, int64_t from, int64_t b1) {
+    const int R = ctx->R;
+    const int64_t n = ctx->n;
+    uint8_t *low1 = ctx->low, *low0 = ctx->low + n;
+    for (int64_t blk = from; blk < b1; blk++) {
+        int64_t i0 = blk * 8;
+        int k = (int)(n - i0 < 8 ? n - i0 : 8);
+        uint64_t lo = 0, hi = 0;
+        for (int j = 0; j < k; j++) {
+            uint32_t b = ctx->bytes == 2 ? ((const uint16_t *)ctx->bits)[i0 + j] : ((const uint32_t *)ctx->bits)[i0 + j];
+            ctx->head[i0 + j] = ctx->symbol_of[(b >> ctx->shift) & ctx->mask];
+            uint64_t t = ((uint64_t)(b >> ctx->sign_shift) << (R - 1)) | ((b >> ctx->tail_shift) & ctx->tail_mask);
+            int pos = j * R;
+            if (pos < 64) {
+                lo |= t << pos;
+                if (pos + R > 64) hi |= t >> (64 - pos);
+            } else {
+                hi |= t << (pos - 64);
+            }
+            if (ctx->low_planes == 2) {
+                low1[i0 + j] = (uint8_t)(b >> 8);
+                low0[i0 + j] = (uint8_t)b;
+            }
+        }
+        /* a block of 8 values fills exactly R bytes (the last block: what is left) */
+        int64_t base = blk * R;
+        int nb = (int)(ctx->n_tail - base < R ? ctx->n_tail - base : R);
+        for (int q = 0; q < nb; q++) ctx->tail[base + q] = (uint8_t)(q < 8 ? lo >> (8 * q) : hi >> (8 * (q - 8)));
+    }
+}
+
+static inline __attribute__((always_inline)) void split_body_task(split_ctx *ctx, int64_t task) {
+    int64_t b0 = task * SPLIT_BLOCKS, n_blocks = (ctx->n + 7) / 8;
+    int64_t b1 = n_blocks < b0 + SPLIT_BLOCKS ? n_blocks : b0 + SPLIT_BLOCKS;
+    split_body(ctx, b0, b1);
+}
+
+/* the common case (BF16, F32: tails of <= 8 bits): a whole block's fields in one 64-bit word,
+ * no branches; B = bytes per value, LP = low byte planes */
+#define SPLIT_FAST(NAME, T, LP)                                                                  \
+    static inline __attribute__((always_inline)) int64_t NAME(split_ctx *ctx, int64_t b0, int64_t b1) { \
+        const int R = ctx->R, sh = ctx->shift, tsh = ctx->tail_shift, ssh = ctx->sign_shift;     \
+        const uint32_t msk = ctx->mask, tmsk = ctx->tail_mask;                                   \
+        const T *bits = (const T *)ctx->bits;                                                    \
+        uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;                                     \
+        int64_t blk = b0;                                                                        \
+        /* full blocks whose 8-byte tail store stays inside this task's bytes */                 \
+        const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;                       \
+        for (; (blk + 1) * 8 <= ctx->n && blk * R + 8 <= lim; blk++) {                           \
+            int64_t i0 = blk * 8;                                                                \
+            uint64_t word = 0;                                                                   \
+            for (int j = 0; j < 8; j++) {                                                        \
+                uint32_t b = bits[i0 + j];                                                       \
+                ctx->head[i0 + j] = ctx->symbol_of[(b >> sh) & msk];                             \
+                word |= (uint64_t)((((b >> ssh) << (R - 1)) | ((b >> tsh) & tmsk))) << (j * R);  \
+                if (LP) {                                                                        \
+                    low1[i0 + j] = (uint8_t)(b >> 8);                                            \
+                    low0[i0 + j] = (uint8_t)b;                                                   \
+                }                                                                                \
+            }                                                                                    \
+            memcpy(ctx->tail + blk * R, &word, 8); /* bytes past R: the next block rewrites */  \
+        }                                                                                        \
+        return blk;                                                                              \
+    }
+SPLIT_FAST(split_fast16, uint16_t, 0)
+SPLIT_FAST(split_fast32, uint32_t, 1)
+
+#ifdef WC_X86
+static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1);
+#endif
+
+static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx, int64_t task) {
+    if (ctx->R <= 8 && ((ctx->bytes == 2 && ctx->low_planes == 0) || (ctx->bytes == 4 && ctx->low_planes == 2))) {
+        int64_t b0 = task * SPLIT_BLOCKS, n_blocks = (ctx->n + 7) / 8;
+        int64_t b1 = n_blocks < b0 + SPLIT_BLOCKS ? n_blocks : b0 + SPLIT_BLOCKS;
+        int64_t done = b0;
+#ifdef WC_X86
+        if (g_isa == ISA_AVX512 && ctx->sign_shift == 8 * ctx->bytes - 1 && ctx->tail_shift == 8 * ctx->bytes - 16)
+            done = split_avx512_w(ctx, b0, b1);
+#endif
+        done = ctx->bytes == 2 ? split_fast16(ctx, done, b1) : split_fast32(ctx, done, b1);
+        split_body(ctx, done, b1);
+    } else {
+        split_body_task(ctx, task);
+    }
+}
+
+static void split_task_scalar(void *vctx, int64_t task) { split_dispatch(vctx, task); }
+
+#ifdef WC_X86
+/* AVX-512 split of 32 values per iteration for BF16 and F32 (tails <= 8 bits): the upper 16 bits
+ * of a value are laid out alike in both (head, sign at bit 15, tail at bit 0); the head symbols
+ * are looked up one by one (a table of up to 4096 bytes), the 32 tail fields are computed in
+ * 16-bit lanes, narrowed to bytes and packed R bits each by pext, 8 fields per 64-bit word.
+ * Returns the first block it did not do (the rest: split_fast, then split_body). */
+__attribute__((target("avx512f,avx512bw,bmi2")))
+static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
+    const int R = ctx->R, f32 = ctx->bytes == 4;
+    const int sh = ctx->shift - (f32 ? 16 : 0);
+    const __m512i msk = _mm512_set1_epi16((short)ctx->mask), tmsk = _mm512_set1_epi16((short)ctx->tail_mask);
+    const __m128i shv = _mm_cvtsi32_si128(sh), rv = _mm_cvtsi32_si128(R - 1);
+    const uint64_t pmask = 0x0101010101010101ull * ((1u << R) - 1);
+    const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;
+    uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;
+    int64_t blk = b0;
+    for (; (blk + 4) * 8 <= ctx->n && (blk + 3) * R + 8 <= lim; blk += 4) {
+        int64_t i0 = blk * 8;
+        __m512i u;
+        if (f32) {
+            __m512i v0 = _mm512_loadu_si512((const uint32_t *)ctx->bits + i0);
+            __m512i v1 = _mm512_loadu_si512((const uint32_t *)ctx->bits + i0 + 16);
+            u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v0, 16))),
+                                   _mm512_cvtepi32_epi16(_mm512_srli_epi32(v1, 16)), 1);
+            _mm_storeu_si128((__m128i *)(low0 + i0), _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(low0 + i0 + 16), _mm512_cvtepi32_epi8(v1));
+            _mm_storeu_si128((__m128i *)(low1 + i0), _mm512_cvtepi32_epi8(_mm512_srli_epi32(v0, 8)));
+            _mm_storeu_si128((__m128i *)(low1 + i0 + 16), _mm512_cvtepi32_epi8(_mm512_srli_epi32(v1, 8)));
+        } else {
+            u = _mm512_loadu_si512((const uint16_t *)ctx->bits + i0);
+        }
+        uint16_t idx[32];
+        _mm512_storeu_si512(idx, _mm512_and_si512(_mm512_srl_epi16(u, shv), msk));
+        for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        __m512i t = _mm512_or_si512(_mm512_sll_epi16(_mm512_srli_epi16(u, 15), rv), _mm512_and_si512(u, tmsk));
+        uint64_t tb[4];
+        _mm256_storeu_si256((__m256i *)tb, _mm512_cvtepi16_epi8(t));
+        for (int q = 0; q < 4; q++) {
+            uint64_t word = _pext_u64(tb[q], pmask);
+            memcpy(ctx->tail + (blk + q) * R, &word, 8); /* bytes past R: rewritten next */
+        }
+    }
+    return blk;
+}
+#endif
+#ifdef WC_X86
+__attribute__((target("avx2,bmi2")))
+static void split_task_avx2(void *vctx, int64_t task) { split_dispatch(vctx, task); }
+#endif
+
+static PyObject *py_split_float(PyObject *self, PyObject *args) {
+    PyObject *o_bits, *o_symof, *o_head, *o_tail, *o_low;
+    int shift, tail_shift, sign_shift, R, low_planes, threads;
+    unsigned int mask, tail_mask;
+    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
+                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    split_ctx ctx;
+    int64_t nsym, nh, nlow;
+    ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
+    if (!ctx.bits) goto fail;
+    ctx.bytes = (int)bs.b[0].itemsize;
+    ctx.symbol_of = get_buf(&bs, o_symof, 0, 1, &nsym, "symbol_of");
+    if (!ctx.symbol_of) goto fail;
+    ctx.head = get_buf(&bs, o_head, 1, 1, &nh, "head");
+    if (!ctx.head) goto fail;
+    ctx.tail = get_buf(&bs, o_tail, 1, 1, &ctx.n_tail, "tail");
+    if (!ctx.tail) goto fail;
+    ctx.low = get_buf(&bs, o_low, 1, 1, &nlow, "low");
+    if (!ctx.low) goto fail;
+    if ((ctx.bytes != 2 && ctx.bytes != 4) || shift < 0 || shift >= 32 || nsym != (int64_t)mask + 1 ||
+        nh != ctx.n || R < 1 || R > 16 || ctx.n_tail != (ctx.n * R + 7) / 8 || tail_shift < 0 || tail_shift >= 32 ||
+        sign_shift < 0 || sign_shift >= 32 || (low_planes != 0 && low_planes != 2) || nlow != low_planes * ctx.n ||
+        (low_planes == 2 && ctx.bytes != 4)) {
+        PyErr_SetString(PyExc_ValueError, "split_float: inconsistent arguments");
+        goto fail;
+    }
+    ctx.shift = shift;
+    ctx.mask = mask;
+    ctx.tail_shift = tail_shift;
+    ctx.tail_mask = tail_mask;
+    ctx.sign_shift = sign_shift;
+    ctx.R = R;
+    ctx.low_planes = low_planes;
+    int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
+    threads = pick_threads(threads, n_tasks);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef WC_X86
+    if (g_isa >= ISA_AVX2) run_parallel(split_task_avx2, &ctx, n_tasks, threads);
+    else
+#endif
+        run_parallel(split_task_scalar, &ctx, n_tasks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* encode_chunks(symbols, chunk_size, chunks_per_table, freqs [T*256] uint16, prob_bits, states
+ * [n_chunks*32] uint32, counts [n_chunks] int64, scratch [max(n,1)] uint16, threads) -> total:
+ * each chunk's words are written backwards ending at the chunk's end in scratch (so they are in
+ * decoder order), then all are moved to scratch[:total], chunk after chunk; counts[c] = words of
+ * chunk c. As rans/cpu.encode_chunks.                                                        */
+typedef struct {
+    uint64_t bound; /* 2**32 for a symbol taking the whole range */
+    uint32_t freq;
+    uint32_t cum;
+    double rcp;
+} enc_sym;
+
+typedef struct {
+    const uint8_t *sym;
+    int64_t n, chunk_size, chunks_per_table;
+    const enc_sym *tab; /* [T * 256] */
+    const uint32_t *packed; /* [T * 256]: freq | cum << 13 (the SIMD encoder's table) */
+    int pb;
+    uint32_t *states;
+    int64_t *counts;
+    uint16_t *scratch;
+    int bad; /* set when a symbol has frequency 0 in its table (cannot be coded) */
+} enc_ctx;
+
+static inline __attribute__((always_inline)) void enc_body(enc_ctx *ctx, int64_t c) {
+    const enc_sym *tab = ctx->tab + (c / ctx->chunks_per_table) * 256;
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint8_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + start + m; /* one past the next word to write */
+    uint16_t *lowest = ctx->scratch + start;
+    const int pb = ctx->pb;
+    uint32_t X[LANES];
+    uint32_t absent = 0;
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER;
+    for (int64_t i = m - 1; i >= 0; i--) {
+        const enc_sym *e = &tab[sym[i]];
+        absent |= e->freq == 0;
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        int emit = x >= e->bound;
+        /* branchless: the store is harmless when nothing is emitted (overwritten later or
+         * outside the counted words) */
+        *(w - 1 >= lowest ? w - 1 : lowest) = (uint16_t)x;
+        w -= emit;
+        x >>= 16 * emit;
+        /* floor(x / f) through a double reciprocal: exact for f <= 2**12, x < 2**32 */
+        uint32_t q = (uint32_t)((double)x * e->rcp + 6.103515625e-05);
+        X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
+    }
+    memcpy(ctx->states + c * LANES, X, sizeof X);
+    ctx->counts[c] = (ctx->scratch + start + m) - w;
+    if (absent) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
+static void enc_task_scalar(void *vctx, int64_t c) { enc_body(vctx, c); }
+
+#ifdef WC_X86
+/* the partial last step of a chunk, scalar (as enc_body); returns the word pointer */
+static inline uint16_t *enc_partial(const enc_sym *tab, const uint8_t *sym, int64_t m, int64_t full, int pb,
+                                    uint32_t *X, uint16_t *w, uint32_t *absent) {
+    for (int64_t i = m - 1; i >= full * LANES; i--) {
+        const enc_sym *e = &tab[sym[i]];
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        *absent |= e->freq == 0;
+        if (x >= e->bound) {
+            *--w = (uint16_t)x;
+            x >>= 16;
+        }
+        uint32_t q = (uint32_t)((double)x * e->rcp + 6.103515625e-05);
+        X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
+    }
+    return w;
+}
+
+/* AVX2 encoder: four 8-lane vectors, highest first. The emitted words of a vector go to the
+ * top of an 8-word store that ends at the write pointer (g_top8), so it writes only below the
+ * words already written; near the chunk's start that store could reach the previous chunk's
+ * words, so those steps run scalar. floor(x / f) in double precision (exact, as below). */
+__attribute__((target("avx2,popcnt")))
+static void enc_task_avx2(void *vctx, int64_t c) {
+    enc_ctx *ctx = vctx;
+    const int soft = g_soft_gather;
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    const enc_sym *tab = ctx->tab + tab_i;
+    const uint32_t *packed = ctx->packed + tab_i;
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint8_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + start + m, *lowest = ctx->scratch + start;
+    const int pb = ctx->pb;
+    uint32_t X[LANES], absent = 0;
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER;
+    int64_t full = m / LANES;
+    w = enc_partial(tab, sym, m, full, pb, X, w, &absent);
+    __m256i xv[4];
+    for (int v = 0; v < 4; v++) xv[v] = _mm256_loadu_si256((const __m256i *)(X + 8 * v));
+    const __m256i fmask = _mm256_set1_epi32(0x1FFF), zero = _mm256_setzero_si256();
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256d two31 = _mm256_set1_pd(2147483648.0);
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    const __m256i pack_lo = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                             0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i zero_f = zero;
+    int64_t t = full - 1;
+    for (; t >= 0 && w - 32 >= lowest; t--) {
+        for (int v = 3; v >= 0; v--) {
+            __m256i x = xv[v];
+            long long sw;
+            memcpy(&sw, sym + t * LANES + 8 * v, 8);
+            __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sw));
+            __m256i e = lut8(s32, packed, soft);
+            __m256i f = _mm256_and_si256(e, fmask);
+            zero_f = _mm256_or_si256(zero_f, _mm256_cmpeq_epi32(f, zero));
+            /* emit where x >> (32 - pb) >= f, i.e. not (f > x >> (32 - pb)) (both below 2**31) */
+            __m256i emitv = _mm256_xor_si256(_mm256_cmpgt_epi32(f, _mm256_srl_epi32(x, shift_hi)),
+                                             _mm256_set1_epi32(-1));
+            unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(emitv));
+            int cnt = __builtin_popcount(mk);
+            __m256i top = _mm256_permutevar8x32_epi32(x, _mm256_loadu_si256((const __m256i *)g_top8[mk]));
+            __m256i p16 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(top, pack_lo), 0x08);
+            /* the 8 words end at w: the emitted ones at the top, the rest below (rewritten later) */
+            _mm_storeu_si128((__m128i *)(w - 8), _mm256_castsi256_si128(p16));
+            w -= cnt;
+            x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), emitv);
+            /* x as double: x - 2**31 fits int32 */
+            __m256i xs = _mm256_xor_si256(x, sign);
+            __m256d x0 = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(xs)), two31);
+            __m256d x1 = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(xs, 1)), two31);
+            __m256d f0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(f));
+            __m256d f1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(f, 1));
+            /* quotients are below 2**21: truncating conversions are exact */
+            __m128i q0 = _mm256_cvttpd_epi32(_mm256_div_pd(x0, f0)), q1 = _mm256_cvttpd_epi32(_mm256_div_pd(x1, f1));
+            __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+            x = _mm256_add_epi32(_mm256_add_epi32(_mm256_sll_epi32(q, shift_pb),
+                                                  _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f))),
+                                 _mm256_srli_epi32(e, 13));
+            xv[v] = x;
+        }
+    }
+    for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(X + 8 * v), xv[v]);
+    /* the first steps (fewer than 32 words of room left): scalar */
+    w = enc_partial(tab, sym, (t + 1) * LANES, 0, pb, X, w, &absent);
+    memcpy(ctx->states + c * LANES, X, sizeof X);
+    ctx->counts[c] = (ctx->scratch + start + m) - w;
+    if (absent || _mm256_movemask_ps(_mm256_castsi256_ps(zero_f))) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
+/* AVX-512 encoder: the 32 lanes as two 16-lane vectors, steps in reverse, the high vector first
+ * (lanes 31..0 in reverse is the spec's order). A vector's emitted words are its lanes' low 16 bits
+ * in ascending lane order, placed just below the words already written: a compress + a masked
+ * store. floor(x / f) is a double division (exact: the quotient is below 2**21, so its rounding
+ * never reaches the next integer). The partial last step runs first, scalar. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
+static void enc_task_avx512(void *vctx, int64_t c) {
+    enc_ctx *ctx = vctx;
+    const int soft = g_soft_gather;
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    const enc_sym *tab = ctx->tab + tab_i;
+    const uint32_t *packed = ctx->packed + tab_i;
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint8_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + start + m;
+    const int pb = ctx->pb;
+    uint32_t X[LANES];
+    uint32_t absent = 0;
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER;
+    int64_t full = m / LANES;
+    for (int64_t i = m - 1; i >= full * LANES; i--) { /* the partial step: scalar, as enc_body */
+        const enc_sym *e = &tab[sym[i]];
+        int lane = (int)(i & (LANES - 1));
+        uint32_t x = X[lane];
+        absent |= e->freq == 0;
+        if (x >= e->bound) {
+            *--w = (uint16_t)x;
+            x >>= 16;
+        }
+        uint32_t q = (uint32_t)((double)x * e->rcp + 6.103515625e-05);
+        X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
+    }
+    __m512i xv[2] = {_mm512_loadu_si512(X), _mm512_loadu_si512(X + 16)};
+    const __m512i fmask = _mm512_set1_epi32(0x1FFF);
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    __mmask16 zero_f = 0;
+    for (int64_t t = full - 1; t >= 0; t--) {
+        for (int v = 1; v >= 0; v--) {
+            __m512i x = xv[v];
+            __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + t * LANES + 16 * v)));
+            __m512i e = lut16(s32, packed, soft);
+            __m512i f = _mm512_and_si512(e, fmask);
+            zero_f |= _mm512_cmpeq_epi32_mask(f, _mm512_setzero_si512());
+            __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
+            int cnt = __builtin_popcount((unsigned)emit);
+            __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+            w -= cnt;
+            _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
+            x = _mm512_mask_srli_epi32(x, emit, x, 16);
+            __m512d q0 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)),
+                                       _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
+            __m512d q1 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)),
+                                       _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
+            x = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
+                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))),
+                                 _mm512_srli_epi32(e, 13));
+            xv[v] = x;
+        }
+    }
+    _mm512_storeu_si512(ctx->states + c * LANES, xv[0]);
+    _mm512_storeu_si512(ctx->states + c * LANES + 16, xv[1]);
+    ctx->counts[c] = (ctx->scratch + start + m) - w;
+    if (absent || zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+#endif
+
+static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
+    PyObject *o_sym, *o_freqs, *o_states, *o_counts, *o_scratch;
+    long long cs, cpt;
+    int pb, threads;
+    if (!PyArg_ParseTuple(args, "OLLOiOOOi", &o_sym, &cs, &cpt, &o_freqs, &pb, &o_states, &o_counts, &o_scratch,
+                          &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    enc_ctx ctx;
+    int64_t nf, nst, nc, nsc;
+    ctx.sym = get_buf(&bs, o_sym, 0, 1, &ctx.n, "symbols");
+    if (!ctx.sym) goto fail;
+    const uint16_t *freqs = get_buf(&bs, o_freqs, 0, 2, &nf, "freqs");
+    if (!freqs) goto fail;
+    ctx.states = get_buf(&bs, o_states, 1, 4, &nst, "states");
+    if (!ctx.states) goto fail;
+    ctx.counts = get_buf(&bs, o_counts, 1, 8, &nc, "counts");
+    if (!ctx.counts) goto fail;
+    ctx.scratch = get_buf(&bs, o_scratch, 1, 2, &nsc, "scratch");
+    if (!ctx.scratch) goto fail;
+    ctx.chunk_size = cs;
+    ctx.chunks_per_table = cpt;
+    ctx.pb = pb;
+    int64_t n_chunks = cs > 0 ? (ctx.n + cs - 1) / cs : 0;
+    int64_t n_tables = nf / 256;
+    if (cs < LANES || cs % LANES || cpt < 1 || (pb != 11 && pb != 12) || nf % 256 ||
+        (n_chunks && (n_chunks - 1) / cpt >= n_tables) || nst != n_chunks * LANES || nc != n_chunks ||
+        nsc < (ctx.n > 1 ? ctx.n : 1)) {
+        PyErr_SetString(PyExc_ValueError, "encode_chunks: inconsistent arguments");
+        goto fail;
+    }
+    enc_sym *tab = calloc((size_t)(n_tables * 256 + 1), sizeof(enc_sym));
+    if (!tab) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int64_t t = 0; t < n_tables; t++) {
+        uint32_t acc = 0;
+        for (int s = 0; s < 256; s++) {
+            uint32_t f = freqs[t * 256 + s];
+            enc_sym *e = &tab[t * 256 + s];
+            e->freq = f;
+            e->bound = (uint64_t)f << (32 - pb); /* ((L >> prob_bits) << 16) * f; 0 for absent symbols */
+            e->cum = acc;
+            e->rcp = f ? 1.0 / f : 0.0;
+            acc += f;
+        }
+    }
+    uint32_t *packed = malloc((size_t)(n_tables * 256 + 1) * sizeof(uint32_t));
+    if (!packed) {
+        free(tab);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int64_t k = 0; k < n_tables * 256; k++) packed[k] = tab[k].freq | tab[k].cum << 13;
+    ctx.tab = tab;
+    ctx.packed = packed;
+    ctx.bad = 0;
+    threads = pick_threads(threads, n_chunks);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef WC_X86
+    if (g_isa == ISA_AVX512) run_parallel(enc_task_avx512, &ctx, n_chunks, threads);
+    else if (g_isa == ISA_AVX2) run_parallel(enc_task_avx2, &ctx, n_chunks, threads);
+    else
+#endif
+        run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
+    Py_END_ALLOW_THREADS
+    free(tab);
+    free(packed);
+    if (ctx.bad) {
+        PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
+        goto fail;
+    }
+    /* compact: chunk c's words end where its symbols end; move them to the front, in order
+     * (each destination lies at or below its source) */
+    int64_t total = 0;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
+        memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
+        total += ctx.counts[c];
+    }
+    bufs_release(&bs);
+    return PyLong_FromLongLong(total);
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* decode_lookup(freqs [T*256] uint16, prob_bits, out [T << prob_bits] uint32): the packed
+ * lookup tables of rans.tables.decode_lookup (sym | (freq-1) << 8 | (slot-cum) << 20); tables
+ * must be validated (each sums to 2**prob_bits) */
+static PyObject *py_decode_lookup(PyObject *self, PyObject *args) {
+    PyObject *o_freqs, *o_out;
+    int pb;
+    if (!PyArg_ParseTuple(args, "OiO", &o_freqs, &pb, &o_out)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nf, no;
+    const uint16_t *freqs = get_buf(&bs, o_freqs, 0, 2, &nf, "freqs");
+    if (!freqs) goto fail;
+    uint32_t *out = get_buf(&bs, o_out, 1, 4, &no, "out");
+    if (!out) goto fail;
+    if ((pb != 11 && pb != 12) || nf % 256 || no != (nf / 256) << pb) {
+        PyErr_SetString(PyExc_ValueError, "decode_lookup: bad sizes");
+        goto fail;
+    }
+    for (int64_t t = 0; t < nf / 256; t++) {
+        const uint16_t *f = freqs + t * 256;
+        uint32_t *o = out + (t << pb), cum = 0;
+        for (int s = 0; s < 256; s++) {
+            if (cum + f[s] > (1u << pb)) {
+                PyErr_SetString(PyExc_ValueError, "decode_lookup: a table sums past 2**prob_bits");
+                goto fail;
+            }
+            for (uint32_t k = 0; k < f[s]; k++) o[cum + k] = (uint32_t)s | (uint32_t)(f[s] - 1) << 8 | k << 20;
+            cum += f[s];
+        }
+        if (cum != (1u << pb)) {
+            PyErr_SetString(PyExc_ValueError, "decode_lookup: a table does not sum to 2**prob_bits");
+            goto fail;
+        }
+    }
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* module                                                                                     */
+
+static PyObject *py_isa(PyObject *self, PyObject *args) { return PyUnicode_FromString(ISA_NAMES[g_isa]); }
+
+static PyObject *py_set_isa(PyObject *self, PyObject *args) {
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, ISA_NAMES[i])) {
+            if (i > g_isa_max) {
+                PyErr_Format(PyExc_ValueError, "this CPU does not support %s", name);
+                return NULL;
+            }
+            g_isa = i;
+            Py_RETURN_NONE;
+        }
+    PyErr_Format(PyExc_ValueError, "unknown ISA %s", name);
+    return NULL;
+}
+
+static PyObject *py_supported_isas(PyObject *self, PyObject *args) {
+    PyObject *l = PyList_New(0);
+    for (int i = 0; i <= g_isa_max && l; i++) {
+        PyObject *s = PyUnicode_FromString(ISA_NAMES[i]);
+        if (!s || PyList_Append(l, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return l;
+}
+
+static PyObject *py_set_threads(PyObject *self, PyObject *args) {
+    int t;
+    if (!PyArg_ParseTuple(args, "i", &t)) return NULL;
+    if (t < 1) t = 1;
+    if (t > 256) t = 256;
+    int old = g_threads_default;
+    g_threads_default = t;
+    __atomic_fetch_add(&g_spare, t - old, __ATOMIC_RELAXED);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_threads(PyObject *self, PyObject *args) { return PyLong_FromLong(g_threads_default); }
+
+static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    int old = g_soft_gather;
+    g_soft_gather = on;
+    return PyBool_FromLong(old);
+}
+
+static PyMethodDef methods[] = {
+    {"decode_chunks", py_decode_chunks, METH_VARARGS, "rANS decode of a plane's chunks (see module docstring)"},
+    {"decode_merge_float", py_decode_merge_float, METH_VARARGS, "fused rANS decode + float merge"},
+    {"chunk_histograms", py_chunk_histograms, METH_VARARGS, "per-chunk symbol histograms"},
+    {"head_histogram", py_head_histogram, METH_VARARGS, "histogram of (bits >> shift) & mask"},
+    {"normalize_rows", py_normalize_rows, METH_VARARGS, "frequency normalisation of count rows"},
+    {"split_float", py_split_float, METH_VARARGS, "float split into head symbols, tail bits, low bytes"},
+    {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
+    {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
+    {"isa", py_isa, METH_NOARGS, "the instruction set in use: scalar, avx2 or avx512"},
+    {"set_isa", py_set_isa, METH_VARARGS, "use a (supported) instruction set"},
+    {"supported_isas", py_supported_isas, METH_NOARGS, "instruction sets this CPU runs"},
+    {"set_threads", py_set_threads, METH_VARARGS, "default threads per call (and the process budget)"},
+    {"threads", py_threads, METH_NOARGS, "default threads per call"},
+    {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (1) or gathers (0)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_cext",
+                                       "wcodec's CPU kernels in C (see wcodec.native)", -1, methods};
+
+PyMODINIT_FUNC PyInit__cext(void) {
+#ifdef WC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) g_isa_max = ISA_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) g_isa_max = ISA_AVX512;
+    g_soft_gather = __builtin_cpu_is("amd");
+    init_perm8();
+#endif
+    g_isa = g_isa_max;
+    g_threads_default = 1;
+    g_spare = 0;
+    return PyModule_Create(&moduledef);
+}

@@ -1,0 +1,339 @@
+"""The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
+in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`; torch ops on the CPU).
+
+``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
+device tensors. ``encode_weight`` builds it from a bf16 tensor with torch ops on the tensor's own
+device (a rANS file decoded on the GPU is transcoded there, no host round trip); its output is
+bit-identical to the numpy encoder of the codec. ``linear`` computes ``x @ W.T (+ bias)``;
+``grad_input`` computes ``g @ W``; ``decode`` gives W back bit-exact.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..codecs.fixed import ESCAPE_D, KPAD_MULTIPLE, MAX_BASE, nibble_order, padded_cols
+from ..errors import CorruptDataError, UnsupportedError
+
+#: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py): CUDA-core
+#: FMAs up to GEMV_MAX_M; the tiled fused tensor-core GEMM below LARGE_M; from LARGE_M on, W is
+#: decoded once into a scratch and multiplied by cuBLAS (there a fused GEMM re-decodes every W
+#: tile once per M-block: 4-6x slower than cuBLAS, measured; decode + cuBLAS 1.07-1.2x)
+GEMV_MAX_M = 4
+LARGE_M = 256
+KINDS = ("gemv", "mm", "decode")
+
+
+@dataclass
+class FixedWeight:
+    """An [N, K] bf16 weight in the fixed layout on one device (see codecs/fixed.py).
+
+    lo: int64 [N, kpad/8] (low bytes); nib: int32 [N, kpad/8] (nibbles); eptr: int32 [N+1];
+    ecol: int32 [E]; eval: int32 [E] (bf16 bits); erow: int64 [E] (row of each escape).
+    """
+
+    lo: torch.Tensor
+    nib: torch.Tensor
+    eptr: torch.Tensor
+    ecol: torch.Tensor
+    eval: torch.Tensor
+    erow: torch.Tensor
+    base: int
+    N: int
+    K: int
+
+    @property
+    def kpad(self) -> int:
+        return self.lo.shape[1] * 8
+
+    @property
+    def device(self) -> torch.device:
+        return self.lo.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held on the device (the escape rows are index helpers, not counted)."""
+        return sum(t.numel() * t.element_size() for t in (self.lo, self.nib, self.eptr))\
+            + self.ecol.numel() * (2 if self.K <= 0x10000 else 4) + self.eval.numel() * 2
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / max(1, self.N * self.K)
+
+    def to(self, device) -> "FixedWeight":
+        f = {k: getattr(self, k).to(device) for k in ("lo", "nib", "eptr", "ecol", "eval", "erow")}
+        return FixedWeight(**f, base=self.base, N=self.N, K=self.K)
+
+    def tensors(self) -> dict:
+        return {k: getattr(self, k) for k in ("lo", "nib", "eptr", "ecol", "eval", "erow")}
+
+
+def _bits(w: torch.Tensor) -> torch.Tensor:
+    return w.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+
+
+def encode_weight(w: torch.Tensor) -> FixedWeight:
+    """w: [N, K] bfloat16 on any device -> FixedWeight on that device (w is not modified).
+
+    Raises UnsupportedError for other dtypes or ranks.
+    """
+    if w.dtype != torch.bfloat16 or w.dim() != 2:
+        raise UnsupportedError(f"the fixed layout takes a 2-D bfloat16 weight, got {w.dtype} {tuple(w.shape)}")
+    N, K = w.shape
+    kpad = padded_cols(K)
+    dev = w.device
+    v = torch.zeros((N, kpad), dtype=torch.int32, device=dev)
+    v[:, :K] = _bits(w)
+    hi7 = (v[:, :K] >> 8) & 0x7F
+    counts = torch.bincount(hi7.reshape(-1), minlength=128)[:MAX_BASE + 7].to(torch.int64)
+    c = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    base = int(torch.argmax(c[7:] - c[:-7]))  # first maximum, as np.argmax
+    d = ((v >> 8) & 0x7F) - base
+    esc = (d < 0) | (d > 6)
+    esc[:, K:] = False
+    valid = torch.arange(kpad, device=dev) < K
+    d = torch.where(esc, ESCAPE_D, torch.where(valid, d, 0))
+    sign = torch.where(valid, (v >> 15) & 1, 0)
+    nib = (sign << 3) | d
+    order = torch.from_numpy(nibble_order(kpad)).to(dev)
+    packed = nib[:, order].reshape(N, kpad // 2, 2)
+    nib_bytes = (packed[:, :, 0] | (packed[:, :, 1] << 4)).to(torch.uint8)
+    lo = (v & 0xFF).to(torch.uint8)
+    er, ec = torch.nonzero(esc, as_tuple=True)
+    eptr = torch.zeros(N + 1, dtype=torch.int32, device=dev)
+    eptr[1:] = torch.cumsum(torch.bincount(er, minlength=N), 0)
+    return FixedWeight(lo.view(torch.int64).reshape(N, kpad // 8), nib_bytes.view(torch.int32).reshape(N, kpad // 8),
+                       eptr, ec.to(torch.int32), v[er, ec], er, base, N, K)
+
+
+def from_sections(params: dict, sections: dict, shape: tuple, device) -> FixedWeight:
+    """A FixedWeight from a codec "fixed" record's params and numpy sections (validated)."""
+    from ..codecs.fixed import _check_params, _sec, view_2d
+    N, K = view_2d(tuple(shape))
+    base, kpad, n_esc, col_bits = _check_params(params, N, K)
+    lo = _sec(sections, "lo", np.uint8, N * kpad)
+    nib = _sec(sections, "nib", np.uint8, N * kpad // 2)
+    ptr = _sec(sections, "esc.ptr", np.uint32, N + 1).astype(np.int64)
+    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc).astype(np.int64)
+    val = _sec(sections, "esc.val", np.uint16, n_esc).astype(np.int32)
+    if ptr[0] != 0 or ptr[-1] != n_esc or np.any(np.diff(ptr) < 0) or np.any(col >= K):
+        raise CorruptDataError("codec fixed: escape list out of range")
+    erow = np.repeat(np.arange(N), np.diff(ptr))
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    return FixedWeight(t(lo).view(torch.int64).reshape(N, kpad // 8), t(nib).view(torch.int32).reshape(N, kpad // 8),
+                       t(ptr.astype(np.int32)), t(col.astype(np.int32)), t(val), t(erow), base, N, K)
+
+
+def to_sections(fw: FixedWeight) -> tuple[dict, dict]:
+    """(params, numpy sections) of codec "fixed" for ``fw`` (for saving a transcoded weight)."""
+    col_bits = 16 if fw.K <= 0x10000 else 32
+    cpu = lambda t: t.detach().cpu().numpy()  # noqa: E731
+    sections = {"lo": cpu(fw.lo).view(np.uint8).reshape(-1), "nib": cpu(fw.nib).view(np.uint8).reshape(-1),
+                "esc.ptr": cpu(fw.eptr).astype(np.uint32),
+                "esc.col": cpu(fw.ecol).astype(np.uint16 if col_bits == 16 else np.uint32),
+                "esc.val": cpu(fw.eval).astype(np.uint16)}
+    params = {"base": fw.base, "kpad": fw.kpad, "n_escapes": int(fw.ecol.numel()), "col_bits": col_bits}
+    return params, sections
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("WCODEC_FIXED_TRITON") == "1"
+
+
+def _decode_torch(fw: FixedWeight) -> torch.Tensor:
+    """Reference decode with torch ops (any device): [N, K] bfloat16."""
+    N, kpad = fw.N, fw.kpad
+    nb = fw.nib.contiguous().view(torch.uint8).reshape(N, kpad // 2).to(torch.int32)
+    order = torch.from_numpy(nibble_order(kpad)).to(fw.device)
+    nib = torch.empty((N, kpad), dtype=torch.int32, device=fw.device)
+    nib[:, order[0::2]] = nb & 0x0F
+    nib[:, order[1::2]] = nb >> 4
+    hi = ((nib & 8) << 4) | ((nib & 7) + fw.base)
+    v = (hi << 8) | fw.lo.contiguous().view(torch.uint8).reshape(N, kpad).to(torch.int32)
+    v[fw.erow, fw.ecol.to(torch.int64)] = fw.eval
+    return _to_bf16(v[:, :fw.K])
+
+
+def _to_bf16(v32: torch.Tensor) -> torch.Tensor:
+    return v32.to(torch.int16).contiguous().view(torch.bfloat16) if v32.numel() else \
+        torch.empty(v32.shape, dtype=torch.bfloat16, device=v32.device)
+
+
+def decode(fw: FixedWeight) -> torch.Tensor:
+    """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
+    if not _use_triton(fw.lo) or fw.N * fw.K == 0:
+        return _decode_torch(fw)
+    from .fixed_kernels import fixed_decode_kernel
+    G = fw.kpad // 8
+    out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
+    BN, BI = 16, 32
+    fixed_decode_kernel[(_cdiv(fw.N, BN), _cdiv(G, BI))](fw.lo, fw.nib, out, fw.N, G, fw.base,
+                                                          BN=BN, BI=BI, num_warps=4)
+    if fw.ecol.numel():
+        out.view(torch.int16)[fw.erow, fw.ecol.to(torch.int64)] = fw.eval.to(torch.int16)
+    return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _bucket(m: int) -> int:
+    """Autotuning key of the activation rows: 1, 2, 4, 16, 64, 256, 1024, 4096+."""
+    for b in (1, 2, 4, 16, 64, 256, 1024):
+        if m <= b:
+            return b
+    return 4096
+
+
+def _configs(kind: str) -> list:
+    import triton
+    C = lambda num_warps, num_stages, **kw: triton.Config(kw, num_warps=num_warps, num_stages=num_stages)  # noqa: E731
+    if kind == "gemv":
+        return [C(4, 3, BN=8, BI=32), C(4, 3, BN=16, BI=16), C(4, 3, BN=16, BI=32), C(8, 3, BN=16, BI=64),
+                C(4, 3, BN=32, BI=16), C(8, 3, BN=32, BI=32), C(4, 4, BN=8, BI=64), C(8, 2, BN=64, BI=16),
+                C(2, 3, BN=8, BI=16), C(4, 2, BN=4, BI=64), C(4, 5, BN=8, BI=32), C(8, 4, BN=16, BI=128),
+                C(4, 4, BN=4, BI=128), C(2, 4, BN=4, BI=64), C(8, 5, BN=32, BI=16)]
+    if kind == "mm_small":
+        return [C(4, 3, BM=16, BN=32, BI=16), C(4, 3, BM=16, BN=64, BI=16), C(4, 3, BM=16, BN=32, BI=32),
+                C(4, 4, BM=16, BN=64, BI=8), C(4, 3, BM=16, BN=128, BI=8), C(8, 3, BM=16, BN=128, BI=16)]
+    if kind == "mm_mid":
+        return [C(4, 3, BM=64, BN=64, BI=16), C(4, 3, BM=64, BN=128, BI=8), C(8, 3, BM=64, BN=128, BI=16),
+                C(4, 4, BM=64, BN=64, BI=8), C(8, 3, BM=128, BN=64, BI=16)]
+    if kind == "mm_large":
+        return [C(8, 3, BM=128, BN=128, BI=8), C(8, 4, BM=128, BN=128, BI=8), C(8, 3, BM=128, BN=256, BI=8),
+                C(8, 3, BM=128, BN=128, BI=16), C(8, 3, BM=256, BN=128, BI=8), C(4, 4, BM=64, BN=128, BI=8)]
+    return [C(8, 3, BM=128, BN=64, BI=16), C(8, 3, BM=128, BN=32, BI=16), C(4, 3, BM=64, BN=64, BI=16),
+            C(8, 4, BM=128, BN=64, BI=8), C(8, 3, BM=128, BN=128, BI=8), C(4, 3, BM=64, BN=32, BI=32)]
+
+
+_TUNED: dict = {}
+
+
+def _kernel(kind: str):
+    """The kernel for ``kind``: autotuned over :func:`_configs` on a GPU (key: N, K and the M
+    bucket), the plain kernel with small fixed tiles under the Triton interpreter."""
+    from . import fixed_kernels as fk
+    base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
+    if _interpreting():
+        return base, {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2)}.get(kind, dict(BM=16, BN=16, BI=2))
+    if kind not in _TUNED:
+        import triton
+        _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB"])(base)
+    return _TUNED[kind], {}
+
+
+def tuned_configs() -> dict:
+    """{kernel kind: {autotuning key: best config}} chosen so far in this process (for reports)."""
+    return {k: {str(key): str(cfg) for key, cfg in getattr(t, "cache", {}).items()} for k, t in _TUNED.items()}
+
+
+def _dot_kind(dtype) -> int:
+    """tl.dot operands: 0 bf16 (bf16 activations), 1 fp32/tf32 (others, and under Triton 3.9's
+    interpreter, whose bf16 tl.dot returns garbage even for plain bf16 loads)."""
+    return 0 if dtype == torch.bfloat16 and not _interpreting() else 1
+
+
+def _escape_deltas(fw: FixedWeight) -> torch.Tensor:
+    v = fw.eval & 0xFFFF
+    dec = (v & 0x80FF) | ((fw.base + 7) << 8)
+    return (v << 16).view(torch.float32) - (dec << 16).view(torch.float32)
+
+
+def _x64(x2: torch.Tensor):
+    """x as int64 words (4 bf16 each) when the GEMV can read it so, else None."""
+    ok = (x2.dtype == torch.bfloat16 and x2.shape[1] % 8 == 0 and x2.stride(1) == 1
+          and x2.stride(0) % 4 == 0 and x2.data_ptr() % 8 == 0)
+    return torch.as_strided(x2, (x2.shape[0], x2.shape[1]), (x2.stride(0), 1)).view(torch.int64) if ok else None
+
+
+def pick_kind(M: int, dtype) -> str:
+    """The kernel :func:`linear` runs for M activation rows of this dtype (see GEMV_MAX_M...)."""
+    if M <= GEMV_MAX_M:
+        return "gemv"
+    return "mm" if M < LARGE_M else "decode"
+
+
+def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
+           kind: str | None = None) -> torch.Tensor:
+    """``x @ W.T (+ bias)``. x: [..., K] bfloat16/float16/float32 on fw's device; bias: [N] or None.
+
+    Returns [..., N] in x's dtype, accumulated in float32. On CUDA (or the Triton interpreter
+    with WCODEC_FIXED_TRITON=1) the weight is decoded in registers inside the matmul: CUDA-core
+    FMAs for M <= GEMV_MAX_M rows of x, tensor cores above, decode + cuBLAS from LARGE_M rows
+    (``kind`` forces one of KINDS); elsewhere W is decoded with torch ops and multiplied by
+    ``F.linear``. Raises ValueError when x's last dimension is not K.
+    """
+    if x.shape[-1] != fw.K:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight takes {fw.K}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, fw.K)
+    M = x2.shape[0]
+    if not _use_triton(fw.lo) or M == 0 or fw.N == 0:
+        w = _decode_torch(fw).to(x.dtype)
+        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
+    kind = kind or pick_kind(M, x.dtype)
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "decode":
+        return torch.nn.functional.linear(x, decode(fw).to(x.dtype), None if bias is None else bias.to(x.dtype))
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((M, fw.N), dtype=x.dtype, device=x.device)
+    G = fw.kpad // 8
+    b = bias if bias is not None else y
+    args = (fw.lo, fw.nib, fw.eptr, fw.ecol, fw.eval, b, y, M, fw.N, fw.K, G, x2.stride(0), y.stride(0),
+            fw.base, _bucket(M))
+    if kind == "gemv":
+        kern, cfg = _kernel("gemv")
+        BM = min(4, _pow2(M))
+        x64 = _x64(x2)
+        grid = lambda meta: (_cdiv(fw.N, meta["BN"]), _cdiv(M, BM))  # noqa: E731
+        kern[grid](x2, x64 if x64 is not None else x2, *args, BM=BM, EB=32, HAS_BIAS=bias is not None,
+                   X64=x64 is not None, **cfg)
+    elif kind == "mm":
+        kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
+        kern, cfg = _kernel(kind)
+        grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]),)  # noqa: E731
+        kern[grid](x2, *args, EB=32, GROUP_M=8, HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype), **cfg)
+    return y.reshape(*lead, fw.N)
+
+
+def _pow2(m: int) -> int:
+    return 1 << max(0, (m - 1).bit_length())
+
+
+def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
+    """``g @ W``: g [..., N] -> [..., K] in g's dtype (the input gradient of :func:`linear`)."""
+    lead = g.shape[:-1]
+    g2 = g.reshape(-1, fw.N)
+    M = g2.shape[0]
+    if not _use_triton(fw.lo) or M == 0 or fw.K == 0:
+        return (g2 @ _decode_torch(fw).to(g.dtype)).reshape(*lead, fw.K)
+    if M >= LARGE_M:  # compute-bound: decode once, cuBLAS (see LARGE_M)
+        return (g2 @ decode(fw).to(g.dtype)).reshape(*lead, fw.K)
+    if g2.stride(-1) != 1:
+        g2 = g2.contiguous()
+    G = fw.kpad // 8
+    kern, cfg = _kernel("grad")
+    escapes = fw.ecol.numel() > 0
+    gx = torch.empty((M, fw.K), dtype=torch.float32 if escapes else g.dtype, device=g.device)
+    grid = lambda meta: (_cdiv(M, meta["BM"]), _cdiv(G, meta["BI"]))  # noqa: E731
+    kern[grid](g2, fw.lo, fw.nib, gx, M, fw.N, fw.K, G, g2.stride(0), gx.stride(0), fw.base, _bucket(M),
+               DOT=_dot_kind(g.dtype), **cfg)
+    if escapes:  # gx[:, col] += g[:, row] * (value - placeholder)
+        gx.index_add_(1, fw.ecol.to(torch.int64), g2[:, fw.erow].float() * _escape_deltas(fw))
+        gx = gx.to(g.dtype)
+    return gx.reshape(*lead, fw.K)
+
+
+__all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "decode", "linear",
+           "grad_input", "pick_kind", "tuned_configs", "KINDS", "GEMV_MAX_M", "LARGE_M", "KPAD_MULTIPLE"]

@@ -1,0 +1,264 @@
+"""Triton kernels over the fixed-rate layout (codec "fixed", docs/CODEC_LAYOUT.md).
+
+A weight row is read in groups of 8 columns: one u32 word of nibbles (``nib``) and two u32 words
+of low bytes (``lo``). ``_group`` rebuilds the 8 bf16 values as four u32 words with SWAR
+operations (no table, no scan): ``e02`` holds columns 4h+0 (low half) and 4h+2 (high half),
+``e13`` columns 4h+1 and 4h+3, for h = 0, 1. The kernels keep the 8 "lanes" r = 4h + q as
+separate [rows, groups] tiles and multiply each by the activations of columns 8i + r, so no
+interleaving is needed. Escapes (values outside the tensor's 14-exponent window) decode to a
+placeholder with the exponent ``2*(base+7)+e0``; each kernel adds ``x * (value - placeholder)``
+for the escapes of its rows (CSR list, rare: 0.01-0.3 % of real weights).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _group(nw, lo0, lo1, base4):
+    """nibble word + two lo words (u32) -> (e02_h0, e13_h0, e02_h1, e13_h1), bf16 pairs."""
+    c0 = nw & 0x0F0F0F0F
+    c1 = (nw >> 4) & 0x0F0F0F0F
+    h0 = ((c0 & 0x08080808) << 4) | ((c0 & 0x07070707) + base4)
+    h1 = ((c1 & 0x08080808) << 4) | ((c1 & 0x07070707) + base4)
+    e02_0 = (lo0 & 0x00FF00FF) | ((h0 & 0x00FF00FF) << 8)
+    e13_0 = ((lo0 >> 8) & 0x00FF00FF) | (h0 & 0xFF00FF00)
+    e02_1 = (lo1 & 0x00FF00FF) | ((h1 & 0x00FF00FF) << 8)
+    e13_1 = ((lo1 >> 8) & 0x00FF00FF) | (h1 & 0xFF00FF00)
+    return e02_0, e13_0, e02_1, e13_1
+
+
+@triton.jit
+def _f32_lo(e):
+    return (e << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _f32_hi(e):
+    return (e & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
+    """Load the words of groups gi [1, BI] of rows [BN, 1]; returns the 4 pair words.
+    lo_ptr: int64 words (8 low bytes = one group), nib_ptr: int32 words (8 nibbles)."""
+    m = (rows < N) & (gi < G)
+    r64 = rows.to(tl.int64)
+    gi = tl.max_contiguous(tl.multiple_of(gi, (1, 4)), (1, 4))
+    # weights are read once per call: stream them past L1/L2 (evict_first) to keep x cached
+    nw = tl.load(nib_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
+    lo = tl.load(lo_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint64, bitcast=True)
+    lo0 = (lo & 0xFFFFFFFF).to(tl.uint32)
+    lo1 = (lo >> 32).to(tl.uint32)
+    base4 = (base * 0x01010101).to(tl.uint32)
+    return _group(nw, lo0, lo1, base4)
+
+
+@triton.jit
+def _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
+    """The W tile of rows [BN, 1] and columns 8*g0 .. 8*(g0+BI) in natural order: [BN, 8*BI] bf16."""
+    gi = g0 + tl.arange(0, BI)[None, :]
+    e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
+    w0 = (e02_0 & 0xFFFF) | (e13_0 << 16)
+    w1 = (e02_0 >> 16) | (e13_0 & 0xFFFF0000)
+    w2 = (e02_1 & 0xFFFF) | (e13_1 << 16)
+    w3 = (e02_1 >> 16) | (e13_1 & 0xFFFF0000)
+    words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], 4 * BI))
+    halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
+    return tl.reshape(halves, (rows.shape[0], 8 * BI)).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _escape_delta(val, base):
+    """fp32 (value - placeholder) of escapes, val: u16 bits as int32."""
+    v = val & 0xFFFF
+    dec = (v & 0x80FF) | ((base + 7) << 8)
+    return (v << 16).to(tl.float32, bitcast=True) - (dec << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _escape_rows(ptr_ptr, n0, e, N, BN: tl.constexpr):
+    """Local row (0..BN-1) of each escape index e [EB] of the rows n0..n0+BN-1 -> [EB, BN] one-hot."""
+    rn = n0 + 1 + tl.arange(0, BN)
+    ends = tl.load(ptr_ptr + tl.minimum(rn, N)).to(tl.int64)
+    local = tl.sum((e[:, None] >= ends[None, :]).to(tl.int32), axis=1)
+    return local[:, None] == tl.arange(0, BN)[None, :]
+
+
+@triton.jit
+def _x_lanes(x_ptr, x64_ptr, om, stride_xm, gi, K, xm, X64: tl.constexpr):
+    """Activations of columns 8*gi + r (r = 0..7) as 8 fp32 tensors [BM, BI]. X64: x is bf16 with
+    K % 8 == 0, read as two int64 words per group; otherwise 8 strided loads of any float dtype."""
+    if X64:
+        m = xm & (8 * gi < K)
+        p = x64_ptr + om[:, None].to(tl.int64) * (stride_xm // 4) + 2 * gi
+        xa = tl.load(p, mask=m, other=0).to(tl.uint64, bitcast=True)
+        xb = tl.load(p + 1, mask=m, other=0).to(tl.uint64, bitcast=True)
+        a0 = (xa & 0xFFFFFFFF).to(tl.uint32)
+        a1 = (xa >> 32).to(tl.uint32)
+        b0 = (xb & 0xFFFFFFFF).to(tl.uint32)
+        b1 = (xb >> 32).to(tl.uint32)
+        return (_f32_lo(a0), _f32_hi(a0), _f32_lo(a1), _f32_hi(a1),
+                _f32_lo(b0), _f32_hi(b0), _f32_lo(b1), _f32_hi(b1))
+    else:
+        p = x_ptr + om[:, None].to(tl.int64) * stride_xm + 8 * gi
+        c = 8 * gi
+        return (tl.load(p + 0, mask=xm & (c + 0 < K), other=0.0).to(tl.float32),
+                tl.load(p + 1, mask=xm & (c + 1 < K), other=0.0).to(tl.float32),
+                tl.load(p + 2, mask=xm & (c + 2 < K), other=0.0).to(tl.float32),
+                tl.load(p + 3, mask=xm & (c + 3 < K), other=0.0).to(tl.float32),
+                tl.load(p + 4, mask=xm & (c + 4 < K), other=0.0).to(tl.float32),
+                tl.load(p + 5, mask=xm & (c + 5 < K), other=0.0).to(tl.float32),
+                tl.load(p + 6, mask=xm & (c + 6 < K), other=0.0).to(tl.float32),
+                tl.load(p + 7, mask=xm & (c + 7 < K), other=0.0).to(tl.float32))
+
+
+@triton.jit
+def _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base,
+             BN: tl.constexpr, EB: tl.constexpr, DOT: tl.constexpr):
+    """acc[m, n] += x[m, col] * (value - placeholder) over the escapes of rows n0..n0+BN-1."""
+    e_start = tl.load(eptr_ptr + n0).to(tl.int64)
+    e_end = tl.load(eptr_ptr + tl.minimum(n0 + BN, N)).to(tl.int64)
+    xrow = x_ptr + om[:, None].to(tl.int64) * stride_xm
+    for e0 in range(e_start, e_end, EB):
+        e = e0 + tl.arange(0, EB)
+        em = e < e_end
+        ecol = tl.load(ecol_ptr + e, mask=em, other=0).to(tl.int64)
+        d = tl.where(em, _escape_delta(tl.load(eval_ptr + e, mask=em, other=0).to(tl.int32), base), 0.0)
+        onehot = _escape_rows(eptr_ptr, n0, e, N, BN) & em[:, None]
+        xe = tl.load(xrow + ecol[None, :], mask=xm & em[None, :], other=0.0).to(tl.float32)
+        if DOT:
+            acc += tl.dot(xe, tl.where(onehot, d[:, None], 0.0), input_precision="ieee")
+        else:
+            acc += tl.sum(xe[:, :, None] * tl.where(onehot, d[:, None], 0.0)[None, :, :], axis=1)
+    return acc
+
+
+@triton.jit
+def _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN: tl.constexpr, HAS_BIAS: tl.constexpr):
+    on = n0 + tl.arange(0, BN)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + on, mask=on < N, other=0.0).to(tl.float32)[None, :]
+    ym = (om[:, None] < M) & (on[None, :] < N)
+    tl.store(y_ptr + om[:, None].to(tl.int64) * stride_ym + on[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=ym)
+
+
+@triton.jit
+def _fma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m, stride_xm, gi, K, M, X64: tl.constexpr):
+    """acc[BN, BI] += sum over the 8 lanes of w_r * x[m, 8*gi + r] (one activation row m)."""
+    om = tl.full((1,), 0, tl.int32) + m
+    x0, x1, x2, x3, x4, x5, x6, x7 = _x_lanes(x_ptr, x64_ptr, om, stride_xm, gi, K, om[:, None] < M, X64)
+    return acc + (w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3 + w4 * x4 + w5 * x5 + w6 * x6 + w7 * x7)
+
+
+@triton.jit
+def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
+                      M, N, K, G, stride_xm, stride_ym, base, MB,
+                      BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, X64: tl.constexpr):
+    """y[M, N] = x[M, K] @ W.T (+ bias) with CUDA-core FMAs for M <= 4: one program per BN rows
+    of W and BM (1, 2 or 4) rows of x, the whole K. Each W tile is decoded once and multiplied
+    into one [BN, BI] accumulator per activation row; reduced once at the end.
+    W: the fixed layout, G = kpad / 8 groups per row. MB: autotuning key only."""
+    pid_n = tl.program_id(0)
+    m0 = tl.program_id(1) * BM
+    n0 = pid_n * BN
+    rows = n0 + tl.arange(0, BN)[:, None]
+    a0 = tl.zeros((BN, BI), tl.float32)
+    a1 = tl.zeros((BN, BI), tl.float32)
+    a2 = tl.zeros((BN, BI), tl.float32)
+    a3 = tl.zeros((BN, BI), tl.float32)
+    for g0 in range(0, G, BI):
+        gi = g0 + tl.arange(0, BI)[None, :]
+        e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
+        w0, w1, w2, w3 = _f32_lo(e02_0), _f32_lo(e13_0), _f32_hi(e02_0), _f32_hi(e13_0)
+        w4, w5, w6, w7 = _f32_lo(e02_1), _f32_lo(e13_1), _f32_hi(e02_1), _f32_hi(e13_1)
+        a0 = _fma8(a0, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0, stride_xm, gi, K, M, X64)
+        if BM > 1:
+            a1 = _fma8(a1, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0 + 1, stride_xm, gi, K, M, X64)
+        if BM > 2:
+            a2 = _fma8(a2, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0 + 2, stride_xm, gi, K, M, X64)
+            a3 = _fma8(a3, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0 + 3, stride_xm, gi, K, M, X64)
+    om = m0 + tl.arange(0, BM)
+    sel = om[:, None] - m0
+    y = tl.where(sel == 0, tl.sum(a0, axis=1)[None, :], 0.0)
+    if BM > 1:
+        y += tl.where(sel == 1, tl.sum(a1, axis=1)[None, :], 0.0)
+    if BM > 2:
+        y += tl.where(sel == 2, tl.sum(a2, axis=1)[None, :], 0.0)
+        y += tl.where(sel == 3, tl.sum(a3, axis=1)[None, :], 0.0)
+    y = _escapes(y, x_ptr, om, stride_xm, om[:, None] < M, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base,
+                 BN, EB, False)
+    _store_y(y, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
+
+
+@triton.jit
+def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
+                    M, N, K, G, stride_xm, stride_ym, base, MB,
+                    BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
+                    GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr):
+    """y[M, N] = x[M, K] @ W.T (+ bias) on the tensor cores: tiles of BM x BN; per K-step the
+    W tile [BN, 8*BI] is decoded in registers in natural column order and fed to one tl.dot.
+    DOT 0: bf16 operands, 1: fp32 (tf32) for other activation dtypes. MB: autotuning key only."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    gsize = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % gsize
+    pid_n = (pid % width) // gsize
+    n0 = pid_n * BN
+    rows = n0 + tl.arange(0, BN)[:, None]
+    om = pid_m * BM + tl.arange(0, BM)
+    xm = om[:, None] < M
+    xrow = x_ptr + om[:, None].to(tl.int64) * stride_xm
+    acc = tl.zeros((BM, BN), tl.float32)
+    for g0 in range(0, G, BI):
+        wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
+        cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+        xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+        if DOT == 0:
+            acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
+        else:
+            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+    acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
+    _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
+
+
+@triton.jit
+def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_gm, stride_xm, base, MB,
+                            BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, DOT: tl.constexpr):
+    """gx[M, K] = g[M, N] @ W (escapes excluded: the caller adds them). One program per BM rows
+    of g and 8*BI columns of W, looping over N; W tiles decoded in registers."""
+    pid_m = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    om = pid_m * BM + tl.arange(0, BM)
+    acc = tl.zeros((BM, 8 * BI), tl.float32)
+    for n0 in range(0, N, BN):
+        rows = n0 + tl.arange(0, BN)[:, None]
+        on = n0 + tl.arange(0, BN)
+        gt = tl.load(g_ptr + om[:, None].to(tl.int64) * stride_gm + on[None, :],
+                     mask=(om[:, None] < M) & (on[None, :] < N), other=0.0)
+        wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
+        if DOT == 0:
+            acc = tl.dot(gt.to(tl.bfloat16), wt, acc)
+        else:
+            acc = tl.dot(gt.to(tl.float32), wt.to(tl.float32), acc)
+    cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
+    tl.store(gx_ptr + om[:, None].to(tl.int64) * stride_xm + cols, acc.to(gx_ptr.dtype.element_ty),
+             mask=(om[:, None] < M) & (cols < K))
+
+
+@triton.jit
+def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, BN: tl.constexpr, BI: tl.constexpr):
+    """Decode to out[N, kpad] bf16 (escapes hold their placeholder: the caller writes their values)."""
+    pid_n = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    rows = pid_n * BN + tl.arange(0, BN)[:, None]
+    wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
+    cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
+    tl.store(out_ptr + rows.to(tl.int64) * (8 * G) + cols, wt, mask=(rows < N) & (cols < 8 * G))

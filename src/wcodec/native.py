@@ -1,0 +1,224 @@
+"""The CPU kernels of the float codec and the rANS coder: the C extension, or numba without it.
+
+``wcodec._cext`` (src/wcodec/csrc/wcodec_cext.c, built by ``pip install`` where a C compiler is
+present) runs the hot loops with SIMD chosen at run time (AVX-512, AVX2, or portable scalar C)
+and its own threads, with the GIL released; nothing compiles when it is used. Without it (no
+compiler at install time, or ``WCODEC_NATIVE=0``) the same functions run the numba kernels of
+``wcodec.rans.cpu`` and ``wcodec.codecs._kernels``, which compile on first use (one line on
+stderr says so) and are cached on disk. Both produce the same bits (tests/rans/test_native.py).
+
+Environment: ``WCODEC_NATIVE=0`` forces numba; ``WCODEC_ISA=scalar|avx2|avx512`` caps the
+instruction set; ``WCODEC_THREADS=N`` sets the threads of one call (default: the usable cores).
+All threads of concurrent calls together stay within that number plus the calling threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+#: inputs smaller than this (elements) run on the calling thread only (same as numba's twins)
+PARALLEL_MIN = 1 << 18
+
+_ext = None
+_loaded = False
+
+
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def ext():
+    """The loaded ``wcodec._cext`` module, or None (not built, or WCODEC_NATIVE=0)."""
+    global _ext, _loaded
+    if not _loaded:
+        _loaded = True
+        if os.environ.get("WCODEC_NATIVE", "1").strip().lower() not in ("0", "no", "false", "off"):
+            try:
+                from . import _cext
+            except ImportError:
+                _cext = None
+            if _cext is not None:
+                isa = os.environ.get("WCODEC_ISA", "").strip().lower()
+                if isa:
+                    supported = _cext.supported_isas()
+                    _cext.set_isa(isa if isa in supported else supported[-1])
+                threads = os.environ.get("WCODEC_THREADS", "")
+                _cext.set_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _usable_cores())
+            _ext = _cext
+    return _ext
+
+
+def available() -> bool:
+    return ext() is not None
+
+
+@contextlib.contextmanager
+def disabled():
+    """Run the numba kernels inside this block (tests compare the two paths; not thread-safe)."""
+    global _ext
+    ext()
+    saved, _ext = _ext, None
+    try:
+        yield
+    finally:
+        _ext = saved
+
+
+def path() -> str:
+    """Which kernels run: ``native-avx512``, ``native-avx2``, ``native-scalar`` or ``numba``."""
+    e = ext()
+    return f"native-{e.isa()}" if e is not None else "numba"
+
+
+def threads() -> int:
+    """Threads one call may use (native), or numba's thread count."""
+    e = ext()
+    if e is not None:
+        return e.threads()
+    import numba
+
+    return numba.get_num_threads()
+
+
+def set_threads(n: int) -> None:
+    """Threads one native call may use (also the process-wide budget of extra threads)."""
+    e = ext()
+    if e is not None:
+        e.set_threads(int(n))
+
+
+def _threads_for(size: int) -> int:
+    return 0 if size >= PARALLEL_MIN else 1  # 0: the default thread count
+
+
+# ---- rANS ----------------------------------------------------------------------------------
+
+def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) -> np.ndarray:
+    """symbols: [n] uint8 -> [n_chunks, 256] int64 symbol counts per chunk."""
+    e = None if numba else ext()
+    if e is None:
+        from .rans import cpu
+        return cpu.chunk_histograms(symbols, chunk_size, size=symbols.size)
+    n_chunks = -(-symbols.size // chunk_size)
+    counts = np.empty((n_chunks, 256), dtype=np.int64)
+    e.chunk_histograms(symbols, chunk_size, counts, _threads_for(symbols.size))
+    return counts
+
+
+def normalize_rows(counts: np.ndarray, prob_bits: int, numba: bool = False) -> np.ndarray:
+    """[T, 256] int64 counts -> [T, 256] uint16 frequencies (see ``rans._normalize``)."""
+    e = None if numba else ext()
+    if e is None:
+        from .rans._normalize import normalize_rows as nb_normalize
+        return nb_normalize(counts, prob_bits)
+    out = np.empty(counts.shape, dtype=np.uint16)
+    e.normalize_rows(np.ascontiguousarray(counts, dtype=np.int64), prob_bits, out)
+    return out
+
+
+def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, freqs: np.ndarray,
+                  prob_bits: int, numba: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rANS-encode every chunk: (states [n_chunks*32] uint32, offsets [n_chunks+1] uint32,
+    words uint16), as ``rans.cpu.encode_chunks``. freqs: [n_tables, 256] uint16."""
+    e = None if numba else ext()
+    n = symbols.size
+    if e is None:
+        from .rans import cpu
+        return cpu.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+    n_chunks = -(-n // chunk_size)
+    states = np.empty(n_chunks * 32, dtype=np.uint32)
+    counts = np.empty(n_chunks, dtype=np.int64)
+    scratch = np.empty(max(n, 1), dtype=np.uint16)
+    total = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
+                            prob_bits, states, counts, scratch, _threads_for(n))
+    offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
+    np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
+    return states, offsets, scratch[:total].copy()
+
+
+def decode_lookups(tables: np.ndarray, prob_bits: int) -> np.ndarray:
+    """Validated frequency tables [T, 256] uint16 -> [T, 2**prob_bits] uint32 packed lookup
+    tables, as ``rans.tables.decode_lookup`` of each row."""
+    e = ext()
+    if e is None:
+        from .rans.tables import decode_lookup
+        return np.stack([decode_lookup(t, prob_bits) for t in tables])
+    out = np.empty((tables.shape[0], 1 << prob_bits), dtype=np.uint32)
+    e.decode_lookup(np.ascontiguousarray(tables, dtype=np.uint16), prob_bits, out)
+    return out
+
+
+def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+                  out, numba: bool = False) -> np.ndarray:
+    """Decode every chunk into ``out`` ([n] uint8, any writable contiguous buffer); returns the
+    [n_chunks] int32 status of ``rans.cpu.decode_chunks``. Inputs as ``rans.kernel_inputs``."""
+    e = None if numba else ext()
+    n_chunks = -(-n // chunk_size)
+    if e is None:
+        from .rans import cpu
+        return cpu.decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup,
+                                 prob_bits, out, size=n if n_chunks > 1 else 0)
+    status = np.empty(n_chunks, dtype=np.int32)
+    e.decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out,
+                    status, _threads_for(n))
+    return status
+
+
+# ---- float codec ---------------------------------------------------------------------------
+
+def head_histogram(bits: np.ndarray, shift: int, mask: int, numba: bool = False) -> np.ndarray:
+    """Histogram of ``(bits >> shift) & mask`` over [n] uint16/uint32 -> [mask + 1] int64."""
+    e = None if numba else ext()
+    if e is None:
+        from .codecs import _kernels
+        return _kernels.head_histogram(bits, shift, mask, size=bits.size)
+    hist = np.zeros(mask + 1, dtype=np.int64)
+    e.head_histogram(bits, shift, mask, hist, _threads_for(bits.size))
+    return hist
+
+
+def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
+                numba: bool = False):
+    """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
+    ``codecs._kernels.split_float``."""
+    e = None if numba else ext()
+    n = bits.size
+    if e is None:
+        from .codecs import _kernels
+        return _kernels.split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
+                                    tail_bits, low_planes, size=n)
+    head = np.empty(n, dtype=np.uint8)
+    tail = np.empty((n * tail_bits + 7) // 8, dtype=np.uint8)
+    low = np.empty((low_planes, n), dtype=np.uint8)
+    e.split_float(bits, shift, mask, np.ascontiguousarray(symbol_of, dtype=np.uint8), tail_shift, tail_mask,
+                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n))
+    return head, tail, low
+
+
+def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits,
+                       placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False) -> np.ndarray:
+    """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
+    writable contiguous buffer); returns the [n_chunks] int32 status of
+    ``codecs._kernels.decode_merge_float``. low: the low byte planes, () or (low1, low0), [n]
+    uint8 each (read in place: raw sections straight from the file)."""
+    e = None if numba else ext()
+    n = out.size
+    n_chunks = -(-n // chunk_size)
+    if e is None:
+        from .codecs import _kernels
+        low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
+        return _kernels.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
+                                           prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
+                                           out, size=n if n_chunks > 1 else 0)
+    status = np.empty(n_chunks, dtype=np.int32)
+    low1, low0 = low if len(low) else (None, None)
+    e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+                         placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
+                         _threads_for(n))
+    return status

@@ -1,0 +1,180 @@
+"""``safe_open``: lazy per-tensor access with safetensors' names and semantics, and partial reads.
+
+``with wcodec.safe_open(path, framework="pt", device="cpu") as f:`` then ``f.keys()``,
+``f.metadata()`` (None when none was saved), ``f.get_tensor(name)``, ``f.get_tensors()``,
+``f.get_slice(name)[rows, ...]``. A slice decodes only the rANS chunks (int8: tile rows) holding
+the rows of dim 0 it touches (:mod:`wcodec.codecs.partial`); the rest of the index is applied
+with numpy semantics. Using the handle or a slice after the ``with`` block raises ClosedError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ClosedError, InvalidInputError, TensorNotFoundError
+from .format import CheckpointReader
+
+FRAMEWORKS = ("pt", "torch", "np", "numpy")
+
+
+class safe_open:  # noqa: N801  (the safetensors name)
+    """An open .wcodec checkpoint (file, sharded folder or index); nothing is decoded until asked.
+
+    Args:
+        filename: the checkpoint. framework: "pt" (torch tensors) or "np" (numpy arrays, BF16 /
+            FP8 as unsigned bits). device: where torch tensors go (see ``wcodec.api.placement``:
+            str, int, torch.device, map_location dict or callable). verify: check checksums.
+    Raises: FormatError / CorruptDataError (bad file), InvalidInputError (framework),
+        DeviceError (device absent), MissingDependencyError (framework "pt" without torch).
+    Extra (not in safetensors): ``record(name)`` (the EncodedTensor, zero-copy sections) and
+    ``span(name)`` (its byte range in the file).
+    """
+
+    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True):
+        if framework not in FRAMEWORKS:
+            raise InvalidInputError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+        if framework in ("pt", "torch"):
+            from .api import placement
+            placement(device)  # fail now, not on the first tensor
+        elif str(device) != "cpu":
+            raise InvalidInputError("framework='np' only loads to device='cpu'")
+        self._reader = CheckpointReader(filename)
+        self.framework, self.device, self.verify = framework, device, verify
+        self._verified: set = set()  # tensors whose section checksums a slice already checked
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._reader is None
+
+    def _open(self) -> CheckpointReader:
+        if self._reader is None:
+            raise ClosedError("the safe_open handle is closed (used after its `with` block)")
+        return self._reader
+
+    def _check_name(self, name: str) -> CheckpointReader:
+        r = self._open()
+        if name not in r:
+            raise TensorNotFoundError(f"no tensor named {name!r} in {r.path.name}")
+        return r
+
+    # -- safetensors API ---------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        """Tensor names in file order (aliases of tied weights included)."""
+        return self._open().keys()
+
+    def metadata(self) -> dict[str, str] | None:
+        """The str -> str metadata saved with the tensors, or None when none was saved."""
+        return self._open().metadata() or None
+
+    def get_tensor(self, name: str, device=None):
+        """Decode one tensor (torch or numpy per ``framework``) onto ``device`` (default: the
+        handle's). Raises TensorNotFoundError, ClosedError, CorruptDataError naming the tensor."""
+        from .api import _load
+        r = self._check_name(name)
+        return _load(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
+
+    def get_tensors(self, names=None, device=None) -> dict:
+        """{name: tensor} for ``names`` (default all), decoded in parallel; tied names share one tensor."""
+        from .api import _load
+        r = self._open()
+        names = r.keys() if names is None else list(names)
+        for n in names:
+            self._check_name(n)
+        return _load(r, names, self.device if device is None else device, self.framework, self.verify)
+
+    def get_slice(self, name: str) -> "Slice":
+        """A lazy view of one tensor: ``get_shape()``, ``get_dtype()``, and ``[index]``."""
+        self._check_name(name)
+        return Slice(self, name)
+
+    # -- wcodec extras -----------------------------------------------------------------------
+    def record(self, name: str, verify: bool = False):
+        return self._check_name(name).record(name, verify=verify)
+
+    def span(self, name: str) -> tuple[int, int]:
+        return self._check_name(name).span(name)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _rows_of(first, n0: int):
+    """(r0, r1, index of dim 0 relative to r0) for a dim-0 index; (0, n0, first) when the
+    index is not a plain int or slice."""
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+        i = int(first)
+        if not -n0 <= i < n0:
+            raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
+        i %= n0
+        return i, i + 1, 0
+    if isinstance(first, slice):
+        r = range(*first.indices(n0))
+        if len(r) == 0:
+            return 0, 0, slice(0, 0)
+        lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
+        stop = r.stop - lo
+        return lo, hi, slice(r.start - lo, stop if stop >= 0 else None, r.step)
+    return 0, n0, first
+
+
+class Slice:
+    """A tensor of an open checkpoint, indexed lazily (safetensors' ``PySafeSlice``).
+
+    ``s[i]``, ``s[a:b]``, ``s[a:b, ...]``: decodes only the chunks of the rows of dim 0 that the
+    index touches; other dims (and fancy indices) are applied with numpy semantics on those
+    rows. Section checksums (of the whole tensor's compressed bytes) are checked on the handle's
+    first slice of a tensor when it verifies; the decoded-tensor checksum covers the whole
+    tensor, so it is not checked on a partial read.
+    """
+
+    def __init__(self, handle: safe_open, name: str):
+        self._h, self.name = handle, name
+        e = handle._open().entry(name)
+        self.shape, self.dtype = tuple(e["shape"]), e["dtype"]
+
+    def get_shape(self) -> list[int]:
+        return list(self.shape)
+
+    def get_dtype(self) -> str:
+        return self.dtype
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        from .codecs.partial import decode_range
+        r = self._h._open()
+        idx = index if isinstance(index, tuple) else (index,)
+        if not self.shape:
+            r0, r1, first, rest = 0, 1, None, idx
+        else:
+            r0, r1, first = _rows_of(idx[0], self.shape[0]) if idx else (0, self.shape[0], slice(None))
+            rest = idx[1:]
+        inner = int(np.prod(self.shape[1:], dtype=np.int64))
+        # section checksums cover whole sections: checked on this handle's first slice of the tensor
+        rec = r.record(self.name, verify=self._h.verify and self.name not in self._h._verified)
+        self._h._verified.add(self.name)
+        flat = decode_range(rec, r0 * inner, r1 * inner)
+        if not self.shape:
+            arr = flat.reshape(())[rest] if rest else flat.reshape(())
+        else:
+            arr = flat.reshape((r1 - r0,) + self.shape[1:])[(first,) + rest]
+        arr = np.asarray(arr)
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
+        if self._h.framework in ("np", "numpy"):
+            return arr
+        from .api import _to_torch, placement
+        dev, post = placement(self._h.device)
+        t = _to_torch(arr, self.dtype)
+        return t.to(dev) if post is None else (post(t, "cpu") if post(t, "cpu") is not None else t)

@@ -1,0 +1,184 @@
+"""CompressedLinear: an nn.Linear whose bf16 weight stays in the fixed-rate layout on the device
+and is decoded inside the matmul (``wcodec.gpu.fixed``), so it reads ~12 instead of 16 bits per
+weight. Forward and the input gradient run through ``torch.library`` custom ops, so
+``torch.compile`` and CUDA graphs see one opaque op; the weight is frozen (adapters such as LoRA
+train on top), the bias trains.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..gpu import fixed as fx
+
+#: FixedWeight field -> buffer name ("eval" would shadow nn.Module.eval)
+_BUFFERS = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
+            "erow": "esc_row"}
+
+
+@torch.library.custom_op("wcodec::fixed_linear", mutates_args=())
+def _fixed_linear(x: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
+                  ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
+                  bias: Optional[torch.Tensor], base: int, n: int, k: int) -> torch.Tensor:
+    fw = fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k)
+    return fx.linear(x, fw, bias)
+
+
+@_fixed_linear.register_fake
+def _(x, lo, nib, eptr, ecol, eval_, erow, bias, base, n, k):
+    return x.new_empty((*x.shape[:-1], n))
+
+
+@torch.library.custom_op("wcodec::fixed_grad_input", mutates_args=())
+def _fixed_grad_input(g: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
+                      ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
+                      base: int, n: int, k: int) -> torch.Tensor:
+    fw = fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k)
+    return fx.grad_input(g, fw)
+
+
+@_fixed_grad_input.register_fake
+def _(g, lo, nib, eptr, ecol, eval_, erow, base, n, k):
+    return g.new_empty((*g.shape[:-1], k))
+
+
+def _setup_context(ctx, inputs, output):
+    x, lo, nib, eptr, ecol, eval_, erow, bias, base, n, k = inputs
+    ctx.save_for_backward(lo, nib, eptr, ecol, eval_, erow)
+    ctx.meta = (base, n, k, bias is not None)
+
+
+def _backward(ctx, grad):
+    lo, nib, eptr, ecol, eval_, erow = ctx.saved_tensors
+    base, n, k, has_bias = ctx.meta
+    gx = _fixed_grad_input(grad.contiguous(), lo, nib, eptr, ecol, eval_, erow, base, n, k) \
+        if ctx.needs_input_grad[0] else None
+    gb = grad.reshape(-1, n).sum(0) if has_bias and ctx.needs_input_grad[7] else None
+    return gx, None, None, None, None, None, None, gb, None, None, None
+
+
+_fixed_linear.register_autograd(_backward, setup_context=_setup_context)
+
+
+class CompressedLinear(nn.Module):
+    """``y = x @ W.T + b`` with W ([out_features, in_features] bfloat16) kept in the fixed-rate
+    layout (about 12 bits/weight) and decoded in registers inside the matmul on CUDA.
+
+    x: [..., in_features] bfloat16 (float16/float32 are accepted and multiplied in fp32/tf32);
+    returns [..., out_features] in x's dtype. The weight is frozen (a buffer, no gradient); the
+    bias is a Parameter. On the CPU the weight is decoded and multiplied by ``F.linear``.
+    The compressed tensors are buffers: ``.to(device)`` moves them and ``state_dict`` holds them.
+    """
+
+    def __init__(self, fw: fx.FixedWeight, bias: torch.Tensor | None = None):
+        super().__init__()
+        for field, name in _BUFFERS.items():
+            self.register_buffer(name, getattr(fw, field))
+        self.base = fw.base
+        self.in_features = fw.K
+        self.out_features = fw.N
+        self.bias = nn.Parameter(bias.detach().clone()) if bias is not None else None
+        self.weight_dtype = torch.bfloat16
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "CompressedLinear":
+        """weight: [N, K] bfloat16 on the device to compress on (not modified); bias: [N] or None.
+
+        Raises UnsupportedError for a weight that is not 2-D bfloat16 (the layout is lossless
+        for bf16 only: cast first if a rounding is acceptable).
+        """
+        return cls(fx.encode_weight(weight.detach()), bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "CompressedLinear":
+        """A CompressedLinear computing what ``linear`` (bfloat16 weight) computes."""
+        return cls.from_weight(linear.weight, linear.bias)
+
+    @property
+    def fixed_weight(self) -> fx.FixedWeight:
+        return fx.FixedWeight(*(getattr(self, n) for n in _BUFFERS.values()), self.base,
+                              self.out_features, self.in_features)
+
+    def decoded_weight(self) -> torch.Tensor:
+        """The weight, bit-exact: [out_features, in_features] bfloat16 (a new tensor)."""
+        return fx.decode(self.fixed_weight)
+
+    def to_linear(self) -> nn.Linear:
+        """A plain nn.Linear with the decoded weight (bit-exact) and a copy of the bias."""
+        w = self.decoded_weight()
+        lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
+                        device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            lin.weight.copy_(w)
+            if self.bias is not None:
+                lin.bias.copy_(self.bias)
+        return lin
+
+    def get_extra_state(self) -> dict:
+        return {"base": self.base, "in_features": self.in_features, "out_features": self.out_features}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.base, self.in_features, self.out_features = state["base"], state["in_features"], state["out_features"]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # another weight's escape list has another length: take the stored shapes
+        for name in _BUFFERS.values():
+            new, old = state_dict.get(prefix + name), self._buffers.get(name)
+            if new is not None and old is not None and new.shape != old.shape:
+                self._buffers[name] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def compressed_nbytes(self) -> int:
+        return self.fixed_weight.nbytes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return _fixed_linear(x, *(getattr(self, n) for n in _BUFFERS.values()), bias,
+                             self.base, self.out_features, self.in_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, bits/weight={self.fixed_weight.bits_per_weight:.2f}")
+
+
+def compress_model(model: nn.Module, min_features: int = 64, skip: tuple = ()) -> dict:
+    """Replace every eligible ``nn.Linear`` of ``model`` by a CompressedLinear, in place.
+
+    Eligible: bfloat16 weight, both dimensions >= ``min_features``, name not matching any string
+    of ``skip`` (substring match). Returns ``{"replaced": [names], "kept": {name: reason},
+    "dense_bytes": int, "compressed_bytes": int}`` over the replaced layers.
+    """
+    report = {"replaced": [], "kept": {}, "dense_bytes": 0, "compressed_bytes": 0}
+    for name, mod in list(model.named_modules()):
+        if not isinstance(mod, nn.Linear) or isinstance(mod, CompressedLinear):
+            continue
+        reason = _ineligible(name, mod, min_features, skip)
+        if reason:
+            report["kept"][name] = reason
+            continue
+        new = CompressedLinear.from_linear(mod)
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, new)
+        report["replaced"].append(name)
+        report["dense_bytes"] += mod.weight.numel() * 2
+        report["compressed_bytes"] += new.compressed_nbytes
+    return report
+
+
+def _ineligible(name: str, mod: nn.Linear, min_features: int, skip: tuple) -> str:
+    if any(s in name for s in skip):
+        return "skipped by name"
+    if mod.weight.dtype != torch.bfloat16:
+        return f"weight is {str(mod.weight.dtype).replace('torch.', '')}, the fixed layout is for bfloat16"
+    if mod.weight.device.type == "meta":
+        return "weight is on the meta device"
+    if min(mod.in_features, mod.out_features) < min_features:
+        return f"smaller than {min_features} features"
+    return ""
+
+
+__all__ = ["CompressedLinear", "compress_model"]

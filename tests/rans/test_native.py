@@ -1,0 +1,294 @@
+"""The C extension (wcodec._cext) against numba and the pure-Python reference: same bits, same
+corruption reports, on every instruction set this CPU runs (scalar, AVX2, AVX-512)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from wcodec import native, rans
+from wcodec.codecs import decode_tensor, encode_tensor
+from wcodec.codecs import float as F
+from wcodec.errors import CorruptDataError
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+ext = native.ext()
+needs_ext = pytest.mark.skipif(ext is None, reason="C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+ISAS = ext.supported_isas() if ext is not None else []
+
+
+@pytest.fixture(params=ISAS or ["none"])
+def isa(request):
+    if ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    before = ext.isa()
+    ext.set_isa(request.param)
+    yield request.param
+    ext.set_isa(before)
+
+
+@pytest.fixture(params=[False, True], ids=["gather", "scalar-lookup"])
+def lookups(request, isa):
+    """Table lookups by the gather instruction and by scalar loads (AMD's default)."""
+    before = ext.set_soft_gather(request.param)
+    yield
+    ext.set_soft_gather(before)
+
+
+def _same(a: rans.RansPlane, b: rans.RansPlane) -> bool:
+    return a.params() == b.params() and all(
+        np.array_equal(x, y) for x, y in zip(a.sections("p").values(), b.sections("p").values()))
+
+
+def _symbols(kind, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"skewed": np.clip(rng.geometric(0.25, size=n), 0, 255).astype(np.uint8),
+            "constant": np.full(n, 200, np.uint8),
+            "uniform": rng.integers(0, 256, n).astype(np.uint8),
+            "two": rng.choice([3, 250], n).astype(np.uint8)}[kind]
+
+
+def test_extension_is_built_where_a_compiler_is():
+    """CI installs with a compiler: the optional extension must then really be there."""
+    if os.environ.get("WCODEC_NATIVE", "1") == "0":
+        pytest.skip("WCODEC_NATIVE=0")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the numba path is the expected one")
+    assert native.available(), "a C compiler is present but wcodec._cext is not built"
+    assert native.path().startswith("native-")
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 40_000])
+@pytest.mark.parametrize("kind", ["skewed", "constant", "uniform", "two"])
+@pytest.mark.parametrize("prob_bits", [11, 12])
+def test_rans_native_numba_reference_identical(isa, lookups, n, kind, prob_bits):
+    sym = _symbols(kind, n, n)
+    for steps in (1, 3, 1024):
+        a = rans.encode(sym, prob_bits, steps, backend="native")
+        assert _same(a, rans.encode(sym, prob_bits, steps, backend="numba"))
+        if n <= 1000:
+            assert _same(a, rans.encode(sym, prob_bits, steps, backend="reference"))
+        assert np.array_equal(rans.decode(a, backend="native"), sym)
+
+
+@needs_ext
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.uint8, st.integers(0, 3000)), st.integers(1, 9), st.sampled_from([11, 12]),
+       st.sampled_from(["auto", 1, 2]), st.sampled_from(ISAS or ["scalar"]))
+def test_rans_property(sym, chunk_steps, prob_bits, tables, which):
+    before = ext.isa()
+    ext.set_isa(which)
+    try:
+        a = rans.encode(sym, prob_bits, chunk_steps, tables=tables, backend="native")
+        assert _same(a, rans.encode(sym, prob_bits, chunk_steps, tables=tables, backend="numba"))
+        assert np.array_equal(rans.decode(a, backend="native"), sym)
+    finally:
+        ext.set_isa(before)
+
+
+@needs_ext
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.int64, (3, 256), elements=st.integers(0, 10**6)), st.sampled_from([11, 12]))
+def test_normalize_native_equals_numba(counts, prob_bits):
+    counts[1, :] = counts[1, :] % 3  # many ties and ones: the overshoot loop
+    assert np.array_equal(native.normalize_rows(counts, prob_bits),
+                          native.normalize_rows(counts, prob_bits, numba=True))
+
+
+def test_decode_into_callers_buffer(isa):
+    """out= may be a view of a torch tensor or an mmap: the decoder writes into it in place."""
+    torch = pytest.importorskip("torch")
+    sym = _symbols("skewed", 100_000)
+    plane = rans.encode(sym)
+    t = torch.zeros(plane.n_symbols, dtype=torch.uint8)
+    view = t.numpy()
+    assert rans.decode(plane, out=view) is view
+    assert np.array_equal(t.numpy(), sym)
+
+
+def _status(plane, numba):
+    lookup, words = rans.kernel_inputs(plane)
+    out = np.zeros(plane.n_symbols, np.uint8)
+    return native.decode_chunks(plane.states, plane.offsets, words, plane.n_symbols, plane.chunk_size,
+                                plane.chunks_per_table, lookup, plane.prob_bits, out, numba=numba)
+
+
+def _corruptions(plane, rng):
+    """Planes that pass validation but whose chunks are wrong (as hostile files can be)."""
+    base = dict(n_symbols=plane.n_symbols, prob_bits=plane.prob_bits, chunk_steps=plane.chunk_steps,
+                chunks_per_table=plane.chunks_per_table, alphabet_size=plane.alphabet_size,
+                freqs=plane.freqs, states=plane.states, offsets=plane.offsets, words=plane.words)
+    if plane.words.size:
+        words = plane.words.copy()
+        words[rng.integers(0, words.size, 5)] ^= np.uint16(0x1234)
+        yield dict(base, words=words)
+    states = plane.states.copy()
+    states[3] = 5  # below the lower bound
+    yield dict(base, states=states)
+    states = plane.states.copy()
+    states[rng.integers(0, states.size, 4)] = rng.integers(1 << 16, 1 << 32, 4, dtype=np.uint64).astype(np.uint32)
+    yield dict(base, states=states)
+    offsets = plane.offsets.copy()
+    offsets[1:-1] = np.minimum(offsets[1:-1] + 7, offsets[-1])  # words moved between chunks
+    yield dict(base, offsets=np.maximum.accumulate(offsets))
+    cut = plane.words.size // 2  # truncated: every chunk ends early
+    yield dict(base, words=plane.words[:cut].copy(),
+               offsets=np.minimum(plane.offsets, cut).astype(np.uint32))
+    yield dict(base, words=np.zeros(0, np.uint16), offsets=np.zeros_like(plane.offsets))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_corrupt_streams_reported_like_numba(isa, lookups, seed):
+    rng = np.random.default_rng(seed)
+    sym = _symbols(["uniform", "skewed", "two", "constant"][seed], 70_000 + 999 * seed, seed)
+    plane = rans.encode(sym, 12, chunk_steps=[4, 16, 64, 1024][seed])
+    failed = 0
+    for fields in _corruptions(plane, rng):
+        bad = rans.RansPlane(**fields)
+        try:
+            bad.validate()
+        except CorruptDataError:
+            continue
+        expect = _status(bad, numba=True)
+        assert np.array_equal(_status(bad, numba=False), expect)
+        if expect.any():
+            failed += 1
+            with pytest.raises(CorruptDataError):
+                rans.decode(bad, backend="native")
+    assert failed >= 2  # the corruptions are caught, not just survived
+
+
+def _bf16(a):
+    return (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _float_inputs(dtype, n, seed):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(n) * 0.05).astype(np.float32)
+    w[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3.5e-38, 1.0]  # n >= 8 here
+    if dtype == "BF16":
+        return _bf16(w)
+    return w.astype(np.float16) if dtype == "F16" else w
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+@pytest.mark.parametrize("n", [256, 257, 4099, 70_001])
+@pytest.mark.parametrize("head_bits", [None, 0, 3])
+def test_float_codec_native_equals_numba(isa, lookups, dtype, n, head_bits):
+    a = _float_inputs(dtype, n, n)
+    rec = encode_tensor(a, dtype, head_bits=head_bits, chunk_steps=16)
+    with native.disabled():
+        ref = encode_tensor(a, dtype, head_bits=head_bits, chunk_steps=16)
+        assert decode_tensor(rec).tobytes() == a.tobytes()
+    assert rec.params == ref.params and rec.sections.keys() == ref.sections.keys()
+    assert all(np.array_equal(rec.sections[k], ref.sections[k]) for k in rec.sections)
+    assert decode_tensor(rec).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_float_merge_statuses_like_numba(isa, lookups, dtype):
+    """Head symbols outside the alphabet (status 4) and corrupt words, fused decode + merge."""
+    a = _float_inputs(dtype, 50_000, 3)
+    rec = encode_tensor(a, dtype, chunk_steps=8)
+    parts = F.parse(rec)
+    head = parts.head
+    W, E, M, L = parts.layout
+    lookup, words = rans.kernel_inputs(head)
+    low = np.zeros((L, a.size), np.uint8)
+    for alphabet_size in (parts.alphabet.size, max(1, parts.alphabet.size // 2)):
+        placed = F.placed_heads(parts.alphabet[:alphabet_size], M - parts.head_bits)
+        for w in (words, words ^ np.uint16(0x0101)):
+            got = []
+            for numba in (True, False):
+                out = np.zeros(a.size, F.UINT[W])
+                got.append(native.decode_merge_float(head.states, head.offsets, w, head.chunk_size,
+                                                     head.chunks_per_table, lookup, head.prob_bits, placed,
+                                                     parts.tail, parts.tail_bits, 8 * L, W - 1, low, out,
+                                                     numba=numba))
+            assert np.array_equal(got[0], got[1])
+            if alphabet_size < parts.alphabet.size and w is words:
+                assert (got[1] == 4).any()
+
+
+def test_kernels_reject_inconsistent_arguments():
+    if ext is None:
+        pytest.skip("C extension wcodec._cext not built")
+    plane = rans.encode(_symbols("skewed", 5000), 12, 4)
+    lookup, words = rans.kernel_inputs(plane)
+    out = np.zeros(plane.n_symbols, np.uint8)
+    status = np.zeros(plane.n_chunks, np.int32)
+    args = [plane.states, plane.offsets, words, plane.n_symbols, plane.chunk_size, plane.chunks_per_table,
+            lookup, 12, out, status, 1]
+    ext.decode_chunks(*args)
+    for k, bad in ((0, plane.states[:-1]), (1, plane.offsets[::-1].copy()), (3, plane.n_symbols + 1),
+                   (6, lookup[:, :100].copy()), (8, out[:-1]), (8, np.zeros(plane.n_symbols, np.uint16))):
+        with pytest.raises((ValueError, BufferError)):
+            ext.decode_chunks(*(args[:k] + [bad] + args[k + 1:]))
+
+
+def test_numba_fallback_when_disabled(tmp_path):
+    """WCODEC_NATIVE=0: the numba kernels run, the same bytes come out, and one line says so."""
+    code = ("import numpy as np; from wcodec import native, rans\n"
+            "assert native.path() == 'numba', native.path()\n"
+            "s = np.arange(5000, dtype=np.uint8) % 7\n"
+            "p = rans.encode(s)\n"
+            "assert np.array_equal(rans.decode(p), s)\n"
+            "print(p.words.tobytes().hex()[:64])\n")
+    env = dict(os.environ, WCODEC_NATIVE="0", PYTHONPATH=str(SRC))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    expect = rans.encode(np.arange(5000, dtype=np.uint8) % 7).words.tobytes().hex()[:64]
+    assert r.stdout.strip() == expect
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_decode_tensor_into_torch_tensor(dtype):
+    """decode_tensor(out=) fills a torch tensor's memory in place (no copy), any codec."""
+    torch = pytest.importorskip("torch")
+    a = _float_inputs(dtype, 5000, 1).reshape(50, 100)
+    a.reshape(-1)[:8] = a.reshape(-1)[8:16]  # finite, for the int8 mode
+    for mode in ("lossless", "int8"):
+        rec = encode_tensor(a, dtype, mode=mode)
+        t = torch.empty(a.shape, dtype=torch.bfloat16 if dtype == "BF16" else torch.float32)
+        view = t.view(torch.int16).numpy() if dtype == "BF16" else t.numpy()
+        got = decode_tensor(rec, "w", out=view)
+        assert np.shares_memory(got, view)
+        assert view.tobytes() == decode_tensor(rec).tobytes()
+    with pytest.raises(ValueError):
+        decode_tensor(rec, "w", out=np.empty(3, np.float32))
+
+
+@needs_ext
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.integers(1, 8), st.integers(0, 3000),
+       st.sampled_from(ISAS or ["scalar"]), st.booleans())
+def test_random_streams_reported_like_numba(seed, n, chunk_steps, n_words, which, soft):
+    """Garbage states and words under valid tables and offsets: same statuses, no crash."""
+    rng = np.random.default_rng(seed)
+    plane = rans.encode(_symbols("skewed", n, seed % 1000), 12, chunk_steps)
+    n_words = min(n_words, n // 2)
+    cuts = np.sort(rng.integers(0, n_words + 1, plane.n_chunks - 1))
+    bad = rans.RansPlane(plane.n_symbols, 12, chunk_steps, plane.chunks_per_table, plane.alphabet_size,
+                         plane.freqs, rng.integers(0, 2**32, plane.states.size, dtype=np.uint64).astype(np.uint32)
+                         | np.uint32(1 << 16) * (rng.random(plane.states.size) < 0.95),
+                         np.concatenate(([0], cuts, [n_words])).astype(np.uint32),
+                         rng.integers(0, 2**16, n_words, dtype=np.uint32).astype(np.uint16))
+    try:
+        bad.validate()
+    except CorruptDataError:
+        assume(False)  # a chunk with more words than symbols: rejected before any kernel runs
+    before, old_soft = ext.isa(), ext.set_soft_gather(soft)
+    ext.set_isa(which)
+    try:
+        assert np.array_equal(_status(bad, numba=False), _status(bad, numba=True))
+    finally:
+        ext.set_isa(before)
+        ext.set_soft_gather(old_soft)
