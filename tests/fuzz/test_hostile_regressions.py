@@ -310,6 +310,7 @@ def test_malformed_safetensors_headers(tmp_path, header):
     lambda m: m.update(version=[1]),
     lambda m: m.update(energy="x"),
     lambda m: m.update(source_itemsize=None),
+    lambda m: m.update(code_planes=None),  # found by tools/fuzz.py (seed 9150)
     lambda m: m["assignment_planes"][0].update(chunks_per_table=2 ** 64),
     lambda m: m["assignment_planes"][0].update(n_symbols=1.5),
 ])

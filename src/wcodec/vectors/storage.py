@@ -99,7 +99,7 @@ def load_index(path):
             cb_q = _table(meta, tensors, "codebooks", (256, r))
         books = ResidualCodebooks(rot_q, _need(tensors, P + "rotation_scale", (r,)), cb_q,
                                   _need(tensors, P + "codebook_scale", (r,)), sizes)
-        c_planes = coding.planes_from_sections(meta.get("code_planes", []), tensors, P + "codes")
+        c_planes = coding.planes_from_sections(meta.get("code_planes") or [], tensors, P + "codes")
         if len(c_planes) != sizes.size:
             raise CorruptDataError(f"{path}: {len(c_planes)} code planes for {sizes.size} subspaces")
         codes = np.stack(coding.decode_planes(c_planes, n, "vectors codes"), axis=1)
