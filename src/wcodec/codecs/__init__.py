@@ -94,7 +94,10 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
         raise ValueError(f"tensor '{name}': out must be a writable C-contiguous array of {record.raw_nbytes} bytes")
     if record.codec != "raw":
         _load_all()
+    from ..format.params import check_params
+
     try:
+        check_params(record.codec, record.dtype, record.shape, record.params)
         codec = get_codec(record.codec)
         if out is not None and record.codec == "float":
             return codec.decode(record, out=out)
@@ -106,6 +109,6 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
         out = res
     except WcodecError as e:
         raise type(e)(f"tensor '{name}': {e}") from None
-    except (ValueError, IndexError, KeyError, TypeError) as e:  # malformed params
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError) as e:  # malformed params
         raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
     return out

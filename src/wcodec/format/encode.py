@@ -8,6 +8,7 @@ input order, so the output is deterministic whatever the number of workers.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,9 +50,24 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def _encode_one(item: Item, mode: str, codec: str | None = None):
-    from ..codecs import decode_tensor, encode_tensor
+def has_nonfinite(array: np.ndarray, dtype: str) -> bool:
+    """Whether a float tensor (BF16 as uint16 bits) holds NaN or +-inf."""
+    if dtype == "BF16":
+        return bool(np.any((np.asarray(array).view(np.uint16) & 0x7F80) == 0x7F80))
+    if dtype in ("F16", "F32", "F64"):
+        return not bool(np.all(np.isfinite(array)))
+    return False
 
+
+def _encode_one(item: Item, mode: str, codec: str | None = None):
+    from ..codecs import choose_codec, decode_tensor, encode_tensor
+
+    if mode == "int8" and choose_codec(item.dtype, tuple(item.array.shape), mode) == "int8-quant" \
+            and has_nonfinite(item.array, item.dtype):
+        # quantization needs finite weights: keep this tensor bit-exact instead of failing the
+        # whole checkpoint (the info table then shows codec "float" for it)
+        warnings.warn(f"tensor '{item.name}': holds NaN or inf; stored lossless instead of int8", stacklevel=2)
+        mode = "lossless"
     rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec)
     if rec.codec in LOSSY_CODECS:
         crc = spec.crc32(decode_tensor(rec, item.name))

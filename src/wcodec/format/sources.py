@@ -8,17 +8,17 @@ yields :class:`~wcodec.format.encode.Item` objects one tensor at a time.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 import struct
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from ..errors import CorruptDataError, FormatError, UnsupportedError
-from . import spec
+from . import _io, spec
 from .encode import Item
 
 ST_DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
@@ -31,14 +31,49 @@ OTHER_WEIGHT_SUFFIXES = (".safetensors", ".wcodec", ".msgpack", ".h5", ".gguf", 
 
 
 # -- safetensors -----------------------------------------------------------------------------------
-def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
-    """Open a safetensors file: returns (metadata, lazy iterator of Items as mmap views).
+def _st_entry(fname: str, name, e, data_size: int) -> tuple:
+    """Schema check of one safetensors header entry: (offset, name, dtype, shape, numpy dtype, numel)."""
+    where = f"{fname}: tensor {name!r}"
+    if not isinstance(e, dict):
+        raise CorruptDataError(f"{where}: entry is not an object")
+    dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise CorruptDataError(f"{where}: dtype must be a string, got {dtype!r}"[:300])
+    if not isinstance(shape, list) or len(shape) > spec.MAX_NDIM or \
+            not all(type(d) is int and 0 <= d < (1 << 48) for d in shape):
+        raise CorruptDataError(f"{where}: shape must be a list of at most {spec.MAX_NDIM} "
+                               f"non-negative integers, got {shape!r}"[:300])
+    if dtype == "F4":  # safetensors counts FP4 values; wcodec stores torch's packed pairs
+        if not shape or shape[-1] % 2:
+            raise UnsupportedError(f"tensor '{name}': F4 with an odd last dimension is not supported")
+        dtype, shape = "F4_X2", shape[:-1] + [shape[-1] // 2]
+    elif dtype == "F4_X2" or dtype not in ST_DTYPES:
+        raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
+    if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)):
+        raise CorruptDataError(f"{where}: data_offsets must be two integers, got {offs!r}"[:300])
+    a, b = offs
+    numel = 1
+    for d in shape:
+        numel *= d
+    dt = np.dtype(ST_DTYPES[dtype])
+    if not (0 <= a <= b <= data_size) or b - a != numel * dt.itemsize:
+        raise CorruptDataError(f"{where}: data_offsets {a, b} do not fit {dtype}{shape} in {data_size} data bytes")
+    return a, name, dtype, shape, dt, numel
 
-    Raises FormatError / CorruptDataError on a malformed file, UnsupportedError for dtypes
-    wcodec does not handle (e.g. F8_E4M3), naming the tensor.
+
+def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
+    """Open a safetensors file: returns (metadata, lazy iterator of Items).
+
+    The header is schema-checked before any tensor is read (dtype a known string, shape a list
+    of at most 32 non-negative integers, data_offsets two integers inside the data region,
+    ``__metadata__`` str -> str). Tensor bytes are read with pread, one tensor at a time (no
+    memory map: see :mod:`wcodec.format.reader` on SIGBUS). Raises FormatError /
+    CorruptDataError on a malformed file, UnsupportedError for dtypes wcodec does not handle
+    (e.g. F8_E4M3), naming the tensor.
     """
     path = Path(path)
-    with open(path, "rb") as f:
+    f = _io.open_regular(path, "safetensors file")
+    try:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
@@ -46,35 +81,25 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
         (n,) = struct.unpack("<Q", head)
         if n > spec.MAX_HEADER_SIZE or 8 + n > size:
             raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise FormatError(f"{path.name}: bad safetensors header: {e}") from None
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    meta = header.pop("__metadata__", None) or {}
-    entries = []
-    for name, e in header.items():
-        try:
-            dtype, shape, (a, b) = e["dtype"], [int(d) for d in e["shape"]], e["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CorruptDataError(f"{path.name}: tensor '{name}': malformed entry") from None
-        if dtype == "F4":  # safetensors counts FP4 values; wcodec stores torch's packed pairs
-            if not shape or shape[-1] % 2:
-                raise UnsupportedError(f"tensor '{name}': F4 with an odd last dimension is not supported")
-            dtype, shape = "F4_X2", shape[:-1] + [shape[-1] // 2]
-        if dtype not in ST_DTYPES or dtype == "F4_X2" and e["dtype"] != "F4":
-            raise UnsupportedError(f"tensor '{name}': dtype {e['dtype']} is not supported")
-        numel = int(np.prod(shape, dtype=np.int64))
-        dt = np.dtype(ST_DTYPES[dtype])
-        if not (0 <= a <= b <= size - 8 - n) or b - a != numel * dt.itemsize:
-            raise CorruptDataError(f"{path.name}: tensor '{name}': data_offsets {a, b} do not fit")
-        entries.append((a, name, dtype, shape, dt, numel))
+        header = _io.loads(f.read(n), f"{path.name}: safetensors header", FormatError)
+        if not isinstance(header, dict):
+            raise FormatError(f"{path.name}: the safetensors header is not an object")
+        meta = header.pop("__metadata__", None) or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise CorruptDataError(f"{path.name}: __metadata__ must map strings to strings")
+        entries = [_st_entry(path.name, name, e, size - 8 - n) for name, e in header.items()]
+    except BaseException:
+        f.close()
+        raise
     entries.sort(key=lambda t: t[0])  # file order: sequential reads
 
     def items():
-        for a, name, dtype, shape, dt, numel in entries:
-            arr = np.frombuffer(mm, dtype=dt, count=numel, offset=8 + n + a).reshape(shape)
-            yield Item(name, arr, dtype, (str(path), a, dtype, tuple(shape)))
+        with f:
+            for a, name, dtype, shape, dt, numel in entries:
+                buf = np.empty(numel * dt.itemsize, dtype=np.uint8)
+                if not _io.pread_into(f.fileno(), buf, 8 + n + a):
+                    raise CorruptDataError(f"{path.name}: tensor '{name}': short read (file truncated while open)")
+                yield Item(name, buf.view(dt).reshape(shape), dtype, (str(path), a, dtype, tuple(shape)))
 
     return dict(meta), items()
 
@@ -91,6 +116,9 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
     if metadata:
         header["__metadata__"] = dict(metadata)
     for name, dtype, shape in specs:
+        if name == "__metadata__" or name in header or "\x00" in name:
+            raise UnsupportedError(f"tensor name {name!r} cannot be stored in safetensors "
+                                   "(reserved for the metadata, used twice, or holds a NUL byte)")
         nbytes = int(np.prod(shape, dtype=np.int64)) * spec.TENSOR_ITEMSIZE[dtype]
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
         if dtype == "F4_X2":  # safetensors' F4 counts FP4 values: two per byte
@@ -98,7 +126,8 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
         off += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces
-    tmp = path.with_name(f".{path.name}.tmp")
+    _io.clean_stale_temps(path.parent, path.name)
+    tmp = _io.temp_path(path)  # unique: two writers to one path never mix their tensors
     try:
         with open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(raw)) + raw)
@@ -132,6 +161,12 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
 
     BF16 is viewed as uint16 bits. The tensor is never modified. Raises UnsupportedError.
     """
+    import torch
+
+    if t.layout != torch.strided:
+        raise UnsupportedError(f"tensor '{name}': {t.layout} tensors are not supported (convert with .to_dense())")
+    if t.device.type == "meta":
+        raise UnsupportedError(f"tensor '{name}': a meta tensor has no data to store")
     tname = str(t.dtype).removeprefix("torch.")
     dtype = TORCH_DTYPES.get(tname)
     if dtype is None:
@@ -141,7 +176,6 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
              tuple(t.stride()), tname)
     t = t.detach().cpu().contiguous()
     if dtype == "BF16":
-        import torch
         arr = t.view(torch.int16).numpy().view(np.uint16)
     elif dtype in BITS_DTYPES:
         import torch
@@ -193,22 +227,24 @@ def read_torch(path) -> tuple[dict, Iterator[Item]]:
 def weight_files(folder) -> list[Path]:
     """The weight files of a Hugging Face style folder, in shard order.
 
-    Prefers safetensors (index, single file, or all *.safetensors), then torch .bin/.pt.
-    Raises FileNotFoundError when there are none.
+    Prefers safetensors (index, single file, or all *.safetensors), then torch .bin/.pt. Index
+    entries and files must resolve inside ``folder`` (no ``../``, absolute paths or symlinks out);
+    the index's weight_map must be a non-empty object without duplicate keys.
+    Raises FileNotFoundError when there are none, FormatError on a bad index or a path outside.
     """
     folder = Path(folder)
     for index in INDEX_NAMES:
         p = folder / index
         if p.is_file():
-            try:
-                wm = json.loads(p.read_text(encoding="utf-8"))["weight_map"]
-            except (ValueError, KeyError) as e:
-                raise FormatError(f"{p}: bad index: {e}") from None
-            return [folder / f for f in dict.fromkeys(wm.values())]
+            idx = _io.read_json(p, "weight index")
+            wm = idx.get("weight_map") if isinstance(idx, dict) else None
+            if not isinstance(wm, dict) or not wm or not all(isinstance(v, str) for v in wm.values()):
+                raise FormatError(f"{p}: bad index: weight_map must be a non-empty object of file names")
+            return [_io.inside(folder, f, f"{index} entry", must_exist=True) for f in dict.fromkeys(wm.values())]
     for pattern in ("*.safetensors", "*.bin", "*.pt", "*.pth"):
         files = sorted(folder.glob(pattern))
         if files:
-            return files
+            return [_io.inside(folder, f.name, "weight file") for f in files]
     raise FileNotFoundError(f"{folder}: no safetensors or torch weight files")
 
 
@@ -227,14 +263,16 @@ def read_source(path) -> tuple[dict, Iterator[Item]]:
     if path.suffix == ".safetensors":
         return read_safetensors(path)
     if path.suffix in TORCH_SUFFIXES:
+        _io.check_regular(path, "torch checkpoint")
         return read_torch(path)
     raise UnsupportedError(f"{path.name}: unknown input type (expected .safetensors, {', '.join(TORCH_SUFFIXES)} or a folder)")
 
 
 def copy_side_files(src_folder, dst_folder) -> list[Path]:
     """Copy every non-weight file of a model folder (config, tokenizer, generation config,
-    README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries are
-    skipped. Returns the destination paths."""
+    README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries,
+    non-regular files and symlinks resolving outside ``src_folder`` (warned) are skipped.
+    Returns the destination paths."""
     src_folder, dst_folder = Path(src_folder), Path(dst_folder)
     converted = set(weight_files(src_folder))
     out = []
@@ -246,6 +284,10 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
         # (llama2.c's tok512.bin) and training args use that suffix too.
         if p in converted or p.name in INDEX_NAMES or p.name.endswith(OTHER_WEIGHT_SUFFIXES) \
                 or (p.name.startswith("pytorch_model") and p.suffix == ".bin"):
+            continue
+        if not _io.is_inside(src_folder, p):
+            # a symlink out of the model folder: copying it would embed a file the user never named
+            warnings.warn(f"{rel}: skipped, it is a symlink to {p.resolve()} outside {src_folder}")
             continue
         dest = dst_folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)

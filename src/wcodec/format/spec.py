@@ -9,13 +9,14 @@ huge allocation.
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 
 import numpy as np
 
 from ..errors import ChecksumError, CorruptDataError, FormatError
+from . import _io
+from .params import check_params, check_sections
 
 MAGIC = b"\x89WCODEC\n"
 FORMAT_VERSION = 1
@@ -29,6 +30,14 @@ MAX_NDIM = 32
 #: (+ MAX_RATIO_SLACK): far above what any codec reaches, far below a denial-of-service shape
 MAX_RATIO = 1 << 16
 MAX_RATIO_SLACK = 1 << 20
+#: tighter per-codec bounds on decoded bytes per compressed byte. float: the raw tail alone
+#: costs >= 4 of 16 bits (measured <= 8x even on constant tensors); int8 / int8-quant: a
+#: constant tensor costs 132 bytes (32 states + an offset) per chunk of 32 x chunk_steps
+#: symbols, 248x at the default 1024 steps, so 1024 symbols per byte allows chunk_steps up to
+#: ~4200 on constant data and bounds what a small file can make the decoder allocate.
+#: Values: (decoded bytes or symbols per compressed byte, counted in "bytes" or "symbols").
+CODEC_RATIO = {"raw": (1, "bytes"), "float": (16, "bytes"), "int8": (1024, "symbols"),
+               "int8-quant": (1024, "symbols")}
 INDEX_SUFFIX = ".wcodec.index.json"
 
 #: section dtypes (safetensors names) -> numpy little-endian dtypes
@@ -90,23 +99,11 @@ def parse_preamble(raw: bytes, file_size: int) -> tuple[int, int, int]:
     return h_off, h_size, h_crc
 
 
-def _no_duplicates(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise CorruptDataError(f"header: duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def parse_header(raw: bytes, crc: int) -> dict:
     """Decode and structurally check the JSON header bytes (crc32 checked first)."""
     if crc32(raw) != crc:
         raise ChecksumError("header checksum mismatch: the header is corrupt")
-    try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CorruptDataError(f"header is not valid UTF-8 JSON: {e}") from None
+    header = _io.loads(raw, "header")
     if not isinstance(header, dict) or header.get("format") != "wcodec":
         raise FormatError("header: 'format' must be \"wcodec\"")
     if header.get("format_version") != FORMAT_VERSION:
@@ -130,7 +127,7 @@ def validate_entry(name: str, e, data_end: int) -> None:
 
     if not isinstance(e, dict):
         bad("entry is not an object")
-    if e.get("dtype") not in TENSOR_ITEMSIZE:
+    if not isinstance(e.get("dtype"), str) or e["dtype"] not in TENSOR_ITEMSIZE:
         bad(f"unknown dtype {e.get('dtype')!r}")
     shape = e.get("shape")
     if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d, 0, 1 << 48) for d in shape):
@@ -146,7 +143,7 @@ def validate_entry(name: str, e, data_end: int) -> None:
         bad("sections must be an object")
     total = 0
     for sname, s in secs.items():
-        if not isinstance(s, dict) or s.get("dtype") not in SECTION_DTYPES:
+        if not isinstance(s, dict) or not isinstance(s.get("dtype"), str) or s["dtype"] not in SECTION_DTYPES:
             bad(f"section '{sname}': bad or missing dtype")
         off, size = s.get("offset"), s.get("size")
         if not _is_int(off) or not _is_int(size) or not _is_int(s.get("crc32"), 0, 1 << 32):
@@ -158,22 +155,39 @@ def validate_entry(name: str, e, data_end: int) -> None:
         if size % np.dtype(SECTION_DTYPES[s["dtype"]]).itemsize:
             bad(f"section '{sname}': size {size} is not a multiple of its {s['dtype']} item size")
         total += size
+    try:
+        check_sections(e["codec"], {k: s["dtype"] for k, s in secs.items()})
+    except CorruptDataError as err:
+        bad(str(err))
+    check_plausible(e["codec"], e["dtype"], shape, e.get("params", {}), total, bad)
+
+
+def check_plausible(codec: str, dtype: str, shape, params, total: int, bad) -> None:
+    """Bounds shared by the reader and the writer: decoded size against ``total`` compressed
+    bytes (MAX_RATIO, CODEC_RATIO; raw must match exactly) and the codec's params schema.
+    Calls ``bad(message)``, which raises."""
     numel = 1
     for d in shape:
         numel *= d
-    raw = numel * TENSOR_ITEMSIZE[e["dtype"]]
-    if e["codec"] == "raw" and total != raw:
+    raw = numel * TENSOR_ITEMSIZE[dtype]
+    if codec == "raw" and total != raw:
         bad(f"raw codec holds {total} bytes, expected {raw}")
-    if raw > total * MAX_RATIO + MAX_RATIO_SLACK:
-        bad(f"implausible shape {shape}: {raw} decoded bytes from {total} compressed bytes")
+    ratio, unit = CODEC_RATIO.get(codec, (MAX_RATIO, "bytes"))
+    if raw > total * MAX_RATIO + MAX_RATIO_SLACK or (raw if unit == "bytes" else numel) > total * ratio + MAX_RATIO_SLACK:
+        bad(f"implausible shape {list(shape)}: {raw} decoded bytes from {total} compressed bytes "
+            f"(the {codec} codec's bound is {ratio} {unit} per compressed byte + {MAX_RATIO_SLACK})")
+    try:
+        check_params(codec, dtype, shape, params)
+    except CorruptDataError as err:
+        bad(str(err))
 
 
 def validate_tensors(tensors: dict, data_end: int) -> None:
     """Validate every entry and alias, and that no two sections overlap."""
     spans = []
     for name, e in tensors.items():
-        if not name:
-            raise CorruptDataError("header: empty tensor name")
+        if not name or "\x00" in name:
+            raise CorruptDataError(f"header: tensor name {name!r} is empty or holds a NUL byte")
         if isinstance(e, dict) and "alias_of" in e:
             target = tensors.get(e["alias_of"]) if isinstance(e["alias_of"], str) else None
             if not isinstance(target, dict) or "alias_of" in target or len(e) != 1:

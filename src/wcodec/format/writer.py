@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from pathlib import Path
 
 import numpy as np
 
-from . import spec
+from ..errors import CorruptDataError, UnsupportedError
+from . import _io, spec
 
 
 def _jsonable(x):
@@ -30,6 +30,12 @@ def _jsonable(x):
     if isinstance(x, np.ndarray):
         return _jsonable(x.tolist())
     return x
+
+
+def check_name(name: str) -> None:
+    """Tensor names may not hold NUL bytes (C readers truncate them). Raises UnsupportedError."""
+    if "\x00" in name:
+        raise UnsupportedError(f"tensor name {name!r} holds a NUL byte")
 
 
 class Writer:
@@ -53,10 +59,11 @@ class Writer:
             raise TypeError("metadata must map str to str (as in safetensors)")
         self.metadata = meta
         self.tensors: dict[str, dict] = {}
-        self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        # os.open with 0o666 honours the umask, unlike tempfile's 0o600
-        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        self._f = os.fdopen(fd, "wb")
+        # temporary files of writers killed before commit (kill -9) are removed here; ours holds
+        # our pid, so concurrent writers to the same destination keep theirs
+        _io.clean_stale_temps(self.path.parent, self.path.name)
+        self._tmp = _io.temp_path(self.path)
+        self._f = open(self._tmp, "wb")
         self._f.write(bytes(spec.PREAMBLE_SIZE))
         self._pos = spec.PREAMBLE_SIZE
         self._done = False
@@ -83,6 +90,23 @@ class Writer:
             raise ValueError("writer is closed")
         if not isinstance(name, str) or not name or name in self.tensors:
             raise ValueError(f"tensor name {name!r} is empty or used twice")
+        check_name(name)
+        if record.dtype not in spec.TENSOR_ITEMSIZE:
+            raise UnsupportedError(f"tensor '{name}': dtype {record.dtype!r} is not supported")
+        if len(record.shape) > spec.MAX_NDIM:
+            raise UnsupportedError(f"tensor '{name}': {len(record.shape)} dimensions; the format allows "
+                                   f"at most {spec.MAX_NDIM} (the reader would refuse the file)")
+
+        def bad(msg):
+            raise UnsupportedError(f"tensor '{name}': cannot be stored readably: {msg}")
+
+        try:
+            spec.check_sections(record.codec, {k: spec.section_dtype_name(np.asarray(a))
+                                               for k, a in record.sections.items()})
+        except CorruptDataError as e:
+            bad(str(e))
+        spec.check_plausible(record.codec, record.dtype, tuple(int(d) for d in record.shape),
+                             _jsonable(record.params), sum(int(np.asarray(a).nbytes) for a in record.sections.values()), bad)
         sections = {}
         for sname, arr in record.sections.items():
             arr = np.asarray(arr)
@@ -101,8 +125,9 @@ class Writer:
 
     def add_alias(self, name: str, target: str) -> None:
         """Store ``name`` as another name of the already added tensor ``target`` (tied weights)."""
-        if not name or name in self.tensors:
+        if not isinstance(name, str) or not name or name in self.tensors:
             raise ValueError(f"tensor name {name!r} is empty or used twice")
+        check_name(name)
         t = self.tensors.get(target)
         if t is None or "alias_of" in t:
             raise ValueError(f"alias target {target!r} is not a stored tensor of this file")

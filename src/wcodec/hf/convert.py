@@ -27,25 +27,47 @@ def codec_config(mode: str) -> dict:
             "wcodec_version": wcodec.__version__}
 
 
-def read_codec_config(folder) -> dict | None:
-    """The wcodec ``quantization_config`` of a folder's config.json, or None when absent or another method."""
+def _read_config(folder) -> dict | None:
+    """A folder's config.json as a dict, None when absent. Raises FormatError when it is not a
+    regular file holding a JSON object (checked before any weight is written)."""
+    from ..errors import FormatError
+    from ..format import _io
+
     p = Path(folder) / "config.json"
-    if not p.is_file():
+    if not p.exists():
         return None
-    q = json.loads(p.read_text(encoding="utf-8")).get("quantization_config")
+    cfg = _io.read_json(p, "config.json")
+    if not isinstance(cfg, dict):
+        raise FormatError(f"{p}: config.json must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def read_codec_config(folder) -> dict | None:
+    """The wcodec ``quantization_config`` of a folder's config.json, or None when absent or another method.
+
+    Raises FormatError when config.json is not a JSON object."""
+    cfg = _read_config(folder)
+    q = cfg.get("quantization_config") if cfg is not None else None
     return q if isinstance(q, dict) and q.get("quant_method") == QUANT_METHOD else None
 
 
 def _record_codec(dst: Path, mode: str) -> Path | None:
-    """Add the codec block to dst/config.json (atomically); None when the folder has no config.json."""
-    p = dst / "config.json"
-    if not p.is_file():
+    """Add the codec block to dst/config.json (atomically, unique temporary name); None when
+    the folder has no config.json."""
+    from ..format import _io
+
+    cfg = _read_config(dst)
+    if cfg is None:
         return None
-    cfg = json.loads(p.read_text(encoding="utf-8"))
+    p = dst / "config.json"
     cfg["quantization_config"] = codec_config(mode)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    _io.clean_stale_temps(dst, p.name)
+    tmp = _io.temp_path(p)
+    try:
+        tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
     return p
 
 
@@ -67,6 +89,7 @@ def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
         raise NotADirectoryError(f"{src}: convert_folder takes a model folder")
+    _read_config(src)  # a malformed config.json fails here, before any weight is written
     paths = encode_safetensors_to_wcodec(src, dst, mode=mode, workers=workers,
                                          max_shard_size=max_shard_size, progress=progress,
                                          codec=codec)

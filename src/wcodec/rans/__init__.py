@@ -63,6 +63,18 @@ SEGMENT_CANDIDATES = (1 << 20, 1 << 18, 1 << 16, 1 << 15)
 #: device memory (measured: +0.63 GB on a 7B model kept compressed) than the bits they save
 #: (0.01 bits/weight on a synthetic 4096x4096 layer)
 LARGE_SEGMENT_MIN = 1 << 20
+#: decoders build a 2**prob_bits-entry uint32 lookup (16 KB) per frequency table, while a stored
+#: table may cost one byte: a plane may hold at most TABLES_FLOOR + n_symbols // SYMBOLS_PER_TABLE
+#: tables, so the lookups take <= 16 MB + 16 bytes per symbol (the encoder's "auto" segments hold
+#: >= 32768 symbols; an 8.8 MB file with one table per 32-symbol chunk once needed 2.2 GB)
+TABLES_FLOOR = 1024
+SYMBOLS_PER_TABLE = 1024
+MAX_CHUNKS_PER_TABLE = 1 << 32
+#: a plane may not claim more than this many symbols per stored byte (+ RATIO_SLACK): a constant
+#: plane costs 132 bytes per chunk of 32 x chunk_steps symbols (248 per byte at the default
+#: 1024 steps), so this bounds what a small file can make a decoder allocate (docs/FORMAT.md)
+MAX_SYMBOLS_PER_BYTE = 1024
+RATIO_SLACK = 1 << 20
 
 __all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "pack_freqs",
            "unpack_freqs", "auto_chunk_steps", "LANES"]
@@ -136,18 +148,19 @@ class RansPlane:
     def from_sections(cls, params: dict, sections: dict, prefix: str) -> "RansPlane":
         """Rebuild a plane from stored params and sections; validates everything (see validate)."""
         try:
+            fields = {k: params[k] for k in ("n_symbols", "prob_bits", "chunk_steps", "chunks_per_table",
+                                             "alphabet_size")}
+            bad = [k for k, v in fields.items() if type(v) not in (int, np.int64)]
+            if bad:
+                raise TypeError(f"{bad[0]} must be an integer, got {fields[bad[0]]!r}"[:200])
             plane = cls(
-                n_symbols=int(params["n_symbols"]),
-                prob_bits=int(params["prob_bits"]),
-                chunk_steps=int(params["chunk_steps"]),
-                chunks_per_table=int(params["chunks_per_table"]),
-                alphabet_size=int(params["alphabet_size"]),
+                **{k: int(v) for k, v in fields.items()},
                 freqs=unpack_freqs(sections[f"{prefix}.freqs"], sections[f"{prefix}.freqs_big"], prefix),
                 states=sections[f"{prefix}.states"],
                 offsets=sections[f"{prefix}.offsets"],
                 words=sections[f"{prefix}.words"],
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CorruptDataError(f"rANS plane '{prefix}': missing or bad field {e}") from None
         plane.validate(prefix)
         return plane
@@ -164,8 +177,15 @@ class RansPlane:
         """Check every size and offset before decoding. Raises CorruptDataError."""
         if not (0 <= self.n_symbols < (1 << 40)):
             raise CorruptDataError(f"{where}: n_symbols {self.n_symbols} out of range")
-        if not (1 <= self.chunk_steps <= MAX_CHUNK_STEPS) or self.chunks_per_table < 1:
+        if not (1 <= self.chunk_steps <= MAX_CHUNK_STEPS) or not (1 <= self.chunks_per_table <= MAX_CHUNKS_PER_TABLE):
             raise CorruptDataError(f"{where}: bad chunk_steps or chunks_per_table")
+        stored = sum(int(getattr(a, "nbytes", 0)) for a in (self.freqs, self.states, self.offsets, self.words))
+        if self.n_symbols > MAX_SYMBOLS_PER_BYTE * stored + RATIO_SLACK:
+            raise CorruptDataError(f"{where}: {self.n_symbols} symbols from {stored} stored bytes exceed the "
+                                   f"bound of {MAX_SYMBOLS_PER_BYTE} symbols per byte")
+        if self.n_tables > TABLES_FLOOR + self.n_symbols // SYMBOLS_PER_TABLE:
+            raise CorruptDataError(f"{where}: {self.n_tables} frequency tables for {self.n_symbols} symbols "
+                                   f"exceed the bound {TABLES_FLOOR} + n_symbols / {SYMBOLS_PER_TABLE}")
         if not (1 <= self.alphabet_size <= ALPHABET):
             raise CorruptDataError(f"{where}: alphabet_size {self.alphabet_size} not in [1, 256]")
         if not isinstance(self.freqs, np.ndarray) or self.freqs.size != self.n_tables * self.alphabet_size:
@@ -298,7 +318,12 @@ def encode(
         states, offsets, words = native.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, numba=use_numba)
     alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1
     compact = np.ascontiguousarray(freqs[:, :alphabet_size]).reshape(-1)
-    return RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words)
+    plane = RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words)
+    try:  # never produce a plane the decoders refuse (table count and ratio bounds)
+        plane.validate("encoded plane")
+    except CorruptDataError as e:
+        raise ValueError(f"{e}: use fewer tables (a larger 'tables') or a smaller chunk_steps") from None
+    return plane
 
 
 _STATUS = {1: "reads past the end of its words", 2: "does not end in the initial state",

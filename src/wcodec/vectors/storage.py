@@ -18,6 +18,7 @@ import json
 import numpy as np
 
 from ..errors import CorruptDataError, FormatError
+from ..format import _io
 from . import coding
 from .residual import ResidualCodebooks
 
@@ -77,13 +78,8 @@ def load_index(path):
         raw = f.metadata().get(META_KEY)
         if raw is None:
             raise FormatError(f"{path}: not a vectors index (no '{META_KEY}' metadata)")
-        try:
-            meta = json.loads(raw)
-            n, d, m = int(meta["n"]), int(meta["d"]), int(meta["m"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptDataError(f"{path}: bad '{META_KEY}' metadata ({e})") from None
-        if meta.get("version") not in READABLE:
-            raise FormatError(f"{path}: vectors index version {meta.get('version')} unknown (reader: {VERSION})")
+        meta = check_meta(_io.loads(raw, f"{path}: '{META_KEY}' metadata"), path)
+        n, d, m = meta["n"], meta["d"], meta["m"]
         tensors = {k: f.get_tensor(k) for k in f.keys() if k.startswith(P)}
     anchors = _need(tensors, P + "anchors", (m, d)).astype(np.float32)
     a_planes = coding.planes_from_sections(meta["assignment_planes"], tensors, P + "assignments")
@@ -103,7 +99,7 @@ def load_index(path):
             cb_q = _table(meta, tensors, "codebooks", (256, r))
         books = ResidualCodebooks(rot_q, _need(tensors, P + "rotation_scale", (r,)), cb_q,
                                   _need(tensors, P + "codebook_scale", (r,)), sizes)
-        c_planes = coding.planes_from_sections(meta["code_planes"], tensors, P + "codes")
+        c_planes = coding.planes_from_sections(meta.get("code_planes") or [], tensors, P + "codes")
         if len(c_planes) != sizes.size:
             raise CorruptDataError(f"{path}: {len(c_planes)} code planes for {sizes.size} subspaces")
         codes = np.stack(coding.decode_planes(c_planes, n, "vectors codes"), axis=1)
@@ -118,6 +114,57 @@ def load_index(path):
                             norm_codes, norm_range, int(meta.get("source_itemsize", 4)),
                             info=dict(meta.get("info", {})))
     return index
+
+
+#: bounds of the metadata integers (checked before any array is sized from them)
+MAX_N, MAX_D, MAX_M = 1 << 40, 1 << 20, 1 << 32
+
+
+def check_meta(meta, path) -> dict:
+    """Schema check of the ``wcodec.vectors`` metadata; returns it. Raises FormatError (not an
+    index of a known version) or CorruptDataError naming the field."""
+    def bad(msg):
+        raise CorruptDataError(f"{path}: '{META_KEY}' metadata: {msg}"[:400])
+
+    def need_int(key, lo, hi, optional=False):
+        v = meta.get(key)
+        if optional and key not in meta:
+            return
+        if type(v) is not int or not lo <= v <= hi:
+            bad(f"'{key}' must be an integer in [{lo}, {hi}], got {v!r}")
+
+    if not isinstance(meta, dict):
+        bad("not an object")
+    if type(meta.get("version")) is not int or meta["version"] not in READABLE:
+        raise FormatError(f"{path}: vectors index version {meta.get('version')!r} unknown (reader: {VERSION})"[:300])
+    need_int("n", 0, MAX_N)
+    need_int("d", 1, MAX_D)
+    need_int("m", 1, MAX_M)
+    need_int("iterations", 0, 1 << 62)
+    need_int("source_itemsize", 1, 8, optional=True)
+    if meta.get("r") is not None:  # None without residual codes
+        need_int("r", 1, meta["d"])
+    if type(meta.get("energy")) not in (int, float):
+        bad(f"'energy' must be a number, got {meta.get('energy')!r}")
+    sizes = meta.get("sub_sizes")
+    if sizes is not None and not (isinstance(sizes, list) and len(sizes) <= meta["d"]
+                                  and all(type(s) is int and 1 <= s <= meta["d"] for s in sizes)):
+        bad(f"'sub_sizes' must be a list of at most d integers in [1, d], got {sizes!r}")
+    for key in ("assignment_planes", "code_planes", "norm_planes"):
+        v = meta.get(key, [] if key != "assignment_planes" else None)
+        if v is None and key != "assignment_planes":
+            continue
+        if not isinstance(v, list) or not all(isinstance(p, dict) for p in v):
+            bad(f"'{key}' must be a list of objects")
+    if len(meta["assignment_planes"]) > 4:
+        bad("more than 4 assignment byte planes")
+    tp = meta.get("table_planes", {})
+    if not isinstance(tp, dict) or not isinstance(meta.get("info", {}), dict):
+        bad("'table_planes' and 'info' must be objects")
+    for name, planes in tp.items():
+        if not isinstance(planes, list) or not all(isinstance(p, dict) for p in planes):
+            bad(f"'table_planes' '{name}' must be a list of objects")
+    return meta
 
 
 def _table(meta: dict, tensors: dict, name: str, shape: tuple) -> np.ndarray:
