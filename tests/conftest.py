@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+
+# Triton reads TRITON_INTERPRET when it decorates kernels: set it before any test module (or
+# torch.compile) imports triton, so the GPU kernel tests run on the CPU whatever the order.
+if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from pathlib import Path
 
 import pytest
