@@ -103,3 +103,15 @@ def test_shape_errors_and_corrupt_sections():
     sections["esc.col"] = np.full_like(sections["esc.col"], 99)
     with pytest.raises(CorruptDataError):
         fx.from_sections(params, sections, (8, 16), DEVICE)
+
+
+def test_encoder_row_blocks_and_empty_shapes(monkeypatch):
+    monkeypatch.setattr(fx, "ENCODE_BLOCK", 64)  # many row blocks: escapes and rows stitched back
+    for N, K in [(37, 13), (9, 200), (5, 0)]:
+        w = weight(N, K, zeros=N) if N * K else torch.zeros(N, K, dtype=torch.bfloat16, device=DEVICE)
+        fw = fx.encode_weight(w)
+        params, sections = F.encode_bits(w.view(torch.int16).cpu().numpy().view(np.uint16).reshape(-1), N, K)
+        p2, s2 = fx.to_sections(fw)
+        assert p2 == params and all(np.array_equal(sections[k], s2[k]) for k in sections)
+        assert torch.equal(fx.decode(fw).view(torch.int16), w.view(torch.int16))
+        assert fx.linear(torch.ones(2, K, dtype=torch.bfloat16, device=DEVICE), fw).shape == (2, N)

@@ -48,7 +48,7 @@ class FixedWeight:
 
     @property
     def kpad(self) -> int:
-        return self.lo.shape[1] * 8
+        return padded_cols(self.K)
 
     @property
     def device(self) -> torch.device:
@@ -76,38 +76,62 @@ def _bits(w: torch.Tensor) -> torch.Tensor:
     return w.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
 
 
+#: elements per row block of the device encoder: bounds its temporaries (~20 bytes each)
+ENCODE_BLOCK = 1 << 22
+
+
 def encode_weight(w: torch.Tensor) -> FixedWeight:
     """w: [N, K] bfloat16 on any device -> FixedWeight on that device (w is not modified).
 
-    Raises UnsupportedError for other dtypes or ranks.
+    Works in row blocks of about ENCODE_BLOCK weights, so the transient memory stays ~80 MB
+    whatever the layer (an lm_head included). Raises UnsupportedError for other dtypes or ranks.
     """
     if w.dtype != torch.bfloat16 or w.dim() != 2:
         raise UnsupportedError(f"the fixed layout takes a 2-D bfloat16 weight, got {w.dtype} {tuple(w.shape)}")
     N, K = w.shape
     kpad = padded_cols(K)
     dev = w.device
-    v = torch.zeros((N, kpad), dtype=torch.int32, device=dev)
-    v[:, :K] = _bits(w)
-    hi7 = (v[:, :K] >> 8) & 0x7F
-    counts = torch.bincount(hi7.reshape(-1), minlength=128)[:MAX_BASE + 7].to(torch.int64)
-    c = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    rows = max(1, ENCODE_BLOCK // max(1, kpad))
+    counts = torch.zeros(128, dtype=torch.int64, device=dev)
+    for r0 in range(0, N, rows):
+        counts += torch.bincount(((_bits(w[r0:r0 + rows]) >> 8) & 0x7F).reshape(-1), minlength=128)
+    c = torch.cat([counts.new_zeros(1), counts[:MAX_BASE + 7].cumsum(0)])
     base = int(torch.argmax(c[7:] - c[:-7]))  # first maximum, as np.argmax
-    d = ((v >> 8) & 0x7F) - base
-    esc = (d < 0) | (d > 6)
-    esc[:, K:] = False
-    valid = torch.arange(kpad, device=dev) < K
-    d = torch.where(esc, ESCAPE_D, torch.where(valid, d, 0))
-    sign = torch.where(valid, (v >> 15) & 1, 0)
-    nib = (sign << 3) | d
+    lo = torch.empty((N, kpad), dtype=torch.uint8, device=dev)
+    nib = torch.empty((N, kpad // 2), dtype=torch.uint8, device=dev)
     order = torch.from_numpy(nibble_order(kpad)).to(dev)
-    packed = nib[:, order].reshape(N, kpad // 2, 2)
-    nib_bytes = (packed[:, :, 0] | (packed[:, :, 1] << 4)).to(torch.uint8)
-    lo = (v & 0xFF).to(torch.uint8)
-    er, ec = torch.nonzero(esc, as_tuple=True)
+    valid = torch.arange(kpad, device=dev) < K
+    er = [torch.zeros(0, dtype=torch.int64, device=dev)]
+    ec = [torch.zeros(0, dtype=torch.int64, device=dev)]
+    ev = [torch.zeros(0, dtype=torch.int32, device=dev)]
+    for r0 in range(0, N, rows):
+        v = torch.zeros((min(rows, N - r0), kpad), dtype=torch.int32, device=dev)
+        v[:, :K] = _bits(w[r0:r0 + rows])
+        d = ((v >> 8) & 0x7F) - base
+        esc = ((d < 0) | (d > 6)) & valid
+        d = torch.where(esc, ESCAPE_D, torch.where(valid, d, 0))
+        code = (torch.where(valid, (v >> 15) & 1, 0) << 3) | d
+        packed = code[:, order].reshape(v.shape[0], kpad // 2, 2)
+        nib[r0:r0 + rows] = (packed[:, :, 0] | (packed[:, :, 1] << 4)).to(torch.uint8)
+        lo[r0:r0 + rows] = (v & 0xFF).to(torch.uint8)
+        r, col = torch.nonzero(esc, as_tuple=True)
+        er.append(r + r0)
+        ec.append(col)
+        ev.append(v[r, col])
+        del v, d, esc, code, packed
+    er, ec, ev = torch.cat(er), torch.cat(ec), torch.cat(ev)
     eptr = torch.zeros(N + 1, dtype=torch.int32, device=dev)
     eptr[1:] = torch.cumsum(torch.bincount(er, minlength=N), 0)
-    return FixedWeight(lo.view(torch.int64).reshape(N, kpad // 8), nib_bytes.view(torch.int32).reshape(N, kpad // 8),
-                       eptr, ec.to(torch.int32), v[er, ec], er, base, N, K)
+    return FixedWeight(_words(lo, torch.int64), _words(nib, torch.int32), eptr, ec.to(torch.int32), ev, er,
+                       base, N, K)
+
+
+def _words(b: torch.Tensor, dtype) -> torch.Tensor:
+    """[N, n] uint8 -> [N, kpad/8] words of ``dtype`` (an empty row view cannot be reinterpreted)."""
+    n = b.shape[0]
+    if b.numel() == 0:
+        return torch.zeros((n, 0), dtype=dtype, device=b.device)
+    return b.contiguous().view(dtype).reshape(n, -1)
 
 
 def from_sections(params: dict, sections: dict, shape: tuple, device) -> FixedWeight:
@@ -124,7 +148,7 @@ def from_sections(params: dict, sections: dict, shape: tuple, device) -> FixedWe
         raise CorruptDataError("codec fixed: escape list out of range")
     erow = np.repeat(np.arange(N), np.diff(ptr))
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return FixedWeight(t(lo).view(torch.int64).reshape(N, kpad // 8), t(nib).view(torch.int32).reshape(N, kpad // 8),
+    return FixedWeight(_words(t(lo).reshape(N, kpad), torch.int64), _words(t(nib).reshape(N, kpad // 2), torch.int32),
                        t(ptr.astype(np.int32)), t(col.astype(np.int32)), t(val), t(erow), base, N, K)
 
 
