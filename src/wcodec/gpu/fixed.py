@@ -276,7 +276,10 @@ def _x64(x2: torch.Tensor):
     """x as int64 words (4 bf16 each) when the GEMV can read it so, else None."""
     ok = (x2.dtype == torch.bfloat16 and x2.shape[1] % 8 == 0 and x2.stride(1) == 1
           and x2.stride(0) % 4 == 0 and x2.data_ptr() % 8 == 0)
-    return torch.as_strided(x2, (x2.shape[0], x2.shape[1]), (x2.stride(0), 1)).view(torch.int64) if ok else None
+    if not ok:
+        return None
+    return x2.view(torch.int64) if x2.is_contiguous() else \
+        torch.as_strided(x2, (x2.shape[0], x2.shape[1]), (x2.stride(0), 1)).view(torch.int64)
 
 
 def pick_kind(M: int, dtype) -> str:
@@ -299,7 +302,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     if x.shape[-1] != fw.K:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {fw.K}")
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, fw.K)
+    x2 = x.reshape(lead.numel(), fw.K)
     M = x2.shape[0]
     if not _use_triton(fw.lo) or M == 0 or fw.N == 0:
         w = _decode_torch(fw).to(x.dtype)
@@ -338,7 +341,7 @@ def _pow2(m: int) -> int:
 def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
     """``g @ W``: g [..., N] -> [..., K] in g's dtype (the input gradient of :func:`linear`)."""
     lead = g.shape[:-1]
-    g2 = g.reshape(-1, fw.N)
+    g2 = g.reshape(lead.numel(), fw.N)
     M = g2.shape[0]
     if not _use_triton(fw.lo) or M == 0 or fw.K == 0:
         return (g2 @ _decode_torch(fw).to(g.dtype)).reshape(*lead, fw.K)

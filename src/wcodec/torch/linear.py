@@ -137,6 +137,11 @@ class CompressedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and (
+                x.requires_grad or (bias is not None and bias.requires_grad))):
+            # eager inference: call the kernel directly; the custom op's dispatch costs tens of
+            # microseconds per call, as much as a batch-1 matmul (measured in hf_lowmem.py)
+            return fx.linear(x, self.fixed_weight, bias)
         return _fixed_linear(x, *(getattr(self, n) for n in _BUFFERS.values()), bias,
                              self.base, self.out_features, self.in_features)
 
