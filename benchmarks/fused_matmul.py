@@ -157,7 +157,7 @@ def main():
                 assert e < 2e-2, f"{kind}: error {e}"
                 kinds[kind] = graph_time(torch, [lambda f=f: fx.linear(x, f, kind=kind) for f in fws]
                                          * (20 // copies + 1)) * 1e6
-            auto = fx.pick_kind(M, x.dtype)
+            auto = fx.pick_kind(M)
             t_fix = kinds[auto] * 1e-6
             r = dict(N=N, K=K, M=M, cublas_us=t_cub * 1e6, fused_us=t_fix * 1e6, ratio=t_fix / t_cub,
                      kind=auto, kinds={k: round(v, 2) for k, v in kinds.items()},

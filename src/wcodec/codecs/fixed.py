@@ -110,16 +110,21 @@ def decode_bits(params: dict, sections: dict, rows: int, cols: int) -> np.ndarra
     nib[:, order[1::2]] = nib_b >> 4
     hi = ((nib & 0x08).astype(np.uint16) << 4) | ((nib & 0x07).astype(np.uint16) + base)
     v = (hi << 8) | lo
-    if n_esc:
-        if ptr[0] != 0 or ptr[-1] != n_esc or np.any(np.diff(ptr.astype(np.int64)) < 0):
-            raise CorruptDataError("codec fixed: escape row pointer is not a valid CSR index")
-        if np.any(col >= cols):
-            raise CorruptDataError("codec fixed: escape column out of range")
-        er = np.repeat(np.arange(rows), np.diff(ptr.astype(np.int64)))
-        v[er, col.astype(np.int64)] = val
-    elif ptr.any():
-        raise CorruptDataError("codec fixed: escape row pointer is not a valid CSR index")
+    er = escape_rows(ptr, col, n_esc, cols)
+    v[er, col.astype(np.int64)] = val
     return np.ascontiguousarray(v[:, :cols]).reshape(-1)
+
+
+def escape_rows(ptr: np.ndarray, col: np.ndarray, n_esc: int, cols: int) -> np.ndarray:
+    """The row of each escape (int64 [n_esc]) from the CSR row pointer, after checking that ptr is
+    a CSR index of n_esc entries and every column is < cols. Raises CorruptDataError."""
+    ptr = ptr.astype(np.int64)
+    steps = np.diff(ptr)
+    if ptr[0] != 0 or ptr[-1] != n_esc or np.any(steps < 0):
+        raise CorruptDataError("codec fixed: escape row pointer is not a valid CSR index")
+    if np.any(col >= cols):
+        raise CorruptDataError("codec fixed: escape column out of range")
+    return np.repeat(np.arange(ptr.size - 1), steps)
 
 
 def _check_params(params: dict, rows: int, cols: int) -> tuple[int, int, int, int]:

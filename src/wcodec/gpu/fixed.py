@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..codecs.fixed import ESCAPE_D, KPAD_MULTIPLE, MAX_BASE, nibble_order, padded_cols
-from ..errors import CorruptDataError, UnsupportedError
+from ..codecs.fixed import ESCAPE_D, choose_base, decode_bits, nibble_order, padded_cols
+from ..errors import UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py): CUDA-core
 #: FMAs up to GEMV_MAX_M; the tiled fused tensor-core GEMM below LARGE_M; from LARGE_M on, W is
@@ -64,10 +64,6 @@ class FixedWeight:
     def bits_per_weight(self) -> float:
         return 8.0 * self.nbytes / max(1, self.N * self.K)
 
-    def to(self, device) -> "FixedWeight":
-        f = {k: getattr(self, k).to(device) for k in ("lo", "nib", "eptr", "ecol", "eval", "erow")}
-        return FixedWeight(**f, base=self.base, N=self.N, K=self.K)
-
     def tensors(self) -> dict:
         return {k: getattr(self, k) for k in ("lo", "nib", "eptr", "ecol", "eval", "erow")}
 
@@ -95,8 +91,7 @@ def encode_weight(w: torch.Tensor) -> FixedWeight:
     counts = torch.zeros(128, dtype=torch.int64, device=dev)
     for r0 in range(0, N, rows):
         counts += torch.bincount(((_bits(w[r0:r0 + rows]) >> 8) & 0x7F).reshape(-1), minlength=128)
-    c = torch.cat([counts.new_zeros(1), counts[:MAX_BASE + 7].cumsum(0)])
-    base = int(torch.argmax(c[7:] - c[:-7]))  # first maximum, as np.argmax
+    base = choose_base(counts.cpu().numpy())
     lo = torch.empty((N, kpad), dtype=torch.uint8, device=dev)
     nib = torch.empty((N, kpad // 2), dtype=torch.uint8, device=dev)
     order = torch.from_numpy(nibble_order(kpad)).to(dev)
@@ -136,17 +131,15 @@ def _words(b: torch.Tensor, dtype) -> torch.Tensor:
 
 def from_sections(params: dict, sections: dict, shape: tuple, device) -> FixedWeight:
     """A FixedWeight from a codec "fixed" record's params and numpy sections (validated)."""
-    from ..codecs.fixed import _check_params, _sec, view_2d
+    from ..codecs.fixed import _check_params, _sec, escape_rows, view_2d
     N, K = view_2d(tuple(shape))
     base, kpad, n_esc, col_bits = _check_params(params, N, K)
     lo = _sec(sections, "lo", np.uint8, N * kpad)
     nib = _sec(sections, "nib", np.uint8, N * kpad // 2)
-    ptr = _sec(sections, "esc.ptr", np.uint32, N + 1).astype(np.int64)
-    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc).astype(np.int64)
+    ptr = _sec(sections, "esc.ptr", np.uint32, N + 1)
+    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
     val = _sec(sections, "esc.val", np.uint16, n_esc).astype(np.int32)
-    if ptr[0] != 0 or ptr[-1] != n_esc or np.any(np.diff(ptr) < 0) or np.any(col >= K):
-        raise CorruptDataError("codec fixed: escape list out of range")
-    erow = np.repeat(np.arange(N), np.diff(ptr))
+    erow = escape_rows(ptr, col, n_esc, K)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
     return FixedWeight(_words(t(lo).reshape(N, kpad), torch.int64), _words(t(nib).reshape(N, kpad // 2), torch.int32),
                        t(ptr.astype(np.int32)), t(col.astype(np.int32)), t(val), t(erow), base, N, K)
@@ -168,29 +161,17 @@ def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("WCODEC_FIXED_TRITON") == "1"
 
 
-def _decode_torch(fw: FixedWeight) -> torch.Tensor:
-    """Reference decode with torch ops (any device): [N, K] bfloat16."""
-    N, kpad = fw.N, fw.kpad
-    nb = fw.nib.contiguous().view(torch.uint8).reshape(N, kpad // 2).to(torch.int32)
-    order = torch.from_numpy(nibble_order(kpad)).to(fw.device)
-    nib = torch.empty((N, kpad), dtype=torch.int32, device=fw.device)
-    nib[:, order[0::2]] = nb & 0x0F
-    nib[:, order[1::2]] = nb >> 4
-    hi = ((nib & 8) << 4) | ((nib & 7) + fw.base)
-    v = (hi << 8) | fw.lo.contiguous().view(torch.uint8).reshape(N, kpad).to(torch.int32)
-    v[fw.erow, fw.ecol.to(torch.int64)] = fw.eval
-    return _to_bf16(v[:, :fw.K])
-
-
-def _to_bf16(v32: torch.Tensor) -> torch.Tensor:
-    return v32.to(torch.int16).contiguous().view(torch.bfloat16) if v32.numel() else \
-        torch.empty(v32.shape, dtype=torch.bfloat16, device=v32.device)
+def _decode_host(fw: FixedWeight) -> torch.Tensor:
+    """Decode with the codec's numpy decoder (no Triton): [N, K] bfloat16 on fw's device."""
+    params, sections = to_sections(fw)
+    bits = decode_bits(params, sections, fw.N, fw.K).view(np.int16).reshape(fw.N, fw.K)
+    return torch.from_numpy(bits).view(torch.bfloat16).to(fw.device)
 
 
 def decode(fw: FixedWeight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
     if not _use_triton(fw.lo) or fw.N * fw.K == 0:
-        return _decode_torch(fw)
+        return _decode_host(fw)
     from .fixed_kernels import fixed_decode_kernel
     G = fw.kpad // 8
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
@@ -282,8 +263,8 @@ def _x64(x2: torch.Tensor):
         torch.as_strided(x2, (x2.shape[0], x2.shape[1]), (x2.stride(0), 1)).view(torch.int64)
 
 
-def pick_kind(M: int, dtype) -> str:
-    """The kernel :func:`linear` runs for M activation rows of this dtype (see GEMV_MAX_M...)."""
+def pick_kind(M: int) -> str:
+    """The kernel :func:`linear` runs for M activation rows (see GEMV_MAX_M, LARGE_M)."""
     if M <= GEMV_MAX_M:
         return "gemv"
     return "mm" if M < LARGE_M else "decode"
@@ -304,14 +285,13 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     lead = x.shape[:-1]
     x2 = x.reshape(lead.numel(), fw.K)
     M = x2.shape[0]
-    if not _use_triton(fw.lo) or M == 0 or fw.N == 0:
-        w = _decode_torch(fw).to(x.dtype)
-        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
-    kind = kind or pick_kind(M, x.dtype)
+    triton = _use_triton(fw.lo) and M > 0 and fw.N > 0
+    kind = kind or pick_kind(M)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if kind == "decode":
-        return torch.nn.functional.linear(x, decode(fw).to(x.dtype), None if bias is None else bias.to(x.dtype))
+    if not triton or kind == "decode":
+        w = (decode(fw) if triton else _decode_host(fw)).to(x.dtype)
+        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     y = torch.empty((M, fw.N), dtype=x.dtype, device=x.device)
@@ -344,7 +324,7 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
     g2 = g.reshape(lead.numel(), fw.N)
     M = g2.shape[0]
     if not _use_triton(fw.lo) or M == 0 or fw.K == 0:
-        return (g2 @ _decode_torch(fw).to(g.dtype)).reshape(*lead, fw.K)
+        return (g2 @ _decode_host(fw).to(g.dtype)).reshape(*lead, fw.K)
     if M >= LARGE_M:  # compute-bound: decode once, cuBLAS (see LARGE_M)
         return (g2 @ decode(fw).to(g.dtype)).reshape(*lead, fw.K)
     if g2.stride(-1) != 1:
@@ -363,4 +343,4 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "decode", "linear",
-           "grad_input", "pick_kind", "tuned_configs", "KINDS", "GEMV_MAX_M", "LARGE_M", "KPAD_MULTIPLE"]
+           "grad_input", "pick_kind", "tuned_configs", "KINDS", "GEMV_MAX_M", "LARGE_M"]

@@ -1,11 +1,11 @@
 """Triton kernels over the fixed-rate layout (codec "fixed", docs/CODEC_LAYOUT.md).
 
-A weight row is read in groups of 8 columns: one u32 word of nibbles (``nib``) and two u32 words
+A weight row is read in groups of 8 columns: one u32 word of nibbles (``nib``) and one u64 word
 of low bytes (``lo``). ``_group`` rebuilds the 8 bf16 values as four u32 words with SWAR
 operations (no table, no scan): ``e02`` holds columns 4h+0 (low half) and 4h+2 (high half),
-``e13`` columns 4h+1 and 4h+3, for h = 0, 1. The kernels keep the 8 "lanes" r = 4h + q as
-separate [rows, groups] tiles and multiply each by the activations of columns 8i + r, so no
-interleaving is needed. Escapes (values outside the tensor's 14-exponent window) decode to a
+``e13`` columns 4h+1 and 4h+3, for h = 0, 1. The GEMV keeps the 8 "lanes" r = 4h + q as separate
+[rows, groups] tiles multiplied by the activations of columns 8i + r (no interleaving); the
+tensor-core kernels and the decoder interleave them into natural column order (``_tile``). Escapes (values outside the tensor's 14-exponent window) decode to a
 placeholder with the exponent ``2*(base+7)+e0``; each kernel adds ``x * (value - placeholder)``
 for the escapes of its rows (CSR list, rare: 0.01-0.3 % of real weights).
 """

@@ -159,7 +159,7 @@ def compress_model(model: nn.Module, min_features: int = 64, skip: tuple = ()) -
     """
     report = {"replaced": [], "kept": {}, "dense_bytes": 0, "compressed_bytes": 0}
     for name, mod in list(model.named_modules()):
-        if not isinstance(mod, nn.Linear) or isinstance(mod, CompressedLinear):
+        if not isinstance(mod, nn.Linear):
             continue
         reason = _ineligible(name, mod, min_features, skip)
         if reason:
