@@ -20,7 +20,6 @@ pytest.importorskip("safetensors", reason="safetensors writes the source folder"
 if not hasattr(importlib.import_module("transformers.quantizers.auto"), "register_quantizer"):
     pytest.skip("this transformers has no quantizer registration API", allow_module_level=True)
 
-from wcodec.demo.llama2c import to_hf_folder  # noqa: E402
 from wcodec.hf import convert_folder  # noqa: E402
 from wcodec.hf.placeholders import write_stub  # noqa: E402
 from wcodec.hf.quantizer import _OPTIONS_WARNING, WcodecConfig  # noqa: E402
@@ -30,11 +29,8 @@ IDS = torch.tensor([[1, 400, 300, 20, 17]])
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    src = to_hf_folder(tmp_path_factory.mktemp("st260") / "hf")
-    dst = tmp_path_factory.mktemp("st260w") / "wc"
-    convert_folder(src, dst)
-    return src, dst
+def llama(stories_folders):
+    return stories_folders
 
 
 def _run(code: str) -> str:

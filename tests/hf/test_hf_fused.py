@@ -17,8 +17,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is neede
 pytest.importorskip("wcodec.torch.linear", reason="the fused kernels (wcodec.torch.linear) are not in this tree")
 pytest.importorskip("safetensors", reason="safetensors writes the source folder")
 
-from wcodec.demo.llama2c import to_hf_folder  # noqa: E402
-from wcodec.hf import WCodecModel, WcodecConfig, convert_folder  # noqa: E402
+from wcodec.hf import WCodecModel, WcodecConfig  # noqa: E402
 from wcodec.torch.linear import CompressedLinear  # noqa: E402
 
 IDS = torch.tensor([[1, 400, 300, 20, 17]])
@@ -26,10 +25,8 @@ BATCH = torch.tensor([[1, 400, 300, 20, 17, 88, 5, 260], [1, 33, 401, 7, 99, 12,
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    src = to_hf_folder(tmp_path_factory.mktemp("st260") / "hf")
-    dst = tmp_path_factory.mktemp("st260w") / "wc"
-    convert_folder(src, dst)
+def folders(stories_folders):
+    src, dst = stories_folders
     ref = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16).eval()
     return ref, dst
 

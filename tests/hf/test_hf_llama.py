@@ -16,18 +16,14 @@ torch = pytest.importorskip("torch", reason="torch is needed for wcodec.hf")
 transformers = pytest.importorskip("transformers", reason="transformers is needed for wcodec.hf")
 pytest.importorskip("safetensors", reason="safetensors writes the source folder")
 
-from wcodec.demo.llama2c import to_hf_folder  # noqa: E402
 from wcodec.hf import WCodecModel, convert_folder, read_codec_config  # noqa: E402
 
 IDS = [[1, 400, 300, 20, 17]]
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    src = to_hf_folder(tmp_path_factory.mktemp("st260") / "hf")
-    dst = tmp_path_factory.mktemp("st260w") / "wc"
-    convert_folder(src, dst)
-    return src, dst
+def folders(stories_folders):
+    return stories_folders
 
 
 def test_convert_records_codec_and_config_still_loads(folders):

@@ -11,19 +11,15 @@ transformers = pytest.importorskip("transformers", reason="transformers is neede
 peft = pytest.importorskip("peft", reason="peft is not installed (pip install peft)")
 pytest.importorskip("safetensors", reason="safetensors writes the source folder")
 
-from wcodec.demo.llama2c import to_hf_folder  # noqa: E402
-from wcodec.hf import WCodecModel, convert_folder  # noqa: E402
+from wcodec.hf import WCodecModel  # noqa: E402
 
 IDS = torch.tensor([[1, 400, 300, 20, 17, 88, 5, 260], [1, 33, 401, 7, 99, 12, 300, 2]])
 TARGETS = ["q_proj", "v_proj", "down_proj"]
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    src = to_hf_folder(tmp_path_factory.mktemp("st260") / "hf")
-    dst = tmp_path_factory.mktemp("st260w") / "wc"
-    convert_folder(src, dst)
-    return dst
+def folder(stories_folders):
+    return stories_folders[1]
 
 
 def _lora(model):
