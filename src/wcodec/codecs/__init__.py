@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CorruptDataError, UnsupportedError, WcodecError
-from .base import DTYPES, FLOAT_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
+from .base import DTYPES, FLOAT_DTYPES, FP8_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
 from . import raw  # noqa: F401  (registers "raw")
-
-FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")  # as codecs.fp8 (not imported here)
 
 MODES = ("lossless", "int8")
 #: tensors with fewer elements than this are stored raw (tables and states would cost more)

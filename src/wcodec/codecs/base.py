@@ -18,6 +18,8 @@ DTYPES = {
     "F8_E8M0": np.uint8, "F4_X2": np.uint8, "C64": np.complex64,
 }
 FLOAT_DTYPES = ("BF16", "F16", "F32")
+#: the float8 dtypes the fp8 codec entropy-codes (E8M0 scales are stored raw)
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
 
 
 def view_2d(shape: tuple) -> tuple[int, int]:

@@ -20,10 +20,7 @@ import numpy as np
 
 from .. import rans
 from ..errors import CorruptDataError
-from .base import Codec, EncodedTensor, register
-
-#: safetensors names of the FP8 dtypes this codec takes (one byte per value)
-FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
+from .base import FP8_DTYPES, Codec, EncodedTensor, register
 
 
 def parse(record: EncodedTensor) -> "rans.RansPlane":
