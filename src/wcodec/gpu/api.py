@@ -36,9 +36,8 @@ class GPUDecoder:
         if self.use_gpu:
             from .decode import decode_records
             return decode_records(items, self.device)
-        from ..codecs import decode_tensor
-        from ..torch.tensors import from_numpy
-        return {n: from_numpy(decode_tensor(r, n), r.dtype).to(self.device) for n, r in items}
+        from .loader import _cpu_fallback
+        return _cpu_fallback(items, self.device)
 
     def decode_layer(self, record, name: str = "layer"):
         """One EncodedTensor (e.g. ``safe_open(path).record(name)``) -> torch.Tensor of its dtype
