@@ -1,16 +1,13 @@
 """Triton decode kernels under TRITON_INTERPRET=1 (CPU): bit-exact with wcodec.codecs.decode_tensor
 on small inputs, every codec, dtype, prediction mode and odd shapes; corrupt streams are reported.
 
-TRITON_INTERPRET must be set before triton is imported, so this module sets it unless a GPU run
-asked otherwise (WCODEC_GPU_TESTS_ON_DEVICE=1 keeps the compiled path).
+TRITON_INTERPRET must be set before triton is imported: tests/conftest.py sets it unless a GPU
+run asked otherwise (WCODEC_GPU_TESTS_ON_DEVICE=1 keeps the compiled path).
 """
 
 from __future__ import annotations
 
 import os
-
-if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np
 import pytest

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import os
 
-if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import numpy as np
 import pytest
 

@@ -5,11 +5,6 @@ decoded just in time, and LoRA adapters on the fused base train, save and reload
 
 from __future__ import annotations
 
-import os
-
-if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before wcodec.torch.linear decorates its kernels
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed for wcodec.hf")

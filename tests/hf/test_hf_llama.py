@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 
-if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") != "1":
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed for wcodec.hf")
