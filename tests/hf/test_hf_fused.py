@@ -107,3 +107,40 @@ def test_lora_on_fused_base(folders, tmp_path):
                                            config=register(peft.LoraConfig.from_pretrained(tmp_path / "adapter"))).eval()
     with torch.no_grad():
         assert torch.equal(again(BATCH).logits, want_logits)
+
+
+@pytest.fixture(scope="module")
+def untied(folders, tmp_path_factory):
+    """stories260K with its own lm_head (untied): (bf16 reference model, wcodec folder)."""
+    from wcodec.hf import convert_folder
+
+    ref, _ = folders
+    cfg = ref.config.to_dict()
+    cfg["tie_word_embeddings"] = False
+    model = transformers.AutoModelForCausalLM.from_config(type(ref.config).from_dict(cfg), dtype=torch.bfloat16)
+    sd = {k: v.clone() for k, v in ref.state_dict().items()}
+    sd["lm_head.weight"] = (sd["model.embed_tokens.weight"].float() * 0.5).to(torch.bfloat16)
+    model.load_state_dict(sd)
+    src = tmp_path_factory.mktemp("untied") / "hf"
+    model.save_pretrained(src)
+    dst = src.parent / "wc"
+    convert_folder(src, dst)
+    return model.eval(), dst
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_untied_embedding_fused_no_graph_break(untied, loader):
+    import torch._dynamo as dynamo
+    from wcodec.torch.embedding import CompressedEmbedding
+
+    ref, dst = untied
+    model = LOADERS[loader](dst)
+    rep = model.wcodec_weights.report
+    assert "model.embed_tokens.weight" in rep["fused"] and not rep["compressed"] and not rep["decoded"]
+    assert isinstance(model.model.embed_tokens, CompressedEmbedding)
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits, ref(IDS).logits)
+        g = ref.generate(IDS, max_new_tokens=8, do_sample=False)
+        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"), g)
+        explained = dynamo.explain(model)(IDS)
+        assert explained.graph_break_count == 0, explained.break_reasons

@@ -183,6 +183,24 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
 
 
+def embedding(idx: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
+    """Rows ``idx`` of W, bit-exact (an embedding lookup): idx [...] int32/int64 on fw's device ->
+    [..., K] bfloat16. On CUDA only the selected rows are decoded (``fixed_rows_kernel``);
+    elsewhere W is decoded and indexed. Raises IndexError for an index outside [0, N) on the host
+    path; on CUDA such an index gives a row of zeros (no out-of-bounds read, no device sync).
+    """
+    if not _use_triton(fw.lo) or idx.numel() == 0 or fw.K == 0:
+        return torch.nn.functional.embedding(idx, decode(fw))
+    from .fixed_kernels import fixed_rows_kernel
+    flat = idx.reshape(-1)
+    out = torch.empty((flat.numel(), fw.K), dtype=torch.bfloat16, device=fw.device)
+    BI = 4 if _interpreting() else 64
+    fixed_rows_kernel[(flat.numel(), _cdiv(fw.kpad // 8, BI))](
+        flat, fw.lo, fw.nib, fw.eptr, fw.ecol, fw.eval, out, fw.N, fw.K, fw.kpad // 8, fw.base,
+        BI=BI, EB=16, num_warps=4)
+    return out.reshape(*idx.shape, fw.K)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

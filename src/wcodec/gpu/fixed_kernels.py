@@ -262,3 +262,32 @@ def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, BN: tl.constexpr, 
     wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
     cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
     tl.store(out_ptr + rows.to(tl.int64) * (8 * G) + cols, wt, mask=(rows < N) & (cols < 8 * G))
+
+
+@triton.jit
+def fixed_rows_kernel(idx_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, out_ptr, N, K, G, base,
+                      BI: tl.constexpr, EB: tl.constexpr):
+    """out[i, :] = W[idx[i], :] (an embedding lookup), escapes included: one program per index
+    and 8*BI columns. Indices outside [0, N) read nothing and give a row of zeros."""
+    i = tl.program_id(0)
+    g0 = tl.program_id(1) * BI
+    row = tl.load(idx_ptr + i).to(tl.int64)
+    ok = (row >= 0) & (row < N)
+    row = tl.where(ok, row, N)  # N is masked out by _load_group: zeros, no out-of-bounds read
+    rows = row + tl.zeros((1, 1), tl.int64)
+    bits = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI).to(tl.int16, bitcast=True)
+    cols = 8 * g0 + tl.arange(0, 8 * BI)
+    e_start = tl.load(eptr_ptr + tl.minimum(row, N)).to(tl.int64)
+    e_end = tl.load(eptr_ptr + tl.minimum(row + 1, N)).to(tl.int64)
+    for e0 in range(e_start, e_end, EB):  # the row's escapes (CSR), rare: patch them in
+        e = e0 + tl.arange(0, EB)
+        em = e < e_end
+        ecol = tl.load(ecol_ptr + e, mask=em, other=-1)
+        hit = (ecol[:, None] == cols[None, :]) & em[:, None]
+        val = tl.load(eval_ptr + e, mask=em, other=0)
+        patch = tl.sum(tl.where(hit, val[:, None], 0), axis=0)
+        found = tl.max(hit.to(tl.int32), axis=0)
+        bits = tl.where(found[None, :] > 0, patch.to(tl.int16)[None, :], bits)
+    bits = tl.where(ok, bits, 0)
+    tl.store(out_ptr + i.to(tl.int64) * K + cols[None, :], bits.to(tl.bfloat16, bitcast=True),
+             mask=cols[None, :] < K)

@@ -5,14 +5,15 @@ parameters are on the meta device) and the transformers quantizer (slots found a
 that transformers placed with its ``device_map``). For each device, the tensors of its slots are
 
 - decoded there in one batched call (``keep_compressed=False``), cast to the slot's dtype;
-- or, with ``keep_compressed``: every plain ``nn.Linear`` whose stored weight is a bf16/fp16
-  matrix becomes a :class:`wcodec.torch.linear.CompressedLinear` (``True``: fused decode +
-  matmul; the weight is decoded on the device one tensor at a time and re-encoded there, no host
-  round trip), and the remaining 2-D float weights of ``nn.Linear`` / ``nn.Embedding`` stay as
-  encoded records decoded just in time (:class:`wcodec.torch.CompressedWeights`; all of them with
-  ``"jit"``); anything else is decoded. With ``jit_embeddings=False`` the matrices that are not
-  fused (embeddings) are decoded instead: about 2 % more memory on a 7B, and torch.compile sees
-  no graph break (each just-in-time decode is one).
+- or, with ``keep_compressed``: every plain ``nn.Linear`` whose model dtype is bf16 becomes a
+  :class:`wcodec.torch.linear.CompressedLinear` (``True``: fused decode + matmul; the weight is
+  decoded on the device one tensor at a time and re-encoded there, no host round trip), every
+  plain untied bf16 ``nn.Embedding`` a :class:`wcodec.torch.embedding.CompressedEmbedding` (a
+  lookup decodes only its rows), and the remaining 2-D float weights of ``nn.Linear`` /
+  ``nn.Embedding`` stay as encoded records decoded just in time (:class:`wcodec.torch.
+  CompressedWeights`; all of them with ``"jit"``); anything else is decoded. With
+  ``jit_embeddings=False`` the matrices that are not fused (tied embeddings, other dtypes) are
+  decoded instead: torch.compile then sees no graph break (each just-in-time decode is one).
 """
 
 from __future__ import annotations
@@ -112,10 +113,13 @@ def _fill_device(model, group: dict, dev, reader, meta: dict, options: LoadOptio
     keys = {n: reader.alias_of(s) or s for n, (_, _, _, s) in group.items()}
     fused, kept, jit = {}, {}, {}
     if options.keep_compressed:
+        uses: dict = {}
+        for k in keys.values():
+            uses[k] = uses.get(k, 0) + 1
         for n, k in keys.items():
             if not _matrix_weight(group[n], reader.entry(k)):
                 continue
-            why = _fusable(group[n][0], reader.entry(k), meta.get(n, (None,))[0], dev) \
+            why = _fusable(group[n][0], meta.get(n, (None,))[0], uses[k] > 1) \
                 if options.keep_compressed is True else "keep_compressed='jit'"
             if why is None:
                 fused[n] = k
@@ -159,10 +163,16 @@ def _matrix_weight(slot, entry) -> bool:
             and len(entry["shape"]) == 2 and entry["dtype"] in _FLOATS)
 
 
-def _fusable(module, entry, dtype, dev) -> str | None:
-    """None when this weight becomes a CompressedLinear, else why it stays just-in-time."""
-    if type(module) is not torch.nn.Linear:
-        return f"{type(module).__name__} (not a plain nn.Linear)"
+def _fusable(module, dtype, tied: bool) -> str | None:
+    """None when this weight becomes a CompressedLinear / CompressedEmbedding, else why it stays
+    just-in-time."""
+    if type(module) is torch.nn.Embedding:
+        if tied:  # transformers re-ties it to the output layer by parameter: keep a parameter
+            return "embedding tied to another weight"
+        if module.max_norm is not None:
+            return "embedding with max_norm (renormalises its table in place)"
+    elif type(module) is not torch.nn.Linear:
+        return f"{type(module).__name__} (not a plain nn.Linear or nn.Embedding)"
     if dtype != torch.bfloat16:
         return f"model dtype {dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
     try:
@@ -184,8 +194,10 @@ def _compressed(reader, jit: dict, meta: dict, dev, options):
 
 
 def _fuse(model, linears: dict, reader, meta: dict, dev, options) -> list[str]:
-    """Replace each nn.Linear by a CompressedLinear of its stored weight, decoded on ``dev`` one
-    tensor at a time (then freed). A module under several names is replaced under each."""
+    """Replace each nn.Linear by a CompressedLinear (nn.Embedding: CompressedEmbedding) of its
+    stored weight, decoded on ``dev`` one tensor at a time (then freed). A module under several
+    names is replaced under each."""
+    from ..torch.embedding import CompressedEmbedding
     from ..torch.linear import CompressedLinear
 
     parents: dict = {}
@@ -196,8 +208,11 @@ def _fuse(model, linears: dict, reader, meta: dict, dev, options) -> list[str]:
     done, names = {}, []
     for n, (module, k) in linears.items():
         if id(module) not in done:
-            bias = None if module.bias is None else module.bias.detach()
-            done[id(module)] = CompressedLinear(_fixed_weight(reader, k, dev, meta[n][0], options.verify), bias)
+            fw = _fixed_weight(reader, k, dev, meta[n][0], options.verify)
+            if isinstance(module, torch.nn.Embedding):
+                done[id(module)] = CompressedEmbedding(fw, module.padding_idx)
+            else:
+                done[id(module)] = CompressedLinear(fw, None if module.bias is None else module.bias.detach())
             for parent, cname in parents.get(id(module), []):
                 parent._modules[cname] = done[id(module)]
         names.append(n)

@@ -147,12 +147,15 @@ class WCodecModel:
         torch.device; tensors are decoded straight onto it. dtype: model dtype (torch dtype or
         name; default: the config's, else the stored one; ``torch_dtype`` is the same, the name
         transformers used before 4.56). keep_compressed: False; True: every plain
-        nn.Linear with a bf16/fp16 weight becomes a fused :class:`wcodec.torch.linear.
-        CompressedLinear`, the other Linear / Embedding weights stay compressed on ``device``
+        nn.Linear with a bf16 weight becomes a fused :class:`wcodec.torch.linear.
+        CompressedLinear`, every untied bf16 nn.Embedding a :class:`wcodec.torch.embedding.
+        CompressedEmbedding` (a lookup decodes its rows only), the other Linear / Embedding
+        weights stay compressed on ``device``
         and are decoded just before their module runs; "jit": all of them just in time (peak
         memory about the compressed model + the largest weight). Compressed weights are frozen;
         adapters on top train (peft LoRA). jit_embeddings: with True, False decodes the
-        weights that are not fused instead (no graph break under torch.compile).
+        weights that are not fused (tied embeddings, other dtypes) instead (no graph break
+        under torch.compile).
         model_class: a transformers class (default: ``config.architectures[0]``, else AutoModel).
         offload: with keep_compressed on CUDA, hold the compressed bytes in pinned CPU memory.
         decoder: "auto", "triton" or "numba" (keep_compressed). verify: check checksums.

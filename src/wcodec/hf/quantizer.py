@@ -40,13 +40,15 @@ class WcodecConfig(QuantizationConfigMixin):
 
     keep_compressed: False (decode every tensor on its device: an ordinary model, no quantizer
         left on it); True (every bf16 nn.Linear becomes a fused :class:`wcodec.torch.linear.
-        CompressedLinear`, other Linear / Embedding weights as "jit"); "jit" (Linear / Embedding
+        CompressedLinear`, every untied bf16 nn.Embedding a :class:`wcodec.torch.embedding.
+        CompressedEmbedding`, other Linear / Embedding weights as "jit"); "jit" (Linear / Embedding
         weights stay compressed on their device and are decoded just in time into one scratch
         buffer per device, :class:`wcodec.torch.CompressedWeights`). Kept-compressed models are
         frozen (adapters train on top) and not serialisable; place them with ``device_map``
         (moving a just-in-time model afterwards is not supported).
     jit_embeddings: with keep_compressed=True, False decodes the weights that are not fused
-        (embeddings) instead of keeping them just in time (no graph break under torch.compile).
+        (tied embeddings, other dtypes) instead of keeping them just in time (no graph break
+        under torch.compile).
     decoder: "auto", "triton" or "numba" (keep_compressed). offload: keep_compressed on CUDA
         with the compressed bytes in pinned CPU memory. verify: check checksums.
     format_version / mode / wcodec_version: written by convert_folder, informative.

@@ -1,0 +1,76 @@
+"""CompressedEmbedding: an nn.Embedding whose bf16 table stays in the fixed-rate layout on the
+device (about 12 bits/weight); a lookup decodes only the rows it returns (``wcodec.gpu.fixed.
+embedding``). The lookup is a ``torch.library`` custom op, so ``torch.compile`` and CUDA graphs
+see one op and no graph break. The table is frozen.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..gpu import fixed as fx
+from .linear import FixedBuffers
+
+
+@torch.library.custom_op("wcodec::fixed_embedding", mutates_args=())
+def _fixed_embedding(idx: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
+                     ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
+                     base: int, n: int, k: int) -> torch.Tensor:
+    return fx.embedding(idx, fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k))
+
+
+@_fixed_embedding.register_fake
+def _(idx, lo, nib, eptr, ecol, eval_, erow, base, n, k):
+    return idx.new_empty((*idx.shape, k), dtype=torch.bfloat16)
+
+
+class CompressedEmbedding(FixedBuffers):
+    """``weight[input]`` with the table (weight: [num_embeddings, embedding_dim] bfloat16) kept in
+    the fixed-rate layout; bit-exact rows.
+
+    input: integer tensor of any shape on the table's device; returns [*input.shape,
+    embedding_dim] bfloat16. ``padding_idx`` is kept for reference (the table is frozen, so it
+    changes nothing). On CUDA an index outside [0, num_embeddings) returns a row of zeros (no
+    device assert and no host sync); on the CPU it raises IndexError as nn.Embedding does.
+    """
+
+    def __init__(self, fw: fx.FixedWeight, padding_idx: int | None = None):
+        super().__init__()
+        self._register_fixed(fw)
+        self.num_embeddings = fw.N
+        self.embedding_dim = fw.K
+        self.padding_idx = padding_idx
+
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding) -> "CompressedEmbedding":
+        """A CompressedEmbedding returning what ``embedding`` (bfloat16 table, no max_norm)
+        returns. Raises UnsupportedError for another dtype, ValueError for max_norm (it renormalises
+        the table in place, which a frozen compressed table cannot do)."""
+        if embedding.max_norm is not None:
+            raise ValueError("an embedding with max_norm rewrites its table: it cannot stay compressed")
+        return cls(fx.encode_weight(embedding.weight.detach()), embedding.padding_idx)
+
+    @property
+    def fixed_weight(self) -> fx.FixedWeight:
+        return fx.FixedWeight(*self._fixed_buffers(), self.base, self.num_embeddings, self.embedding_dim)
+
+    def decoded_weight(self) -> torch.Tensor:
+        """The table, bit-exact: [num_embeddings, embedding_dim] bfloat16 (a new tensor)."""
+        return fx.decode(self.fixed_weight)
+
+    def get_extra_state(self) -> dict:
+        return {"base": self.base, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.base, self.num_embeddings, self.embedding_dim = (
+            state["base"], state["num_embeddings"], state["embedding_dim"])
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():  # eager: skip the custom op's dispatch cost
+            return fx.embedding(input, self.fixed_weight)
+        return _fixed_embedding(input, *self._fixed_buffers(), self.base, self.num_embeddings, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
+                f"bits/weight={self.fixed_weight.bits_per_weight:.2f}")
