@@ -63,7 +63,48 @@ def _backward(ctx, grad):
 _fixed_linear.register_autograd(_backward, setup_context=_setup_context)
 
 
-class CompressedLinear(nn.Module):
+class _FixedLinearFn(torch.autograd.Function):
+    """Eager training path: the kernels of the custom ops above without their dispatch, which
+    costs hundreds of microseconds of host time per call (measured on a LoRA step on the H100)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, fw):
+        ctx.fw, ctx.has_bias = fw, bias is not None  # fw's buffers are frozen: no version check needed
+        return fx.linear(x, fw, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        fw = ctx.fw
+        gx = fx.grad_input(grad.contiguous(), fw) if ctx.needs_input_grad[0] else None
+        gb = grad.reshape(-1, fw.N).sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        return gx, gb, None
+
+
+class FixedBuffers(nn.Module):
+    """Holds a FixedWeight as buffers (``.to(device)`` moves them, ``state_dict`` saves them)."""
+
+    def _register_fixed(self, fw: fx.FixedWeight) -> None:
+        for field, name in _BUFFERS.items():
+            self.register_buffer(name, getattr(fw, field))
+        self.base = fw.base
+
+    def _fixed_buffers(self) -> tuple:
+        return tuple(getattr(self, n) for n in _BUFFERS.values())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # another weight's escape list has another length: take the stored shapes
+        for name in _BUFFERS.values():
+            new, old = state_dict.get(prefix + name), self._buffers.get(name)
+            if new is not None and old is not None and new.shape != old.shape:
+                self._buffers[name] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def compressed_nbytes(self) -> int:
+        return self.fixed_weight.nbytes
+
+
+class CompressedLinear(FixedBuffers):
     """``y = x @ W.T + b`` with W ([out_features, in_features] bfloat16) kept in the fixed-rate
     layout (about 12 bits/weight) and decoded in registers inside the matmul on CUDA.
 
@@ -75,9 +116,7 @@ class CompressedLinear(nn.Module):
 
     def __init__(self, fw: fx.FixedWeight, bias: torch.Tensor | None = None):
         super().__init__()
-        for field, name in _BUFFERS.items():
-            self.register_buffer(name, getattr(fw, field))
-        self.base = fw.base
+        self._register_fixed(fw)
         self.in_features = fw.K
         self.out_features = fw.N
         self.bias = nn.Parameter(bias.detach().clone()) if bias is not None else None
@@ -99,8 +138,7 @@ class CompressedLinear(nn.Module):
 
     @property
     def fixed_weight(self) -> fx.FixedWeight:
-        return fx.FixedWeight(*(getattr(self, n) for n in _BUFFERS.values()), self.base,
-                              self.out_features, self.in_features)
+        return fx.FixedWeight(*self._fixed_buffers(), self.base, self.out_features, self.in_features)
 
     def decoded_weight(self) -> torch.Tensor:
         """The weight, bit-exact: [out_features, in_features] bfloat16 (a new tensor)."""
@@ -123,26 +161,15 @@ class CompressedLinear(nn.Module):
     def set_extra_state(self, state: dict) -> None:
         self.base, self.in_features, self.out_features = state["base"], state["in_features"], state["out_features"]
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # another weight's escape list has another length: take the stored shapes
-        for name in _BUFFERS.values():
-            new, old = state_dict.get(prefix + name), self._buffers.get(name)
-            if new is not None and old is not None and new.shape != old.shape:
-                self._buffers[name] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    @property
-    def compressed_nbytes(self) -> int:
-        return self.fixed_weight.nbytes
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and (
-                x.requires_grad or (bias is not None and bias.requires_grad))):
-            # eager inference: call the kernel directly; the custom op's dispatch costs tens of
+        if not torch.compiler.is_compiling():
+            # eager: call the kernels directly; the custom op's dispatch costs tens of
             # microseconds per call, as much as a batch-1 matmul (measured in hf_lowmem.py)
+            if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+                return _FixedLinearFn.apply(x, bias, self.fixed_weight)
             return fx.linear(x, self.fixed_weight, bias)
-        return _fixed_linear(x, *(getattr(self, n) for n in _BUFFERS.values()), bias,
+        return _fixed_linear(x, *self._fixed_buffers(), bias,
                              self.base, self.out_features, self.in_features)
 
     def extra_repr(self) -> str:
