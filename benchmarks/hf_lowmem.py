@@ -5,8 +5,8 @@ wcodec folder; then a LoRA training step on a bf16 base and on compressed bases.
 Rows: bf16 (transformers, safetensors folder); wcodec folder through plain
 ``AutoModelForCausalLM.from_pretrained`` (decoded); ``WCodecModel.from_pretrained`` (decoded);
 keep_compressed fused (``WCodecModel.from_pretrained(folder, keep_compressed=True)``:
-CompressedLinear for every Linear, embeddings just in time; "embeddings decoded":
-``jit_embeddings=False``); keep_compressed jit (``keep_compressed="jit"``: every weight decoded
+CompressedLinear for every Linear, CompressedEmbedding for the untied embedding); keep_compressed
+jit (``keep_compressed="jit"``: every weight decoded
 just in time, the previous scheme); and the fused row again through plain
 ``AutoModelForCausalLM.from_pretrained(folder, quantization_config=WcodecConfig(keep_compressed=True))``
 (eager only). The kept-compressed rows and LoRA bases use our loader so that a transformers
@@ -250,6 +250,10 @@ def main(argv=None) -> int:
                     help='"auto": each model spread over every visible GPU (memory summed over them)')
     ap.add_argument("--max-minutes", type=float, default=7.0,
                     help="start no new phase after this (rows print and the JSON is saved as they finish)")
+    ap.add_argument("--variants", default="bf16,auto,wcodec,fused,jit,fused_auto",
+                    help="rows to run (bf16 always runs: it is the reference): bf16, auto (plain "
+                         "AutoModel, decoded), wcodec (WCodecModel, decoded), fused, jit, fused_auto "
+                         "(fused through AutoModel + WcodecConfig)")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     args = ap.parse_args(argv)
     global DEV, DMAP
@@ -311,10 +315,14 @@ def main(argv=None) -> int:
                  load_auto, False),
                 ("wcodec: WCodecModel.from_pretrained", lambda: WCodecModel.from_pretrained(dst, device=DEV), False),
                 ("keep_compressed fused" + how, load_kept(True), True),
-                ("keep_compressed fused, embeddings decoded" + how, load_kept(True, jit_embeddings=False), True),
                 ("keep_compressed jit" + how, load_kept("jit"), True)]
     if acc and not spread:  # the plain transformers route of the fused row (eager only)
         variants.append(("keep_compressed fused: AutoModelForCausalLM + WcodecConfig", load_kept(True, True), False))
+    keys = ["bf16", "auto", "wcodec", "fused", "jit", "fused_auto"]
+    wanted = set(args.variants.split(","))
+    if wanted - set(keys):
+        ap.error(f"--variants: unknown {sorted(wanted - set(keys))}; choose from {keys}")
+    variants = [v for k, v in zip(keys, variants) if k in wanted or k == "bf16"]
     rows, loras = [], []
     info = {"device_map": DMAP, "gpus": len(_gpus()), "accelerate": acc, "layers": layers, "synthetic": True, "device": _device_name(), "encode_s": t_enc,
             "bf16_bytes": nbytes, "wcodec_bytes": wc_bytes, "rows": rows, "lora": loras}
@@ -363,6 +371,7 @@ def main(argv=None) -> int:
         if not r["_compile"] or not in_time(f"compiled {r['variant']}"):
             continue
         _reset()
+        torch._dynamo.reset()  # each variant compiles afresh (else the recompile limit hits later rows)
         model = r["_load"]()
         compiled(r, model, args.new_tokens)
         del model
