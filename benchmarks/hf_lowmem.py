@@ -168,12 +168,15 @@ def compiled(row: dict, model, new_tokens: int) -> None:
         row["compiled_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
-def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512) -> dict:
-    """Median time and peak memory of one LoRA training step (forward, backward, AdamW)."""
+def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512, checkpointing: bool = False) -> dict:
+    """Median time and peak memory of one LoRA training step (forward, backward, AdamW); with
+    ``checkpointing``, activations are recomputed in the backward (non-reentrant)."""
     import peft
 
     _reset()
     model = load()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = peft.LoraConfig(r=16, lora_alpha=32,
                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     if importlib.util.find_spec("wcodec.torch.linear") is not None:
@@ -227,10 +230,12 @@ def print_table(rows: list, loras: list) -> None:
               f"{_fmt(r.get('tok_s_b16_compiled'))} | {_fmt(ratio('tok_s_b16_compiled'), '.3f')} | "
               f"{r['same_logits']} | {r['same_tokens']} / {r.get('same_tokens_compiled', '-')} |")
     if loras:
-        lb = loras[0]
         print("\n| LoRA step, batch 4 x 512 | step s | vs bf16 base | peak GB | peak vs bf16 base | loss first -> last |")
         print("|---|---:|---:|---:|---:|---|")
-        for r in loras:
+        for r in loras:  # against the bf16 base run the same way (with or without checkpointing)
+            ck = "checkpointing" in r["variant"]
+            lb = next((b for b in loras if b["variant"].startswith("bf16") and ("checkpointing" in b["variant"]) == ck),
+                      loras[0])
             if "error" in r:
                 print(f"| {r['variant']} | {r['error'][:80]} | | | | |")
                 continue
@@ -254,6 +259,9 @@ def main(argv=None) -> int:
                     help="rows to run (bf16 always runs: it is the reference): bf16, auto (plain "
                          "AutoModel, decoded), wcodec (WCodecModel, decoded), fused, jit, fused_auto "
                          "(fused through AutoModel + WcodecConfig)")
+    ap.add_argument("--reuse", action="store_true", help="reuse the folders an earlier run left in --workdir")
+    ap.add_argument("--lora-checkpointing", action="store_true",
+                    help="LoRA steps also with gradient checkpointing (both bases)")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     args = ap.parse_args(argv)
     global DEV, DMAP
@@ -271,12 +279,18 @@ def main(argv=None) -> int:
     if args.smoke:  # 2 layers at most: a check of the script, not a measurement
         cfg.num_hidden_layers = min(cfg.num_hidden_layers, 2)
         cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads = 64, 128, 4, 4
-    t = time.perf_counter()
-    nbytes = write_synthetic(src, cfg)
-    t_write = time.perf_counter() - t
-    t = time.perf_counter()
-    convert_folder(src, dst)
-    t_enc = time.perf_counter() - t
+    stamp = work / f"layers{cfg.num_hidden_layers}_{cfg.hidden_size}.json"  # folders of an earlier run
+    if args.reuse and stamp.exists():
+        nbytes, t_write, t_enc = json.loads(stamp.read_text())
+        print(f"# --reuse: the folders in {work} from an earlier run", flush=True)
+    else:
+        t = time.perf_counter()
+        nbytes = write_synthetic(src, cfg)
+        t_write = time.perf_counter() - t
+        t = time.perf_counter()
+        convert_folder(src, dst)
+        t_enc = time.perf_counter() - t
+        stamp.write_text(json.dumps([nbytes, t_write, t_enc]))
     wc_bytes = sum(p.stat().st_size for p in dst.glob("*.wcodec"))
     layers = cfg.num_hidden_layers
     depth = "full depth (Llama-2-7B)" if layers == 32 else f"REDUCED DEPTH: {layers} of 32 layers"
@@ -357,12 +371,16 @@ def main(argv=None) -> int:
         print(f"# done: {name}: {json.dumps({k: v for k, v in r.items() if not k.startswith('_')})}", flush=True)
         save()
     if args.lora:
-        for name, load in [("bf16 base", load_bf16), ("keep_compressed fused base", load_kept(True)),
-                           ("keep_compressed jit base", load_kept("jit"))]:
+        bases = [("bf16 base", load_bf16, False), ("keep_compressed fused base", load_kept(True), False),
+                 ("keep_compressed jit base", load_kept("jit"), False)]
+        if args.lora_checkpointing:
+            bases += [("bf16 base, checkpointing", load_bf16, True),
+                      ("keep_compressed fused base, checkpointing", load_kept(True), True)]
+        for name, load, ckpt in bases:
             if not in_time(f"LoRA {name}"):
                 continue
             try:
-                loras.append(lora_step(name, load))
+                loras.append(lora_step(name, load, checkpointing=ckpt))
             except Exception as e:
                 loras.append({"variant": name, "error": f"{type(e).__name__}: {e}"})
             print(f"# done: LoRA {name}: {json.dumps(loras[-1])}", flush=True)
