@@ -102,6 +102,30 @@ def lora(name, model, out_dir: Path | None, checkpointing: bool = False) -> dict
             "top": sorted(k.items(), key=lambda kv: -kv[1])[:12], "counters": {}}
 
 
+def host_profile(name, model, new_tokens: int) -> None:
+    """cProfile of an eager batch-1 generate (no static cache): where the host time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    ids = torch.randint(3, 32000, (1, 16), generator=torch.Generator().manual_seed(1)).cuda()
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(ids, **kw)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        model.generate(ids, **kw)
+        torch.cuda.synchronize()
+        prof.disable()
+        wall = time.perf_counter() - t
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(22)
+    print(f"## {name} eager b1 under cProfile: {1e3 * wall / new_tokens:.2f} ms/token")
+    print(s.getvalue()[-6000:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -110,6 +134,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
     ap.add_argument("--lora", action="store_true", help="profile a LoRA step instead of generation")
+    ap.add_argument("--host", action="store_true", help="cProfile eager generation instead (bf16, fused)")
     ap.add_argument("--checkpointing", action="store_true", help="LoRA step with gradient checkpointing")
     args = ap.parse_args()
     import transformers
@@ -129,6 +154,11 @@ def main():
         "jit": lambda: WCodecModel.from_pretrained(dst, device="cuda", keep_compressed="jit"),
     }
     rows = []
+    if args.host:
+        for name in ("bf16", "fused"):
+            host_profile(name, loads[name](), args.new_tokens)
+            torch.cuda.empty_cache()
+        return
     if args.lora:
         for name in ("bf16", "fused"):
             r = lora(name, loads[name](), out_dir, args.checkpointing)
