@@ -32,6 +32,9 @@ def _check(a: np.ndarray, signed: bool, th: int, tw: int, modes: np.ndarray, cos
         back = P.reconstruct(ref, rows, cols, th, tw, modes, signed, size=size, backend=b)
         assert back.dtype == np.uint8 and back.shape == (rows, cols)
         assert np.array_equal(back, a.view(np.uint8)), f"{b} reconstruct does not invert the residuals"
+        dst = np.empty((rows, cols), np.uint8)
+        assert P.reconstruct(ref, rows, cols, th, tw, modes, signed, size=size, backend=b, out=dst) is dst
+        assert np.array_equal(dst, back)
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,6 +80,9 @@ def test_native_threads_match_one_thread(signed):
     assert np.array_equal(costs, P.mode_costs(x, 32, 16, cost, size=small, backend="numba"))
     back = P.reconstruct(res, 600, 500, 32, 16, modes, signed, size=big, backend="native")
     assert np.array_equal(back, a.view(np.uint8))
+    mine = np.zeros((600, 500), np.uint8)  # decoded in place into the caller's buffer
+    assert P.reconstruct(res, 600, 500, 32, 16, modes, signed, size=big, backend="native", out=mine) is mine
+    assert np.array_equal(mine, back)
 
 
 @needs_ext
@@ -91,6 +97,9 @@ def test_native_rejects_bad_arguments():
         P.residuals(x, 2, 2, np.zeros(3, np.uint8), size=16, backend="native")
     with pytest.raises(ValueError, match="res"):  # plane shorter than the tensor
         P.reconstruct(np.zeros(15, np.uint8), 4, 4, 2, 2, np.zeros(4, np.uint8), False, size=16, backend="native")
+    with pytest.raises(ValueError, match="out"):  # a destination of another size
+        P.reconstruct(np.zeros(16, np.uint8), 4, 4, 2, 2, np.zeros(4, np.uint8), False, size=16, backend="native",
+                      out=np.zeros((4, 3), np.uint8))
     with pytest.raises(ValueError, match="tile size"):
         P.residuals(x, 0, 2, np.zeros(4, np.uint8), size=16, backend="native")
 

@@ -70,14 +70,21 @@ def residuals(x: np.ndarray, th: int, tw: int, modes: np.ndarray, *, size: int,
 
 
 def reconstruct(res: np.ndarray, rows: int, cols: int, th: int, tw: int, modes: np.ndarray,
-                signed: bool, *, size: int, backend: str = "auto") -> np.ndarray:
+                signed: bool, *, size: int, backend: str = "auto", out: np.ndarray | None = None) -> np.ndarray:
     """Inverse prediction: residual plane [rows*cols] uint8 -> [rows, cols] uint8, the tensor's
     bytes (two's complement where ``signed``: AVG halves signed values for I8, unsigned for U8).
-    Raises ValueError (C path) on a mode outside 0..4 (the codec checks modes first)."""
+    out: optional writable C-contiguous [rows, cols] uint8 array to fill (the C path writes
+    straight into it; the others copy). Raises ValueError (C path) on a mode outside 0..4 (the
+    codec checks modes first) or an ``out`` of another size."""
     e, mod = _pick(backend)
     if e is None:
-        return mod.reconstruct(res, rows, cols, th, tw, modes, signed, size=size)
-    out = np.empty((rows, cols), dtype=np.uint8)
+        got = mod.reconstruct(res, rows, cols, th, tw, modes, signed, size=size)
+        if out is None:
+            return got
+        out[...] = got
+        return out
+    if out is None:
+        out = np.empty((rows, cols), dtype=np.uint8)
     e.predict_reconstruct(np.ascontiguousarray(res, dtype=np.uint8), rows, cols, th, tw,
                           np.ascontiguousarray(modes, dtype=np.uint8), bool(signed), out,
                           native._threads_for(size))
