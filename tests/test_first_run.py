@@ -20,6 +20,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 FIRST_RUN = r"""
 import sys, numpy as np
 from pathlib import Path
+from wcodec import native
+assert native.available(), "this interpreter does not find wcodec._cext"
 from wcodec.cli import main
 from wcodec.numpy import load_file, save_file
 from wcodec.safeopen import safe_open
