@@ -15,5 +15,6 @@ if sys.platform == "win32":
 else:
     args = ["-O3", "-std=gnu99", "-fno-strict-aliasing"]
 
-setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c"],
+setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c", "src/wcodec/csrc/predict.c"],
+                             depends=["src/wcodec/csrc/predict.h"],  # shipped in the sdist
                              extra_compile_args=args, optional=True)])

@@ -41,7 +41,9 @@ def announce_compile(dispatcher) -> None:
         _announced = True
         from . import native
 
-        why = "" if native.available() else " (the C extension is not built, see wcodec.native)"
+        why = "" if native.available() else \
+            " (WCODEC_NATIVE=0)" if os.environ.get("WCODEC_NATIVE", "").strip() in ("0", "no", "false", "off") else \
+            " (the C extension is not built, see wcodec.native)"
         print(f"wcodec: compiling numba kernels{why}; once, cached on disk afterwards...",
               file=sys.stderr, flush=True)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import numpy as np
 
@@ -24,6 +25,7 @@ PARALLEL_MIN = 1 << 18
 
 _ext = None
 _loaded = False
+_load_lock = threading.Lock()
 
 
 def _usable_cores() -> int:
@@ -35,9 +37,15 @@ def _usable_cores() -> int:
 
 def ext():
     """The loaded ``wcodec._cext`` module, or None (not built, or WCODEC_NATIVE=0)."""
+    if not _loaded:
+        with _load_lock:  # encode's pool threads ask at once: none may see None mid-load
+            _load()
+    return _ext
+
+
+def _load():
     global _ext, _loaded
     if not _loaded:
-        _loaded = True
         if os.environ.get("WCODEC_NATIVE", "1").strip().lower() not in ("0", "no", "false", "off"):
             try:
                 from . import _cext
@@ -51,7 +59,7 @@ def ext():
                 threads = os.environ.get("WCODEC_THREADS", "")
                 _cext.set_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _usable_cores())
             _ext = _cext
-    return _ext
+        _loaded = True
 
 
 def available() -> bool:

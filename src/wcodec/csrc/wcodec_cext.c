@@ -1689,6 +1689,10 @@ static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
     return PyBool_FromLong(old);
 }
 
+/* int8 intra prediction (predict.c) runs its tiles on these threads */
+#include "predict.h"
+void wc_run_parallel(wc_task_fn fn, void *ctx, int64_t n, int threads) { run_parallel(fn, ctx, n, pick_threads(threads, n)); }
+
 static PyMethodDef methods[] = {
     {"decode_chunks", py_decode_chunks, METH_VARARGS, "rANS decode of a plane's chunks (see module docstring)"},
     {"decode_merge_float", py_decode_merge_float, METH_VARARGS, "fused rANS decode + float merge"},
@@ -1704,6 +1708,7 @@ static PyMethodDef methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, "default threads per call (and the process budget)"},
     {"threads", py_threads, METH_NOARGS, "default threads per call"},
     {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (1) or gathers (0)"},
+    WC_PREDICT_METHODS
     {NULL, NULL, 0, NULL},
 };
 

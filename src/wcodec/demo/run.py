@@ -66,8 +66,8 @@ def _roundtrip(tensors: dict, mode: str, path: Path) -> Variant:
 
 
 def _warm_up(folder: Path) -> float:
-    """Encode and decode a small tensor in every mode, so that numba compilation (or loading
-    its cache) is not counted in the timings. Returns the seconds it took."""
+    """Encode and decode a small tensor in every mode, so that first calls (numba compilation or
+    its cache load, without the C extension) are not counted in the timings. Returns seconds."""
     t0 = time.perf_counter()
     probe = {"w": np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)}
     for mode in MODES:
@@ -172,7 +172,11 @@ def run_demo(steps: int = 200, seed: int = 0, prompt: str = "", out_dir: str | N
     if out_dir:
         out(f"files:    {Path(out_dir) / 'stories260K.{lossless,int8}.wcodec'}")
     total = time.perf_counter() - t_start
-    out(f"total {total:.1f} s (of which {warm_s:.1f} s warm-up: numba compile or cache load)")
+    from wcodec import native
+
+    kernels = native.path()
+    why = "first calls" if native.available() else "numba compile or cache load"
+    out(f"total {total:.1f} s (of which {warm_s:.1f} s warm-up: {why}; kernels {kernels})")
     return {"tokens": {v.name: v.tokens for v in variants}, "lossless_identical": identical,
             "lossless_bit_identical": weights_same, "int8_snr_db": snr,
             "int8_max_abs_error": max_err, "int8_agreement": same / max(n, 1),

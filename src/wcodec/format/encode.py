@@ -39,7 +39,12 @@ class Item:
 
 def default_workers() -> int:
     """Threads for encoding: numba kernels release the GIL, but only thread-safe numba layers
-    (omp, tbb) may be entered from several threads; the workqueue layer aborts the process."""
+    (omp, tbb) may be entered from several threads; the workqueue layer aborts the process.
+    The C kernels (wcodec.native) are thread-safe, and then numba is not imported."""
+    from .. import native
+
+    if native.available():
+        return max(1, min(4, os.cpu_count() or 1))
     try:
         from numba.np.ufunc import omppool  # noqa: F401
     except ImportError:
