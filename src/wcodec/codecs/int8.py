@@ -24,6 +24,7 @@ import numpy as np
 from .. import rans
 from ..errors import CorruptDataError
 from . import _predict as P
+from .transform import hi_offsets, tile_sizes
 from .base import DTYPES, Codec, EncodedTensor, register, view_2d
 from ..rans.tables import normalize_freqs
 
@@ -38,25 +39,6 @@ def _cost_lut(counts: np.ndarray) -> np.ndarray:
     freqs = normalize_freqs(counts, 12).astype(np.float64)
     # Symbols the table lacks would need a table change: price them above any present symbol.
     return np.where(freqs > 0, 12 - np.log2(np.maximum(freqs, 1)), 14.0)
-
-
-def tile_sizes(rows: int, cols: int, th: int, tw: int) -> tuple:
-    """Per tile (tile-major): heights and widths, [n_tiles] int64 each."""
-    hs = np.minimum(th, rows - np.arange(0, rows, th, dtype=np.int64))
-    ws = np.minimum(tw, cols - np.arange(0, cols, tw, dtype=np.int64))
-    return np.repeat(hs, ws.size), np.tile(ws, hs.size)
-
-
-def hi_offsets(rows: int, cols: int, th: int, tw: int, modes: np.ndarray) -> tuple:
-    """Start of each tile in the hi plane ([n_tiles] int64; transform tiles in tile order, each
-    row-major) and the plane's length. Raises CorruptDataError if a transform tile is not made of
-    whole 8x8 blocks."""
-    hs, ws = tile_sizes(rows, cols, th, tw)
-    tr = modes >= N_PRED
-    if np.any(tr & ((hs % 8 != 0) | (ws % 8 != 0))):
-        raise CorruptDataError("int8 codec: a transform tile is not made of whole 8x8 blocks")
-    sizes = np.where(tr, hs * ws, 0)
-    return np.cumsum(sizes) - sizes, int(sizes.sum())
 
 
 def planes(x: np.ndarray, th: int, tw: int, modes: np.ndarray) -> tuple:

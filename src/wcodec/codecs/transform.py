@@ -19,7 +19,8 @@ the inverse undoes the columns, then the rows. Coefficients of int8 blocks lie w
 complement, in the residual plane beside the prediction residuals, which it resembles) and a
 high part ``hi = (c + 128) >> 8`` in a second rANS plane (:func:`split`, :func:`join`).
 
-This module is pure Python (the reference, for tiny inputs and tests). The numba kernels are in
+This module is pure Python (the reference, for tiny inputs and tests; numpy only for the tile
+bookkeeping shared by every decoder). The numba kernels are in
 ``wcodec.codecs._transform``, the Triton inverse in ``wcodec.gpu.transform_kernels``; tests check
 all three bit-identical.
 """
@@ -27,6 +28,10 @@ all three bit-identical.
 from __future__ import annotations
 
 import math
+
+import numpy as np
+
+from ..errors import CorruptDataError
 
 #: lifting constants are integers in units of 2**-SHIFT
 SHIFT = 12
@@ -145,6 +150,25 @@ def join(lo: int, hi: int) -> int:
 def transform_ok(h: int, w: int) -> bool:
     """A tile may use a transform mode when it is made of whole 8x8 blocks."""
     return h % N == 0 and w % N == 0 and h > 0 and w > 0
+
+
+def tile_sizes(rows: int, cols: int, th: int, tw: int) -> tuple:
+    """Per tile (tile-major): heights and widths, [n_tiles] int64 each."""
+    hs = np.minimum(th, rows - np.arange(0, rows, th, dtype=np.int64))
+    ws = np.minimum(tw, cols - np.arange(0, cols, tw, dtype=np.int64))
+    return np.repeat(hs, ws.size), np.tile(ws, hs.size)
+
+
+def hi_offsets(rows: int, cols: int, th: int, tw: int, modes: np.ndarray) -> tuple:
+    """Start of each tile in the hi plane ([n_tiles] int64; transform tiles in tile order, each
+    row-major) and the plane's length. Raises CorruptDataError if a transform tile is not made of
+    whole 8x8 blocks."""
+    hs, ws = tile_sizes(rows, cols, th, tw)
+    tr = modes >= DCT
+    if np.any(tr & ((hs % 8 != 0) | (ws % 8 != 0))):
+        raise CorruptDataError("int8 codec: a transform tile is not made of whole 8x8 blocks")
+    sizes = np.where(tr, hs * ws, 0)
+    return np.cumsum(sizes) - sizes, int(sizes.sum())
 
 
 def reference_forward(x, th: int, tw: int, modes) -> tuple:
