@@ -168,3 +168,11 @@ def test_corrupt_transform_records_raise():
     bad = _with(rec, {**rec.params, "hi": hp.params()}, **hp.sections("hi"))
     with pytest.raises(CorruptDataError, match="high parts"):
         decode_tensor(bad, "w")
+
+
+def test_decode_range_of_a_record_with_transform_tiles():
+    from wcodec.codecs.partial import decode_range
+    rec = _tr_record()
+    full = decode_tensor(rec).reshape(-1)
+    for e0, e1 in ((0, 5), (100, 130), (380, 384)):
+        assert np.array_equal(decode_range(rec, e0, e1), full[e0:e1])
