@@ -112,33 +112,16 @@ def fisher_rows(model, inner, sentences, batch: int = 32, seed: int = 0) -> tupl
 
 def fisher_modes(tensors: dict, prefix: str, fisher: dict, lam: float, emb_rows=None,
                  alpha: float = 0.5) -> tuple:
-    """Per-tensor (modes, options) giving every row the step sqrt(lam / F_med) (F_row /
-    F_med) ** -alpha (floored at its absmax/127 by the codec; F_med: the median row weight of
-    the model). alpha 0.5: step = sqrt(lam / F_row), the steps that minimise bits for a
-    Fisher-predicted loss sum F_w step^2 / 24 at high rate, one Lagrange multiplier for the
-    whole model. emb_rows: optional {name: [rows] F_row} overriding the sampled estimate (token
-    counts for the word embeddings, whose rows the sample sees sparsely)."""
-    from wcodec.codecs.lossy import MAX_GAIN_RATIO, mode_string
+    """Per-tensor (modes, options) of :func:`wcodec.codecs.lossy.allocate_fisher` for the Fisher
+    rows (``emb_rows``: {name: [rows]} overriding the sampled estimate: token counts for the word
+    embeddings, whose rows the sample sees sparsely)."""
+    from wcodec.codecs.lossy import allocate_fisher
 
-    modes, options = {}, {}
-    rows = {n: np.asarray((emb_rows or {}).get(n, f), dtype=np.float64) for n, f in fisher.items()}
-    med = float(np.median(np.concatenate([f[f > 0] for f in rows.values()])))
-    for n, f in rows.items():
-        k = prefix + n
-        if k not in tensors:
-            continue
-        if f.max() <= 0:  # unused by the embedding: as coarse as allocate_snr's floor
-            modes[k] = mode_string("lossy", target_snr_db=6)
-            continue
-        w = tensors[k].astype(np.float64)
-        rms = float(np.sqrt(np.mean(w ** 2)))
-        # the codec's steps: delta * sqrt(max(rw) / max(rw, max(rw) / ratio^2)), rw = F ** 2alpha
-        delta = np.sqrt(lam / med) * (f.max() / med) ** -alpha
-        qp = float(np.clip(48 + 6 * np.log2(delta / rms), 0, 63))
-        modes[k] = mode_string("lossy", qp=round(qp, 3))
-        rw = f ** (2 * alpha)
-        options[k] = {"row_weight": np.maximum(rw, rw.max() * MAX_GAIN_RATIO ** -2)}
-    return modes, options
+    rows = {prefix + n: (emb_rows or {}).get(n, f) for n, f in fisher.items() if prefix + n in tensors}
+    rms = {k: float(np.sqrt(np.mean(tensors[k].astype(np.float64) ** 2))) for k in rows}
+    alloc = allocate_fisher(rows, rms, lam, alpha)
+    return ({k: m for k, (m, _) in alloc.items()},
+            {k: {"row_weight": rw} for k, (_, rw) in alloc.items() if rw is not None})
 
 
 def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None,
