@@ -10,7 +10,10 @@ downstream accuracy.
 
 MiniLM also gets per-tensor targets from measured sensitivities (``sens D`` rows: each matrix
 alone at 24 dB gives its cosine deficit; targets then minimise bits for a predicted total deficit
-D), the allocation a model-aware caller can make with the per-tensor control.
+D), the allocation a model-aware caller can make with the per-tensor control; and ``fisher LAM``
+rows (``--fisher``): every row's step from Fisher row weights of the sentence embedding, one
+multiplier for the model (``wcodec.codecs.lossy.allocate_fisher``; ``--fisher-alpha``,
+``--fisher-n``, ``--fisher-cache``; ``--queries 60000`` for held-out queries).
 
 Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
 targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
