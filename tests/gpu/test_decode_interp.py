@@ -258,6 +258,10 @@ def test_int8_transform_modes(dtype):
         scales = (rng.random(24) * 0.01 + 0.001).astype(np.float32)
         items.append(("q", EncodedTensor("int8-quant", "BF16", (24, 40), {"q": rec.params},
                                          {**rec.sections, "scales": scales})))
+    # edge tiles of other sizes (16x16, 16x8, 8x16, 8x8): every tile a transform
+    e = rng.integers(-128, 128, (40, 24)).astype(np.int16)
+    emodes = (T.DCT + np.arange(6) % 2).astype(np.uint8)
+    items.append(("edges", Int8Codec()._pack("I8", e.shape, e, 16, 16, emodes, 12, 4, "auto", True)))
     # a 3-D tensor chosen by the encoder (transforms="auto"), tiles of 16
     n, k = np.mgrid[0:32, 0:64]
     basis = np.round(120 * np.cos(2 * np.pi * n * (k + 0.5) / 2048)).astype(np.int8)

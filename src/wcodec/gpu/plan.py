@@ -39,20 +39,20 @@ def transform_blocks(rows: int, cols: int, th: int, tw: int, modes: np.ndarray, 
     indices of its decoded residual and hi planes. modes must be validated (transform.hi_offsets
     raises CorruptDataError for transform tiles that are not whole 8x8 blocks)."""
     hi_off, _ = TR.hi_offsets(rows, cols, th, tw, modes)
-    out = []
+    hs, ws = TR.tile_sizes(rows, cols, th, tw)
+    t = np.flatnonzero(modes >= TR.DCT)
     ntw = -(-cols // tw)
-    for t in np.flatnonzero(modes >= TR.DCT):
-        r0, c0 = (t // ntw) * th, (t % ntw) * tw
-        h, w = min(th, rows - r0), min(tw, cols - c0)
-        bi, bj = np.meshgrid(np.arange(0, h, 8), np.arange(0, w, 8), indexing="ij")
-        k = (bi * w + bj).reshape(-1)
-        d = np.empty((k.size, TB), dtype=np.int64)
-        d[:, 0] = res + r0 * cols + h * c0 + k
-        d[:, 1] = hi + hi_off[t] + k
-        d[:, 2] = w
-        d[:, 3] = int(modes[t]) - TR.DCT
-        out.append(d)
-    return np.concatenate(out) if out else np.zeros((0, TB), dtype=np.int64)
+    r0, c0, h, w = (t // ntw) * th, (t % ntw) * tw, hs[t], ws[t]
+    nb = (h // 8) * (w // 8)  # blocks per tile, row-major within the tile
+    tb = np.repeat(np.arange(t.size), nb)
+    j = np.arange(tb.size) - np.repeat(np.cumsum(nb) - nb, nb)
+    k = (j // (w // 8)[tb]) * 8 * w[tb] + (j % (w // 8)[tb]) * 8  # block origin within the tile
+    d = np.empty((tb.size, TB), dtype=np.int64)
+    d[:, 0] = res + (r0 * cols + h * c0)[tb] + k
+    d[:, 1] = hi + hi_off[t][tb] + k
+    d[:, 2] = w[tb]
+    d[:, 3] = modes[t][tb].astype(np.int64) - TR.DCT
+    return d
 
 
 @dataclass
