@@ -10,7 +10,10 @@ downstream accuracy.
 
 MiniLM also gets per-tensor targets from measured sensitivities (``sens D`` rows: each matrix
 alone at 24 dB gives its cosine deficit; targets then minimise bits for a predicted total deficit
-D), the allocation a model-aware caller can make with the per-tensor control.
+D), the allocation a model-aware caller can make with the per-tensor control; and ``fisher LAM``
+rows (``--fisher``): every row's step from Fisher row weights of the sentence embedding, one
+multiplier for the model (``wcodec.codecs.lossy.allocate_fisher``; ``--fisher-alpha``,
+``--fisher-n``, ``--fisher-cache``; ``--queries 60000`` for held-out queries).
 
 Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
 targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
@@ -84,8 +87,49 @@ def roundtrip_per_tensor(tensors: dict, modes: dict, tmp: Path, options: dict | 
         _snr(tensors, dec), enc_s
 
 
+def fisher_rows(model, inner, sentences, batch: int = 32, seed: int = 0) -> tuple:
+    """Per-row Fisher (Gauss-Newton) weights of every 2-D parameter for the normalised sentence
+    embedding e: F_row = E_x sum_j (d e / d w_ij)^T (d e / d w_ij), estimated as the squared
+    gradient of <r, e(x)> for random normal r (E_r[(r^T J d)^2] = |J d|^2), r fresh per
+    sentence, so cross-sentence terms of a batch vanish in expectation. Then 1 - cos(e, e') ~
+    |e - e'|^2 / 2 ~ sum_w F_w err_w^2 / 2. Returns ({name: [rows] F_row / cols}, tokens seen)."""
+    import torch
+
+    params = {n: p for n, p in inner.named_parameters() if p.ndim >= 2}
+    acc = {n: torch.zeros(p.shape[0], dtype=torch.float64) for n, p in params.items()}
+    gen = torch.Generator().manual_seed(seed)
+    n_tok = 0
+    with torch.enable_grad():
+        for i in range(0, len(sentences), batch):
+            feats = getattr(model, "preprocess", model.tokenize)(sentences[i:i + batch])
+            n_tok += int(feats["attention_mask"].sum())
+            e = model(feats)["sentence_embedding"]
+            inner.zero_grad()
+            (e * torch.randn(e.shape, generator=gen)).sum().backward()
+            for n, p in params.items():
+                if p.grad is not None:  # None: unused by the embedding (the pooler)
+                    acc[n] += p.grad.double().pow(2).sum(dim=1)
+    inner.zero_grad()
+    return {n: (a / len(sentences) / params[n][0].numel()).numpy() for n, a in acc.items()}, n_tok
+
+
+def fisher_modes(tensors: dict, prefix: str, fisher: dict, lam: float, emb_rows=None,
+                 alpha: float = 0.5) -> tuple:
+    """Per-tensor (modes, options) of :func:`wcodec.codecs.lossy.allocate_fisher` for the Fisher
+    rows (``emb_rows``: {name: [rows]} overriding the sampled estimate: token counts for the word
+    embeddings, whose rows the sample sees sparsely)."""
+    from wcodec.codecs.lossy import allocate_fisher
+
+    rows = {prefix + n: (emb_rows or {}).get(n, f) for n, f in fisher.items() if prefix + n in tensors}
+    rms = {k: float(np.sqrt(np.mean(tensors[k].astype(np.float64) ** 2))) for k in rows}
+    alloc = allocate_fisher(rows, rms, lam, alpha)
+    return ({k: m for k, (m, _) in alloc.items()},
+            {k: {"row_weight": rw} for k, (_, rw) in alloc.items() if rw is not None})
+
+
 def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=None,
-           tok_powers=(1.0, 0.5)) -> None:
+           tok_powers=(1.0, 0.5), fisher_lams=(), fisher_n=1024, fisher_cache=None,
+           fisher_alphas=(0.5,), query_start=100_000) -> None:
     import importlib.util
 
     import torch
@@ -102,15 +146,18 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
     tensors = st_load(folder / "model.safetensors")
     with gzip.open(shared / "data" / "nltk_corpus_101k.jsonl.gz", "rt") as f:
         lines = [json.loads(x)["text"] for x in f]
-    queries = lines[100_000:101_000]
+    queries = lines[query_start:query_start + 1000]
     base = np.load(shared / "data" / "minilm_nltk_50k_f16.npy").astype(np.float32)
     torch.set_num_threads(2)
     model = SentenceTransformer(str(folder), device="cpu")
     ref = model.encode(queries, batch_size=64, normalize_embeddings=True)
     ref_top = np.argsort(-(ref @ base.T), axis=1)[:, :10]
-    stored = np.load(shared / "data" / "minilm_nltk_queries_1k_f16.npy").astype(np.float32)
-    print(f"MiniLM: reference embeddings vs the stored query file: mean cosine "
-          f"{np.mean(np.sum(ref * stored, 1)):.5f}")
+    if query_start == 100_000:
+        stored = np.load(shared / "data" / "minilm_nltk_queries_1k_f16.npy").astype(np.float32)
+        print(f"MiniLM: reference embeddings vs the stored query file: mean cosine "
+              f"{np.mean(np.sum(ref * stored, 1)):.5f}")
+    else:
+        print(f"MiniLM: held-out queries, corpus lines {query_start}-{query_start + 999}")
     inner = model[0].auto_model
     orig = {k: v.clone() for k, v in inner.state_dict().items()}
     prefix = _prefix(tensors.keys(), orig.keys())
@@ -163,6 +210,33 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
                 # the word embeddings' rows weighted by token use (count ** power)
                 measure(f"sens {dft:g} +tok^{power:g}", *roundtrip_per_tensor(
                     tensors, modes_k, tmp, {emb: {"row_weight": token_weights ** power}}))
+    if fisher_lams:
+        t0 = time.perf_counter()
+        cache = Path(fisher_cache) if fisher_cache else None
+        if cache and cache.exists():
+            z = np.load(cache)
+            fisher, n_tok = {k: z[k] for k in z.files if k != "_n_tok"}, int(z["_n_tok"])
+        else:
+            fisher, n_tok = fisher_rows(model, inner, lines[:fisher_n])
+            if cache:
+                np.savez(cache, _n_tok=n_tok, **fisher)
+        print(f"  Fisher rows from {fisher_n} sentences (corpus lines 0-{fisher_n - 1}): "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        wname = "embeddings.word_embeddings.weight"
+        emb_rows = None
+        if prefix + wname in tensors:
+            # word embeddings: Fisher per token occurrence (from the sample) x the token's count
+            # in corpus lines 0-49,999 per sentence (+1: unseen tokens get a floor)
+            ids = model.tokenizer(lines[:50_000])["input_ids"]
+            cnt = np.bincount(np.concatenate([np.asarray(x) for x in ids]),
+                              minlength=tensors[prefix + wname].shape[0]).astype(np.float64)
+            per_occ = float(fisher[wname].sum()) * fisher_n / n_tok
+            emb_rows = {wname: per_occ * (cnt + 1.0) / 50_000}
+        for alpha in fisher_alphas:
+            for lam in fisher_lams:
+                modes_f, opts = fisher_modes(tensors, prefix, fisher, lam, emb_rows, alpha)
+                measure(f"fisher {lam:g}" + (f" a{alpha:g}" if alpha != 0.5 else ""),
+                        *roundtrip_per_tensor(tensors, modes_f, tmp, opts))
     inner.load_state_dict(orig)
 
 
@@ -223,7 +297,15 @@ def main() -> None:
     ap.add_argument("--deficits", default="0.01,0.003,0.001,0.0007",
                     help="MiniLM: predicted cosine deficits of the sensitivity-allocated rows")
     ap.add_argument("--sens-cache", default=None, help="MiniLM: JSON file of measured sensitivities (reused if present)")
-    ap.add_argument("--sens-only", action="store_true", help="MiniLM: only the sensitivity-allocated rows")
+    ap.add_argument("--sens-only", action="store_true", help="MiniLM: only the sensitivity-allocated (and Fisher) rows")
+    ap.add_argument("--fisher", default="",
+                    help="MiniLM: Lagrange multipliers of the Fisher-weighted step allocation, one row each")
+    ap.add_argument("--fisher-n", type=int, default=1024, help="MiniLM: sentences of the Fisher estimate")
+    ap.add_argument("--fisher-cache", default=None, help="MiniLM: .npz of the Fisher rows (reused if present)")
+    ap.add_argument("--fisher-alpha", default="0.5", help="MiniLM: step ~ F_row ** -alpha, one row set each")
+    ap.add_argument("--queries", type=int, default=100_000,
+                    help="MiniLM: first corpus line of the 1,000 queries (default: ../shared/data's query set; "
+                         "50000-99000: lines no setting was derived from)")
     ap.add_argument("--tok-powers", default="1,0.5",
                     help="MiniLM: word-embedding row weights = token count ** power, one row per power")
     a = ap.parse_args()
@@ -242,7 +324,9 @@ def main() -> None:
             deficits = [float(x) for x in a.deficits.split(",") if x]
             minilm(shared, modes if not a.sens_only else [], tmp, rows,
                    () if a.quick else deficits, a.sens_cache,
-                   [float(x) for x in a.tok_powers.split(",") if x])
+                   [float(x) for x in a.tok_powers.split(",") if x],
+                   [float(x) for x in a.fisher.split(",") if x], a.fisher_n, a.fisher_cache,
+                   [float(x) for x in a.fisher_alpha.split(",") if x], a.queries)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     print("\nsummary")

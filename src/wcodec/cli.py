@@ -25,7 +25,7 @@ EPILOG = """examples:
   wcodec verify model.wcodec
   wcodec bench model.wcodec --repeat 3
 """
-MODE_NAMES = ("NONE", "LEFT", "TOP", "AVG", "PLANAR")
+MODE_NAMES = ("NONE", "LEFT", "TOP", "AVG", "PLANAR", "DCT", "ADST")  # as wcodec.codecs.int8
 
 
 def _size(text: str) -> int:

@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from wcodec.codecs import decode_tensor, encode_tensor
-from wcodec.codecs.int8 import MODE_NAMES
+from wcodec.codecs.int8 import N_PRED
 from wcodec.errors import CorruptDataError, WcodecError
 
 NP = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I8": np.int8, "U8": np.uint8}
@@ -79,7 +79,7 @@ def test_int8_all_modes_roundtrip(a, tile):
     n_tiles = -(-rows // tile) * -(-cols // tile)
     for signed, arr, dtype in ((True, a, "I8"), (False, a.view(np.uint8), "U8")):
         xs = arr.astype(np.int16)
-        modes = (np.arange(n_tiles) % len(MODE_NAMES)).astype(np.uint8)
+        modes = (np.arange(n_tiles) % N_PRED).astype(np.uint8)  # transforms: tests/codecs/test_transform.py
         codec = Int8Codec()
         rec = codec._pack(dtype, arr.shape, xs, tile, tile, modes, 12, 2, "auto", signed)
         assert np.array_equal(codec.decode(rec).view(np.uint8), arr.view(np.uint8))

@@ -164,3 +164,26 @@ def test_row_weights():
     for bad in (np.ones(63), -weight, np.full(64, np.nan)):
         with pytest.raises(ValueError):
             encode_tensor(w, "F32", "lossy:snr=25", row_weight=bad)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.4])
+def test_allocate_fisher_steps_follow_row_weights_across_tensors(alpha):
+    rng = np.random.default_rng(9)
+    ws = {"a": rng.standard_normal((32, 300)).astype(np.float32) * 0.05,
+          "b": rng.standard_normal((16, 300)).astype(np.float32) * 0.01,
+          "unused": rng.standard_normal((8, 300)).astype(np.float32)}
+    f = {"a": np.linspace(1, 8, 32), "b": np.full(16, 2.0), "unused": np.zeros(8)}
+    lam = 3e-4
+    alloc = lossy.allocate_fisher(f, {k: float(np.sqrt(np.mean(w.astype(np.float64) ** 2))) for k, w in ws.items()},
+                                  lam, alpha)
+    assert alloc["unused"] == ("lossy:snr=6", None)
+    med = float(np.median(np.concatenate([f["a"], f["b"]])))
+    for k in ("a", "b"):
+        mode, rw = alloc[k]
+        s = encode_tensor(ws[k], "F32", mode, row_weight=rw).sections["scales"]
+        want = np.sqrt(lam / med) * (f[k] / med) ** -alpha  # one multiplier for both tensors
+        floor = np.abs(ws[k]).max(1) / 127
+        assert np.allclose(s, np.maximum(want, floor), rtol=2e-3)
+        assert np.any(want > floor)
+    with pytest.raises(ValueError):
+        lossy.allocate_fisher({"a": -f["a"]}, {"a": 1.0}, lam)

@@ -237,3 +237,33 @@ def test_lossy_rate_controlled_records(dtype):
     arr = (w.view(np.uint32) >> 16).astype(np.uint16) if dtype == "BF16" else w.astype(np.float16)
     _check([(f"qp{qp}", encode_tensor(arr, dtype, f"lossy:qp={qp}", tile=8, chunk_steps=4))
             for qp in (20, 38)] + [("snr", encode_tensor(arr, dtype, "lossy:snr=24", tile=16))])
+
+
+@pytest.mark.parametrize("dtype", ["I8", "U8"])
+def test_int8_transform_modes(dtype):
+    """DCT / ADST tiles (wcodec.gpu.transform_kernels) beside every prediction mode, extremes
+    included, plain int8 and int8-quant; bit-exact with the CPU decoder."""
+    from wcodec.codecs import transform as T
+    from wcodec.codecs.base import EncodedTensor
+    rng = np.random.default_rng(5 if dtype == "I8" else 6)
+    v = np.cumsum(rng.integers(-9, 10, (24, 40)), axis=1).clip(-128, 127)
+    v[:8, :8] = -128
+    v[8:16, :8] = 127
+    arr = v.astype(np.int8) if dtype == "I8" else (v + 128).astype(np.uint8)
+    modes = np.array([T.DCT, T.ADST, 0, 1, 2, T.ADST, T.DCT, 3, 4, T.DCT, T.DCT, 1, T.ADST, 0, T.ADST], np.uint8)
+    rec = Int8Codec()._pack(dtype, arr.shape, arr.astype(np.int16), 8, 8, modes, 12, 4, "auto", dtype == "I8")
+    assert "hi" in rec.params
+    items = [("t", rec), ("plain", _int8_with_modes(rng, (19, 23), dtype, 8))]
+    if dtype == "I8":
+        scales = (rng.random(24) * 0.01 + 0.001).astype(np.float32)
+        items.append(("q", EncodedTensor("int8-quant", "BF16", (24, 40), {"q": rec.params},
+                                         {**rec.sections, "scales": scales})))
+    # edge tiles of other sizes (16x16, 16x8, 8x16, 8x8): every tile a transform
+    e = rng.integers(-128, 128, (40, 24)).astype(np.int16)
+    emodes = (T.DCT + np.arange(6) % 2).astype(np.uint8)
+    items.append(("edges", Int8Codec()._pack("I8", e.shape, e, 16, 16, emodes, 12, 4, "auto", True)))
+    # a 3-D tensor chosen by the encoder (transforms="auto"), tiles of 16
+    n, k = np.mgrid[0:32, 0:64]
+    basis = np.round(120 * np.cos(2 * np.pi * n * (k + 0.5) / 2048)).astype(np.int8)
+    items.append(("auto", encode_tensor(basis.reshape(32, 1, 64), "I8", tile=16, transforms=True)))
+    _check(items)

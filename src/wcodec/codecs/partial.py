@@ -76,12 +76,15 @@ def _int8_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
     its own values."""
     from . import _predict as P
     from ..errors import CorruptDataError
-    from .int8 import MODE_NAMES
+    from .int8 import N_PRED
     quant = rec.codec == "int8-quant"
     p = rec.params["q"] if quant else rec.params
     rows, cols, th, tw = (int(p[k]) for k in ("rows", "cols", "tile_h", "tile_w"))
     if rows < 0 or cols < 1 or rows * cols != rec.numel or th < 1 or tw < 1:
         raise CorruptDataError("int8 codec: view or tile size inconsistent with the shape")
+    if "hi" in p:  # transform tiles (rare: conv kernels): the hi plane is not row-addressable
+        from . import decode_tensor
+        return decode_tensor(rec).reshape(-1)[e0:e1].copy()
     ntw, nth = -(-cols // tw), -(-rows // th)
     b0, b1 = (e0 // cols) // th, -(-(-(-e1 // cols)) // th)  # band of tile rows
     rr0, rr1 = b0 * th, min(b1 * th, rows)
@@ -89,7 +92,7 @@ def _int8_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
         modes = np.zeros((b1 - b0) * ntw, np.uint8)
     else:
         modes = rec.section("modes", np.uint8, nth * ntw)[b0 * ntw:b1 * ntw]
-        if modes.size and int(modes.max()) >= len(MODE_NAMES):
+        if modes.size and int(modes.max()) >= N_PRED:  # no hi plane: no transform tiles
             raise CorruptDataError("int8 codec: unknown prediction mode")
     plane = RansPlane.from_sections(p["res"], rec.sections, "res")
     if plane.n_symbols != rec.numel:

@@ -82,6 +82,8 @@ def _int8(params: dict, dtype: str, shape: list, numel: int, where: str = "int8 
     _bool(params, "signed", where)
     _bool(params, "all_none", where)
     check_plane(params.get("res"), numel, f"{where} 'res'")
+    if "hi" in params:  # transform modes' high parts (wcodec.codecs.transform)
+        check_plane(params["hi"], None, f"{where} 'hi'")
 
 
 def _quant(params: dict, dtype: str, shape: list, numel: int) -> None:
@@ -112,8 +114,8 @@ SECTIONS = {
     "raw": {"data": "U8"},
     "float": {"head.alphabet": "U16", "tail": "U8", "low1.raw": "U8", "low0.raw": "U8",
               **_plane_sections("head", "low1", "low0")},
-    "int8": {"modes": "U8", **_plane_sections("res")},
-    "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res")},
+    "int8": {"modes": "U8", **_plane_sections("res", "hi")},
+    "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res", "hi")},
 }
 
 

@@ -39,6 +39,8 @@ MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
 #: it holds ~48 warps (benchmarks/RESULTS.md, third pass)
 PAIR = {K.MODE_BYTES: False, K.MODE_F16BITS: False, K.MODE_F32BITS: False}
 MAXNREG_PAIR = {K.MODE_F16BITS: 40, K.MODE_BYTES: 40}
+#: 8x8 blocks per program of the int8 transform inverse (wcodec.gpu.transform_kernels)
+TRANSFORM_BLK = 64
 
 
 def _pair_fits(desc: np.ndarray, W: int) -> bool:
@@ -118,6 +120,10 @@ class Prepared:
         self.desc = {k: nb(d).to(device) for k, d in plan.desc.items() if d.shape[0]}
         self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
                      for k, (td, progs, _) in plan.int8.items()}
+        self.transform = None
+        if plan.transform.shape[0]:
+            from .transform_kernels import ROT
+            self.transform = (nb(plan.transform).to(device), nb(ROT).to(device), plan.transform.shape[0])
         self.status = {}  # per-launch chunk status, allocated by the first run()
         self._pair_ok = {}  # (key, W) -> _pair_fits, computed on first use
 
@@ -160,6 +166,10 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
                                              PF=prep.asm and bool(PF.get(mode)), PAIR=pair, num_warps=W,
                                              **({"maxnreg": caps[mode]} if mode in caps and prep.asm else {}))
         status[key] = st
+    if prep.transform is not None:  # transform tiles: inverted in place in the residual scratch
+        from .transform_kernels import int8_transform_kernel
+        bt, rot, nblk = prep.transform
+        int8_transform_kernel[(-(-nblk // TRANSFORM_BLK),)](bt, nblk, buf, rot, BLK=TRANSFORM_BLK)
     for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
         o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
                                                   torch.float32 if kind == K.OUT_F32 else torch.int16)

@@ -17,6 +17,7 @@ from .. import rans
 from ..codecs.base import DTYPES, EncodedTensor, itemsize
 # dtype -> (total bits W, exponent bits E, mantissa bits M, low byte planes L); CODEC_LAYOUT.md
 from ..codecs.float import parse as parse_float
+from ..codecs import transform as TR
 from ..errors import CorruptDataError, UnsupportedError
 from . import layout as K
 
@@ -24,11 +25,34 @@ SECTION_ALIGN = 16
 OUT_ALIGN = 256
 LUT_STRIDE = 1 << 12  # entries per decode table slot (prob_bits <= 12)
 MAX_TILE = 128  # int8 tiles decode as one [BH, BW] block per program
+TB = 4  # transform block table fields
 OUT_KIND = {"BF16": K.OUT_BF16, "F16": K.OUT_F16, "F32": K.OUT_F32}
 
 
 def _align(n: int, a: int) -> int:
     return -(-n // a) * a
+
+
+def transform_blocks(rows: int, cols: int, th: int, tw: int, modes: np.ndarray, res: int, hi: int) -> np.ndarray:
+    """int64[n_blocks, TB] rows of the block table (res index, hi index, row stride, kind; read by
+    ``wcodec.gpu.transform_kernels``) of one tensor's transform tiles. res, hi: buf8
+    indices of its decoded residual and hi planes. modes must be validated (transform.hi_offsets
+    raises CorruptDataError for transform tiles that are not whole 8x8 blocks)."""
+    hi_off, _ = TR.hi_offsets(rows, cols, th, tw, modes)
+    hs, ws = TR.tile_sizes(rows, cols, th, tw)
+    t = np.flatnonzero(modes >= TR.DCT)
+    ntw = -(-cols // tw)
+    r0, c0, h, w = (t // ntw) * th, (t % ntw) * tw, hs[t], ws[t]
+    nb = (h // 8) * (w // 8)  # blocks per tile, row-major within the tile
+    tb = np.repeat(np.arange(t.size), nb)
+    j = np.arange(tb.size) - np.repeat(np.cumsum(nb) - nb, nb)
+    k = (j // (w // 8)[tb]) * 8 * w[tb] + (j % (w // 8)[tb]) * 8  # block origin within the tile
+    d = np.empty((tb.size, TB), dtype=np.int64)
+    d[:, 0] = res + (r0 * cols + h * c0)[tb] + k
+    d[:, 1] = hi + hi_off[t][tb] + k
+    d[:, 2] = w[tb]
+    d[:, 3] = modes[t][tb].astype(np.int64) - TR.DCT
+    return d
 
 
 @dataclass
@@ -67,6 +91,8 @@ class Plan:
     owner: dict = field(default_factory=dict)
     int8: dict = field(default_factory=dict)
     raw: list = field(default_factory=list)
+    #: int64[n_blocks, TB] 8x8 blocks of the int8 transform tiles, inverted before the tile kernel
+    transform: list = field(default_factory=list)
     scratch_nbytes: int = 0
     # offsets recorded relative to the scratch start, fixed up in finish(): (key, block, field)
     # for chunk descriptor blocks, (key, row) for int8 tensor descriptors
@@ -209,15 +235,23 @@ class Plan:
         if th > MAX_TILE or tw > MAX_TILE:
             raise UnsupportedError(f"int8 codec: tiles of {th}x{tw} exceed the GPU decoder's {MAX_TILE}")
         n_tw, n_th = -(-cols // tw), -(-rows // th)
-        modes = -1
+        modes, ms = -1, np.zeros(0, np.uint8)
         if not p["all_none"]:
             ms = rec.section("modes", np.uint8, n_th * n_tw)
-            if ms.size and int(ms.max()) > 4:
+            if ms.size and int(ms.max()) > (TR.ADST if "hi" in p else TR.DCT - 1):
                 raise CorruptDataError("int8 codec: unknown prediction mode")
             modes = self._put(ms, "modes")
+        has_tr = bool(ms.size) and int(ms.max()) >= TR.DCT
+        if has_tr != ("hi" in p):
+            raise CorruptDataError("int8 codec: transform modes and the hi plane must come together")
         plane = rans.RansPlane.from_sections(p["res"], rec.sections, "res")
         if plane.n_symbols != n:
             raise CorruptDataError(f"int8 codec: residual plane has {plane.n_symbols} symbols, tensor {n}")
+        if has_tr:
+            _, n_hi = TR.hi_offsets(rows, cols, th, tw, ms)
+            hplane = rans.RansPlane.from_sections(p["hi"], rec.sections, "hi")
+            if hplane.n_symbols != n_hi:
+                raise CorruptDataError(f"int8 codec: hi plane has {hplane.n_symbols} symbols, transform tiles {n_hi}")
         scales, n_scales = -1, 0
         if quant:
             if rec.dtype not in OUT_KIND:
@@ -232,6 +266,8 @@ class Plan:
         if n == 0:
             return
         res = self._byte_plane(plane, "res", rec, oi)
+        if has_tr:  # scratch-relative indices, fixed in finish()
+            self.transform.append(transform_blocks(rows, cols, th, tw, ms, res, self._byte_plane(hplane, "hi", rec, oi)))
         signed = bool(p["signed"])
         bh, bw = 1 << max(0, (th - 1).bit_length()), 1 << max(0, (tw - 1).bit_length())
         key = (bh, bw, kind)
@@ -257,6 +293,8 @@ class Plan:
         self.raw += [(base + sc, dst, n) for sc, dst, n in self._raw_scratch]
         for key, row in self._int8_res:
             self.int8[key][0][row][K.T_RES] += base
+        self.transform = np.concatenate(self.transform) if self.transform else np.zeros((0, TB), np.int64)
+        self.transform[:, :2] += base
         for key in list(self.int8):
             rowsd, progs, owners = self.int8[key]
             self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32))
