@@ -142,7 +142,8 @@ def measure(name: str, load, new_tokens: int, compile_: bool = False) -> dict:
         _sync()
         times.append(time.perf_counter() - t)
     row = {"variant": name, "load_first_s": times[0], "load_s": times[1],
-           "mem_after_load_gb": sum(torch.cuda.memory_allocated(i) for i in _gpus()) / 1e9}
+           "mem_after_load_gb": sum(torch.cuda.memory_allocated(i) for i in _gpus()) / 1e9,
+           "mem_after_load_per_gpu_gb": [round(torch.cuda.memory_allocated(i) / 1e9, 3) for i in _gpus()]}
     row["tok_s_b1"], out = _generate_rate(model, 1, new_tokens)
     row["peak_b1_gb"] = _peak_gb()
     _reset_peak()
