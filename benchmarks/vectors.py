@@ -12,8 +12,9 @@ Suites (``--suite``):
              GPU, faiss on the GPU if it can, faiss CPU and scikit-learn on a 50K subsample (wcodec too, same points)
     dist     run under torchrun: 10M x 128 / 4096 (labelled, written once as a float16 .npy and
              memory-mapped), points sharded across the ranks' GPUs, per-anchor sums all-reduced
-             over NCCL; prints the time of the Lloyd passes and the whole fit, per world size
-             (``--dist-summary DIR`` compares the JSON files of the 1- and 2-GPU runs)
+             over NCCL; prints the time of the hot phase (rank 0, sample), the load, the Lloyd
+             passes and the whole fit, per world size (``--dist-summary DIR`` compares the JSON
+             files of the 1- and 2-GPU runs); ``--quick``: 40K x 16 / 64 on CPUs over gloo
 
 With $OUT set, everything printed is also written to $OUT/vectors_<suite>.log (and JSON rows).
 
@@ -23,6 +24,7 @@ One-command GPU runs (see benchmarks/RESULTS.md):
     torchrun --nproc_per_node=1 benchmarks/vectors.py --suite dist && \
       torchrun --nproc_per_node=2 benchmarks/vectors.py --suite dist && \
       python benchmarks/vectors.py --dist-summary "${OUT:-/tmp}"
+    (the same with ``--quick`` added to both torchrun lines runs the whole flow on a CPU, gloo)
 
 Suite minilm:
 
@@ -301,38 +303,62 @@ def suite_quality(args) -> list:
     if has_faiss:
         print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
     for label, x, m, floor in _quality_sets(args):
+        if args.only and not any(o in label for o in args.only):
+            continue
         print(f"\n{label}: {x.shape[0]} x {x.shape[1]}, m={m}" +
               ("" if math.isnan(floor) else f", noise floor {floor:.3f}"), flush=True)
         ref = {}
-        if has_faiss:
-            ref["faiss k-means (cpu)"] = _faiss_energy(x, m)
         if _faiss_has_gpu():
             ref["faiss k-means (gpu)"] = _faiss_energy(x, m, gpu=True)
         if not args.no_sklearn:
             ref["sklearn k-means++"] = _sklearn_energy(x, m)
+        # faiss CPU and wcodec CPU alternate ``--repeat`` times (the machine is shared): each
+        # keeps its fastest run, and the median of the per-pair time ratios is reported too
+        pairs = []
+        for rep in range(max(args.repeat, 1)):
+            if has_faiss:
+                e_f, t_f = _faiss_energy(x, m)
+                best_f = ref.get("faiss k-means (cpu)", (e_f, math.inf))
+                ref["faiss k-means (cpu)"] = (e_f, min(t_f, best_f[1]))
+            else:
+                t_f = math.nan
+            e, t_w, idx = _wcodec_energy(x, m, "cpu")
+            pairs.append((t_w, t_f, e, idx))
+            if args.repeat > 1:
+                print(f"  run {rep + 1}: wcodec {t_w:.2f} s, faiss {t_f:.2f} s, ratio {t_w / t_f:.2f}", flush=True)
         for name, (e, dt) in ref.items():
             print(f"  {name:<22} energy {e:10.4f}  {dt:8.2f} s", flush=True)
         best = min([e for e, _ in ref.values()] or [math.nan])
         for dev in devices:
-            e, dt, idx = _wcodec_energy(x, m, dev)
+            if dev == "cpu":
+                dt = min(p[0] for p in pairs)
+                e, idx = pairs[0][2], pairs[0][3]
+                ratio_med = float(np.median([p[0] / p[1] for p in pairs]))
+            else:
+                e, dt, idx = _wcodec_energy(x, m, dev)
+                ratio_med = math.nan
             t_faiss = ref.get("faiss k-means (cpu)" if dev == "cpu" else "faiss k-means (gpu)", (0, math.nan))[1]
             r = dict(set=label, device=dev, energy=e, seconds=dt, best_ref=best, vs_best=e / best,
                      vs_floor=e / floor, faiss_seconds=t_faiss, time_vs_faiss=dt / t_faiss,
-                     iterations=idx.iterations, moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
+                     median_pair_ratio=ratio_med, runs=len(pairs) if dev == "cpu" else 1,
+                     iterations=idx.iterations,
+                     moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
                      refs={k: v[0] for k, v in ref.items()}, ref_seconds={k: v[1] for k, v in ref.items()})
             rows.append(r)
             print(f"  wcodec ({dev:<4})          energy {e:10.4f}  {dt:8.2f} s  {idx.iterations} it, "
                   f"{r['moves']} moves ({r['rejected']} rejected); energy / best reference {e / best:.3f}"
                   + ("" if math.isnan(floor) else f", / noise floor {e / floor:.3f}")
-                  + f"; time / faiss {dt / t_faiss:.2f}", flush=True)
+                  + f"; time / faiss {dt / t_faiss:.2f}"
+                  + ("" if math.isnan(ratio_med) else f" (median of {len(pairs)} pairs {ratio_med:.2f})"), flush=True)
     print("\n| data | device | wcodec energy | faiss | sklearn k-means++ | wcodec / best | wcodec / floor | "
-          "wcodec s | faiss s | time / faiss |\n|---|---|---|---|---|---|---|---|---|---|")
+          "wcodec it | wcodec s | faiss s | time / faiss | median pair ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fa = r["refs"].get("faiss k-means (gpu)" if r["device"] == "cuda" else "faiss k-means (cpu)",
                            r["refs"].get("faiss k-means (cpu)", math.nan))
         print(f"| {r['set']} | {r['device']} | {r['energy']:.4f} | {fa:.4f} | "
               f"{r['refs'].get('sklearn k-means++', math.nan):.4f} | {r['vs_best']:.3f} | {r['vs_floor']:.3f} | "
-              f"{r['seconds']:.2f} | {r['faiss_seconds']:.2f} | {r['time_vs_faiss']:.2f} |")
+              f"{r['iterations']} | {r['seconds']:.2f} | {r['faiss_seconds']:.2f} | {r['time_vs_faiss']:.2f} | "
+              f"{r['median_pair_ratio']:.2f} |")
     return rows
 
 
@@ -377,7 +403,11 @@ def suite_scale(args) -> list:
 
 
 def suite_dist(args) -> list:
-    """Under torchrun: 10M x 128 / 4096 sharded over the ranks' GPUs (NCCL), or CPUs (gloo)."""
+    """Under torchrun: 10M x 128 / 4096 (labelled synthetic) sharded over the ranks' GPUs
+    (NCCL), or CPUs (gloo) with ``--quick``. Timed parts: the hot phase (annealing of a
+    64-per-anchor sample on rank 0: the same work at every world size), the load (each rank puts
+    its shard on its GPU), the Lloyd passes over all points (the sharded part: per-anchor sums
+    all-reduced), the final assignment. Rank 0 writes vectors_dist_world<W>.json to $OUT."""
     import torch
     import torch.distributed as dist
 
@@ -385,12 +415,13 @@ def suite_dist(args) -> list:
     from wcodec.vectors.stream import fit_anchors
 
     cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     n, d, m = args.dist_shape
-    path = Path(args.dist_file or (Path(os.environ.get("TMPDIR", "/tmp")) / f"wcodec_labelled_{n}x{d}x{m}.npy"))
+    folder = Path(os.environ.get("TMPDIR", "/tmp"))
+    path = Path(args.dist_file or folder / f"wcodec_labelled_{n}x{d}x{m}.npy")
     if rank == 0 and not path.exists():
         t0 = time.perf_counter()
         tmp = path.with_suffix(".part.npy")
@@ -403,9 +434,13 @@ def suite_dist(args) -> list:
         arr.flush()
         del arr
         os.replace(tmp, path)
-        print(f"wrote {path} in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"wrote {path} ({n} x {d} float16, labelled synthetic) in {time.perf_counter() - t0:.1f} s", flush=True)
     dist.barrier()
-    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, tolerance=0.0)
+    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, tolerance=0.0,
+                          progress=False)
+    # a tiny fit on every rank before the clock: CUDA context, cuBLAS, NCCL communicators, numba kernels
+    fit_anchors(np.random.default_rng(rank).standard_normal((4096, d)).astype(np.float32),
+                AnnealingConfig(m=16, device=cfg.device, refine_iterations=2, progress=False))
     dist.barrier()
     _sync()
     t0 = time.perf_counter()
@@ -413,32 +448,43 @@ def suite_dist(args) -> list:
     _sync()
     dist.barrier()
     total = time.perf_counter() - t0
-    lloyd = total - info["hot_seconds"]
-    row = dict(world=world, n=n, d=d, m=m, energy=energy, floor=0.09 * d, total_s=total,
-               hot_s=info["hot_seconds"], lloyd_s=lloyd, passes=len(info["passes"]),
-               per_pass_s=lloyd / max(len(info["passes"]) + 1, 1), device=torch.cuda.get_device_name(0) if cuda else "cpu")
+    times = [p["seconds"] for p in info["passes"]]
+    passes_s = float(sum(times))
+    final_s = total - info["hot_seconds"] - info["load_seconds"] - passes_s
+    row = dict(world=world, n=n, d=d, m=m, energy=energy, floor=0.09 * d, total_s=total, hot_s=info["hot_seconds"],
+               load_s=info["load_seconds"], passes=len(times), passes_s=passes_s,
+               per_pass_s=float(np.median(times)) if times else math.nan, final_s=final_s,
+               device=(f"{world} x " + torch.cuda.get_device_name(0)) if cuda else f"{world} CPU process(es), gloo",
+               data="labelled synthetic (standard-normal centres, sigma 0.3)")
     if rank == 0:
         print(f"world {world}: {n} x {d}, m={m}: energy {energy:.4f} ({energy / (0.09 * d):.3f} x floor); "
-              f"total {total:.2f} s = hot phase {info['hot_seconds']:.2f} s (rank 0, sample) + "
-              f"{len(info['passes'])} Lloyd passes and the final assignment {lloyd:.2f} s "
-              f"({row['per_pass_s']:.3f} s per pass)", flush=True)
-        out = _out_dir() or Path(os.environ.get("TMPDIR", "/tmp"))
+              f"total {total:.2f} s = hot phase {info['hot_seconds']:.2f} s (rank 0, sample) + load "
+              f"{info['load_seconds']:.2f} s + {len(times)} Lloyd passes {passes_s:.2f} s "
+              f"(median {row['per_pass_s']:.3f} s) + final assignment {final_s:.2f} s", flush=True)
+        out = _out_dir() or folder
         (out / f"vectors_dist_world{world}.json").write_text(json.dumps(row, indent=1))
     dist.destroy_process_group()
     return [row] if rank == 0 else []
 
 
 def dist_summary(folder) -> int:
-    rows = {json.loads(p.read_text())["world"]: json.loads(p.read_text())
-            for p in Path(folder).glob("vectors_dist_world*.json")}
+    """The table of the vectors_dist_world*.json files in folder; speedups against world 1."""
+    rows = {}
+    for p in Path(folder).glob("vectors_dist_world*.json"):
+        r = json.loads(p.read_text())
+        rows[r["world"]] = r
     if 1 not in rows or len(rows) < 2:
         print(f"need vectors_dist_world1.json and another world size in {folder}; found {sorted(rows)}")
         return 1
-    print("| GPUs | energy | total s | hot phase s | Lloyd passes s | per pass s | speedup (passes) | speedup (total) |")
-    print("|---|---|---|---|---|---|---|---|")
+    one = rows[1]
+    print(f"{one['n']} x {one['d']}, m={one['m']}, {one['data']}; {one['passes']} Lloyd passes over all points")
+    print("| ranks | device | energy | total s | hot phase s (rank 0) | load s | Lloyd passes s | per pass s | "
+          "speedup per pass | speedup passes | speedup total |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for w, r in sorted(rows.items()):
-        print(f"| {w} | {r['energy']:.4f} | {r['total_s']:.2f} | {r['hot_s']:.2f} | {r['lloyd_s']:.2f} | "
-              f"{r['per_pass_s']:.3f} | {rows[1]['lloyd_s'] / r['lloyd_s']:.2f}x | {rows[1]['total_s'] / r['total_s']:.2f}x |")
+        print(f"| {w} | {r['device']} | {r['energy']:.4f} | {r['total_s']:.2f} | {r['hot_s']:.2f} | {r['load_s']:.2f} | "
+              f"{r['passes_s']:.2f} | {r['per_pass_s']:.4f} | {one['per_pass_s'] / r['per_pass_s']:.2f}x | "
+              f"{one['passes_s'] / r['passes_s']:.2f}x | {one['total_s'] / r['total_s']:.2f}x |")
     return 0
 
 
@@ -456,20 +502,26 @@ def main() -> int:
     ap.add_argument("--only-opq", action="store_true", help="faiss OPQ rows only (no wcodec, no k-means)")
     ap.add_argument("--opq-list", type=int, nargs="*", default=None,
                     help="faiss OPQ sizes to run instead of the budget-derived ones and 16, 32")
-    ap.add_argument("--repeat", type=int, default=1, help="anchor timing runs (interleaved with faiss)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="minilm/quality: timing runs of wcodec and faiss CPU, interleaved (fastest kept)")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--suite", default="minilm", choices=["minilm", "quality", "scale", "dist"])
     ap.add_argument("--no-sklearn", action="store_true", help="quality/scale: skip scikit-learn k-means++")
+    ap.add_argument("--only", nargs="*", default=None, help="quality: only the sets whose label contains one of these")
     ap.add_argument("--scale-shape", type=int, nargs=3, default=[1_000_000, 128, 2048], metavar=("N", "D", "M"))
     ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
     ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
     ap.add_argument("--dist-shape", type=int, nargs=3, default=[10_000_000, 128, 4096], metavar=("N", "D", "M"))
     ap.add_argument("--dist-passes", type=int, default=10, help="dist: Lloyd passes over all points")
+    ap.add_argument("--quick", action="store_true",
+                    help="dist: 40000 x 16, m=64, 4 passes (tests the whole flow on CPUs with gloo)")
     ap.add_argument("--dist-file", default=None, help="dist: the .npy of points (written if missing)")
     ap.add_argument("--dist-summary", default=None, metavar="DIR", help="compare vectors_dist_world*.json in DIR")
     args = ap.parse_args()
     if args.dist_summary:
         return dist_summary(args.dist_summary)
+    if args.quick:
+        args.dist_shape, args.dist_passes = [40_000, 16, 64], 4
     out = _out_dir()
     if out is not None and os.environ.get("RANK", "0") == "0":
         sys.stdout = _Tee(sys.stdout, out / f"vectors_{args.suite}.log")
