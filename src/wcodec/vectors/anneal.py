@@ -123,7 +123,8 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
         converged = changes == 0 or (prev_e is not None and abs(delta) <= config.tolerance * max(prev_e, 1e-30))
         if energy < best[0]:  # labels and d2 are fresh arrays each iteration: kept, not copied
             best = (energy, backend.copy(anchors), labels, d2)
-        entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes)
+        entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes,
+                     clock=time.perf_counter())  # when this energy was known (time.perf_counter)
         if maint:
             since = 0
             if pending is not None:  # judge the last batch by the energy Lloyd settled it to

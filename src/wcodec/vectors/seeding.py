@@ -21,8 +21,6 @@ from .backends import one_blas_thread
 #: oversampling factor l / m and number of sampling rounds
 OVERSAMPLING = 1.0
 ROUNDS = 3
-#: points per candidate on which the candidates' weights are counted (all points when fewer)
-WEIGHT_SAMPLE = 8
 
 
 def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS,
@@ -43,10 +41,12 @@ def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS
         return idx
     first = int(rng.integers(n))
     cand = [first]
-    _, d2 = backend.assign(points, points[backend.put_index(np.array([first]))], p2)
+    # nearest = position in cand of each point's nearest candidate, kept up to date round by
+    # round from the same assignments, so the candidates' weights cost no extra pass
+    nearest, d2 = backend.assign(points, points[backend.put_index(np.array([first]))], p2)
     d2[first] = 0.0  # exactly: |x|^2 - 2 x.c + |c|^2 leaves rounding error at the candidate
     ell = oversampling * m
-    for r in range(rounds):
+    for _ in range(rounds):
         psi = float(d2.sum())
         if psi <= 0 or len(cand) >= n:
             break
@@ -54,13 +54,19 @@ def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS
         new = backend.nonzero(u * psi < ell * d2)
         if new.size == 0:
             continue
+        pos = backend.put_index(np.arange(len(cand), len(cand) + new.size))
         cand.extend(new.tolist())
-        if r == rounds - 1:
-            break  # the distances to the last round's candidates are not needed (one pass saved)
-        _, dn = backend.assign(points, points[backend.put_index(new)], p2)
+        lab, dn = backend.assign(points, points[backend.put_index(new)], p2)
+        closer = dn < d2
+        nearest[closer] = pos[lab[closer]]
         d2 = backend.minimum(d2, dn)
-        d2[backend.put_index(new)] = 0.0
-    cand = _distinct_rows(backend.get(points[backend.put_index(np.array(cand))]), np.array(cand))
+        new_dev = backend.put_index(new)
+        d2[new_dev] = 0.0
+        nearest[new_dev] = pos
+    cand = np.array(cand)
+    keep, merged = _distinct(backend.get(points[backend.put_index(cand)]))
+    cand = cand[keep]
+    grown = False
     while cand.size < m:  # too few sampled (tiny or degenerate inputs): add the farthest point
         _, d2 = backend.assign(points, points[backend.put_index(cand)], p2)
         d2 = backend.get(d2).copy()
@@ -68,21 +74,17 @@ def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS
         far = int(np.argmax(d2))
         if d2[far] <= 0:
             break
-        grown = _distinct_rows(backend.get(points[backend.put_index(np.append(cand, far))]), np.append(cand, far))
-        if grown.size == cand.size:  # the farthest point repeats a candidate: no more distinct ones
-            break
-        cand = grown
+        bigger = np.append(cand, far)
+        if _distinct(backend.get(points[backend.put_index(bigger)]))[0].size == cand.size:
+            break  # the farthest point repeats a candidate: no more distinct ones
+        cand, grown = bigger, True
     if cand.size <= m:
         return cand
     cpts = points[backend.put_index(cand)]
-    # weights = nearest-point counts, estimated on a sample of WEIGHT_SAMPLE points per candidate
-    # when N is larger (an assignment of all N to ~3m candidates costs 3 Lloyd passes)
-    if n > WEIGHT_SAMPLE * cand.size:
-        sub = backend.put_index(np.sort(rng.choice(n, WEIGHT_SAMPLE * cand.size, replace=False)))
-        labels, _ = backend.assign(points[sub], cpts, p2[sub])
-    else:
-        labels, _ = backend.assign(points, cpts, p2)
-    weights = backend.bincount(labels, None, cand.size)
+    if grown:  # weights = nearest-point counts (Bahmani et al.'s reduction step)
+        weights = backend.bincount(backend.assign(points, cpts, p2)[0], None, cand.size)
+    else:  # duplicate candidates' points counted on the copy kept
+        weights = np.bincount(merged[backend.get(nearest)], minlength=cand.size).astype(np.float64)
     if getattr(backend, "device", None) is not None and backend.device.type == "cuda":
         chosen = greedy_kmeanspp_torch(cpts, backend.put(weights.astype(np.float32)), m, rng)
     else:
@@ -92,9 +94,18 @@ def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS
 
 def _distinct_rows(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """idx with exact duplicate rows dropped (first kept; -0.0 equals +0.0)."""
-    _, first = np.unique(np.ascontiguousarray(rows + np.float32(0)).view(
-        np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(), return_index=True)
-    return idx[np.sort(first)]
+    return idx[_distinct(rows)[0]]
+
+
+def _distinct(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keep, merged): ascending positions of the first copy of each distinct row of rows [C, d]
+    (-0.0 equals +0.0), and for every row the position in keep of its first copy."""
+    _, first, inverse = np.unique(np.ascontiguousarray(rows + np.float32(0)).view(
+        np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(), return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inverse.ravel()]
 
 
 #: largest candidate count whose [C, C] float32 distance table the host greedy step precomputes
