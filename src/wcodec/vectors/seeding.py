@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .backends import one_blas_thread
+from .backends import one_blas_thread, small_product
 
 #: oversampling factor l / m and number of sampling rounds
 OVERSAMPLING = 1.0
@@ -142,7 +142,8 @@ def greedy_kmeanspp(x: np.ndarray, w: np.ndarray, m: int, rng: np.random.Generat
 
 def candidate_table(x: np.ndarray, x2: np.ndarray) -> np.ndarray:
     """[C, C] float32 squared distances between the rows of x [C, d] (clipped at 0, zero diagonal)."""
-    table = np.dot(x, (-2.0 * x).T)
+    with one_blas_thread(small_product(*x.shape[:1], *x.shape)):
+        table = np.dot(x, (-2.0 * x).T)
     table += x2[:, None]
     table += x2[None, :]
     np.maximum(table, 0.0, out=table)
