@@ -458,15 +458,14 @@ def suite_dist(args) -> list:
         os.replace(tmp, path)
         print(f"wrote {path} ({n} x {d} float16, labelled synthetic) in {time.perf_counter() - t0:.1f} s", flush=True)
     dist.barrier()
-    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, tolerance=0.0,
-                          progress=False)
+    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, progress=False)
     # a tiny fit on every rank before the clock: CUDA context, cuBLAS, NCCL communicators, numba kernels
     fit_anchors(np.random.default_rng(rank).standard_normal((4096, d)).astype(np.float32),
                 AnnealingConfig(m=16, device=cfg.device, refine_iterations=2, progress=False))
     dist.barrier()
     _sync()
     t0 = time.perf_counter()
-    anchors, labels, energy, info = fit_anchors(str(path), cfg)
+    anchors, labels, energy, info = fit_anchors(str(path), cfg, fixed_passes=True)
     _sync()
     dist.barrier()
     total = time.perf_counter() - t0
@@ -534,7 +533,7 @@ def main() -> int:
     ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
     ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
     ap.add_argument("--dist-shape", type=int, nargs=3, default=[10_000_000, 128, 4096], metavar=("N", "D", "M"))
-    ap.add_argument("--dist-passes", type=int, default=10, help="dist: Lloyd passes over all points")
+    ap.add_argument("--dist-passes", type=int, default=20, help="dist: Lloyd passes over all points (all run)")
     ap.add_argument("--quick", action="store_true",
                     help="dist: 40000 x 16, m=64, 4 passes (tests the whole flow on CPUs with gloo)")
     ap.add_argument("--dist-file", default=None, help="dist: the .npy of points (written if missing)")

@@ -176,7 +176,7 @@ def _sample(source, start: int, stop: int, k: int, seed: int, rank: int) -> np.n
 
 
 def fit_anchors(source, config: AnnealingConfig, block_rows: int | None = None, resident: bool | None = None,
-                log=None):
+                log=None, fixed_passes: bool = False):
     """Anchors of points too many for one in-memory run; with torch.distributed, over all ranks.
 
     source: [N, d] float array, np.memmap or .npy path (every rank passes the same). Each rank
@@ -186,6 +186,7 @@ def fit_anchors(source, config: AnnealingConfig, block_rows: int | None = None, 
     per-anchor sums all-reduced. block_rows: rows per block (default 65536 on the CPU, 524288
     on the GPU); resident: keep the shard on the device (default: when it takes under half the
     free GPU memory; never on the CPU backend, where blocks are read from the source).
+    fixed_passes: run all ``refine_iterations`` passes, ignoring the tolerance (timing runs).
 
     Returns (anchors [m, d] float32 host, same on every rank, stored as float16 values;
     assignments [shard rows] int32 of this rank's rows; energy (mean squared distance over all
@@ -239,7 +240,7 @@ def fit_anchors(source, config: AnnealingConfig, block_rows: int | None = None, 
         if log and dist.rank == 0:
             log(f"Pass {it + 1}: E={energy:.6f}, delta_E={passes[-1]['delta_E']:.6f}")
         backend.move(anchors, counts, sums, 1.0)
-        if prev < math.inf and prev - energy <= config.tolerance * prev:
+        if not fixed_passes and prev < math.inf and prev - energy <= config.tolerance * prev:
             break
         prev = energy
     anchors_h = backend.get(anchors).astype(np.float16).astype(np.float32)  # the stored values
