@@ -46,6 +46,7 @@ interleaved ``--repeat`` times; the machine is shared, so take the ratio per pai
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -302,12 +303,28 @@ def _time_to(idx, energy: float) -> float:
     return hit[0] - idx.info["t0"] if hit else math.nan
 
 
-def _faiss_has_gpu() -> bool:
+def _faiss_gpu_missing() -> str:
+    """Why the faiss GPU column is skipped ("" when faiss can run on a GPU here). No faiss GPU
+    wheel can be carried to the GPU machines (2026-11-22): faiss-gpu-cu12 1.14.1.post1 (cp312)
+    is 48.4 MB, links libcudart/libcublas/libcublasLt .so.12 (nvidia-cublas-cu12 is a 393 MB
+    wheel; the H100's torch was +cu130), and its kernels are sm_70/sm_80 code without PTX
+    (compute capability 7.0-8.9 per its README): none would load on an H100/H200 (sm_90)."""
+    if not _cuda():
+        return "no CUDA GPU"
     try:
         import faiss
-        return _cuda() and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    except (ImportError, AttributeError):
-        return False
+    except ImportError:
+        return "faiss not installed"
+    if not hasattr(faiss, "StandardGpuResources"):
+        return "this faiss wheel has no GPU support (faiss-cpu)"
+    try:
+        return "" if faiss.get_num_gpus() > 0 else "faiss sees no GPU"
+    except (AttributeError, RuntimeError) as exc:
+        return f"faiss GPU unusable: {exc}"
+
+
+def _faiss_has_gpu() -> bool:
+    return not _faiss_gpu_missing()
 
 
 def suite_quality(args) -> list:
@@ -317,7 +334,12 @@ def suite_quality(args) -> list:
         return []
     has_faiss = _have("faiss")
     if has_faiss:
-        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
+        from wcodec.vectors.backends import _pool
+        pool = _pool()
+        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, wcodec assignment workers "
+              f"{pool._max_workers if pool else 1}, cores {os.cpu_count()}", flush=True)
+    if "cuda" in devices and not _faiss_has_gpu():
+        print(f"  faiss k-means (gpu): skipped, {_faiss_gpu_missing()}", flush=True)
     for label, x, m, floor in _quality_sets(args):
         if args.only and not any(o in label for o in args.only):
             continue
@@ -406,7 +428,7 @@ def suite_scale(args) -> list:
         rows.append(dict(method="faiss k-means (gpu)", energy=e, seconds=dt, n=n))
         print(f"  faiss k-means (gpu, 20 it): energy {e:.4f}, {dt:.2f} s", flush=True)
     else:
-        print("  faiss GPU: not available in this faiss wheel (faiss-cpu)", flush=True)
+        print(f"  faiss k-means (gpu): skipped, {_faiss_gpu_missing()}", flush=True)
     sub = x[np.random.default_rng(0).choice(n, min(n, args.scale_ref_n), replace=False)]
     for name, fn in ([("faiss k-means (cpu, 20 it)", _faiss_energy)] if _have("faiss") else []) + \
             ([] if args.no_sklearn or not _have("sklearn") else [("sklearn k-means++", _sklearn_energy)]):
@@ -529,6 +551,9 @@ def main() -> int:
     ap.add_argument("--suite", default="minilm", choices=["minilm", "quality", "scale", "dist"])
     ap.add_argument("--no-sklearn", action="store_true", help="quality/scale: skip scikit-learn k-means++")
     ap.add_argument("--only", nargs="*", default=None, help="quality: only the sets whose label contains one of these")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="quality: threads for both faiss (OpenMP) and wcodec (BLAS and its assignment workers); "
+                         "0 = their defaults (all cores)")
     ap.add_argument("--scale-shape", type=int, nargs=3, default=[1_000_000, 128, 2048], metavar=("N", "D", "M"))
     ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
     ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
@@ -546,6 +571,12 @@ def main() -> int:
     out = _out_dir()
     if out is not None and os.environ.get("RANK", "0") == "0":
         sys.stdout = _Tee(sys.stdout, out / f"vectors_{args.suite}.log")
+    if args.threads:  # before the first wcodec call: its assignment pool takes the BLAS thread count
+        from threadpoolctl import threadpool_limits
+        args.limits = threadpool_limits(args.threads)  # kept: stays in force
+        if importlib.util.find_spec("faiss") is not None:
+            import faiss
+            faiss.omp_set_num_threads(args.threads)
     if args.suite != "minilm":
         rows = {"quality": suite_quality, "scale": suite_scale, "dist": suite_dist}[args.suite](args)
         if rows and (args.json or out is not None):
