@@ -363,8 +363,8 @@ def suite_quality(args) -> list:
             e, t_w, idx = _wcodec_energy(x, m, "cpu")
             pairs.append((t_w, t_f, e, idx, _time_to(idx, e_f) if has_faiss else math.nan))
             if args.repeat > 1:
-                print(f"  run {rep + 1}: wcodec {t_w:.2f} s, faiss {t_f:.2f} s, ratio {t_w / t_f:.2f}; wcodec at "
-                      f"faiss's energy after {pairs[-1][4]:.2f} s", flush=True)
+                print(f"  run {rep + 1}: wcodec {t_w:.3f} s, faiss {t_f:.3f} s, ratio {t_w / t_f:.2f}; wcodec at "
+                      f"faiss's energy after {pairs[-1][4]:.3f} s", flush=True)
         for name, (e, dt) in ref.items():
             print(f"  {name:<22} energy {e:10.4f}  {dt:8.2f} s", flush=True)
         best = min([e for e, _ in ref.values()] or [math.nan])
@@ -400,8 +400,8 @@ def suite_quality(args) -> list:
                            r["refs"].get("faiss k-means (cpu)", math.nan))
         print(f"| {r['set']} | {r['device']} | {r['energy']:.4f} | {fa:.4f} | "
               f"{r['refs'].get('sklearn k-means++', math.nan):.4f} | {r['vs_best']:.3f} | {r['vs_floor']:.3f} | "
-              f"{r['iterations']} | {r['seconds']:.2f} | {r['faiss_iterations']} | {r['faiss_seconds']:.2f} | "
-              f"{r['time_vs_faiss']:.2f} | {r['median_pair_ratio']:.2f} | {r['seconds_to_faiss_energy']:.2f} | "
+              f"{r['iterations']} | {r['seconds']:.3f} | {r['faiss_iterations']} | {r['faiss_seconds']:.3f} | "
+              f"{r['time_vs_faiss']:.2f} | {r['median_pair_ratio']:.2f} | {r['seconds_to_faiss_energy']:.3f} | "
               f"{r['seconds_to_faiss_energy'] / r['faiss_seconds']:.2f} |")
     return rows
 
