@@ -335,9 +335,8 @@ def suite_quality(args) -> list:
     has_faiss = _have("faiss")
     if has_faiss:
         from wcodec.vectors.backends import _pool
-        pool = _pool()
         print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, wcodec assignment workers "
-              f"{pool._max_workers if pool else 1}, cores {os.cpu_count()}", flush=True)
+              f"{_pool()[1]}, cores {os.cpu_count()}", flush=True)
     if "cuda" in devices and not _faiss_has_gpu():
         print(f"  faiss k-means (gpu): skipped, {_faiss_gpu_missing()}", flush=True)
     for label, x, m, floor in _quality_sets(args):

@@ -75,7 +75,8 @@ _POOL = []
 
 
 def _pool():
-    """Worker threads of the CPU assignment, one per BLAS thread (None when that is 1)."""
+    """(executor or None, workers): the CPU assignment's worker threads, one per BLAS thread
+    (no executor when that is 1)."""
     if not _POOL:
         import os
         threads = os.cpu_count() or 1
@@ -85,8 +86,9 @@ def _pool():
         except ImportError:
             pass
         from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(threads, thread_name_prefix="wcodec-assign") if threads > 1 else None)
-    return _POOL[0]
+        _POOL.extend([ThreadPoolExecutor(threads, thread_name_prefix="wcodec-assign") if threads > 1 else None,
+                      threads])
+    return _POOL[0], _POOL[1]
 
 
 def cpu_block_rows(m: int) -> int:
@@ -130,7 +132,7 @@ class NumpyBackend:
         buffer, the -2 folded into the anchors: exact, a power of 2), then ``+ |a|^2``, argmin
         (and the second minimum) by numpy's SIMD reductions while the block is in cache. No
         barrier between threads per block: on a loaded machine OpenBLAS's own threads, synchronised
-        on every product, were up to 2x slower. Results do not depend on the split."""
+        on every product, were up to 2x slower. The split only decides which thread computes a row."""
         n, m = points.shape[0], anchors.shape[0]
         neg2 = np.ascontiguousarray((-2.0 * anchors).T, dtype=np.float32)
         a2 = self.sqnorms(anchors)
@@ -138,8 +140,8 @@ class NumpyBackend:
         d2 = np.empty(n, dtype=np.float32)
         second = np.empty(n, dtype=np.float32) if with_second else None
         block = min(cpu_block_rows(m), n)
-        pool = _pool()
-        parts = 1 if small_product(n, m, points.shape[1]) or pool is None else min(pool._max_workers, -(-n // block))
+        pool, workers = _pool()
+        parts = 1 if small_product(n, m, points.shape[1]) or pool is None else min(workers, -(-n // block))
 
         def run(r: int) -> None:
             lo, hi = n * r // parts, n * (r + 1) // parts
