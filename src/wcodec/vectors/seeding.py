@@ -21,31 +21,17 @@ from .backends import one_blas_thread, small_product
 #: oversampling factor l / m and number of sampling rounds
 OVERSAMPLING = 1.0
 ROUNDS = 3
-#: points per anchor the rounds run on (a seeded sample when N is larger): the seeding then
-#: costs ~1 assignment pass of the whole set instead of 3 at N = 40 m; same final energies on
-#: the mixtures and the seeds' harness sets, MiniLM 0.6304 instead of 0.6321 (more iterations)
-SAMPLE_PER_ANCHOR = 16
 
 
 def kmeans_parallel(points, p2, m: int, seed: int, backend, rounds: int = ROUNDS,
-                    oversampling: float = OVERSAMPLING, random_only: bool = False,
-                    sample_per_anchor: int = SAMPLE_PER_ANCHOR) -> np.ndarray:
+                    oversampling: float = OVERSAMPLING, random_only: bool = False) -> np.ndarray:
     """Indices into points of up to m distinct initial anchors (host int64 [<= m]).
 
     points: backend [N, d] float32; p2: backend [N] squared norms. Fewer than m come back only
     when the points hold fewer than m distinct vectors. random_only: m distinct points drawn
-    uniformly instead (the plain start, kept for comparisons). sample_per_anchor: when N is
-    larger than this many points per anchor, the rounds run on a seeded sample of that size
-    (0 = all points; all points too when the sample holds fewer than m distinct rows).
+    uniformly instead (the plain start, kept for comparisons).
     """
     n = int(points.shape[0])
-    if not random_only and sample_per_anchor and n > sample_per_anchor * m:
-        sub = np.sort(np.random.default_rng([seed, 1]).choice(n, sample_per_anchor * m, replace=False))
-        sub_dev = backend.put_index(sub)
-        idx = kmeans_parallel(points[sub_dev], p2[sub_dev], m, seed, backend, rounds, oversampling, False, 0)
-        if idx.size == m:
-            return sub[idx]
-        # fewer distinct rows in the sample than anchors: all points
     rng = np.random.default_rng(seed)
     if random_only:
         order = rng.permutation(n)
