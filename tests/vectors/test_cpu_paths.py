@@ -95,3 +95,34 @@ def test_lazy_split_order_equals_full_sort():
     calls.clear()
     first = next(iter(_splits_by_gain(cands, sse, split)))
     assert first[1] == int(np.argmax(gains)) and len(calls) < len(cands)  # stops once the best is certain
+
+
+def test_kmeans_parallel_weights_are_exact_counts(monkeypatch):
+    """The candidates' weights tracked through the k-means|| rounds equal the nearest-candidate
+    counts of a full assignment (duplicate rows merged into the copy kept)."""
+    rng = np.random.default_rng(11)
+    pts = rng.standard_normal((3000, 6)).astype(np.float32)
+    pts[2000:2100] = pts[:100]  # exact duplicates: their candidates must merge
+    seen = {}
+
+    def spy(x, w, m, rng_):
+        seen["x"], seen["w"] = x.copy(), np.asarray(w).copy()
+        return np.arange(m)
+
+    monkeypatch.setattr(seeding, "greedy_kmeanspp", spy)
+    b = NumpyBackend()
+    seeding.kmeans_parallel(pts, b.sqnorms(pts), 40, 0, b)
+    cands = seen["x"]
+    assert len(np.unique(cands, axis=0)) == len(cands)
+    d = ((pts[:, None, :].astype(np.float64) - cands[None].astype(np.float64)) ** 2).sum(-1)
+    order = np.sort(d, axis=1)
+    clear = order[:, 1] - order[:, 0] > 1e-4  # no near-tie between two candidates
+    counts = np.bincount(np.argmin(d, axis=1)[clear], minlength=len(cands))
+    assert seen["w"].sum() == len(pts) and clear.mean() > 0.99
+    assert np.all(np.abs(seen["w"] - counts) <= (~clear).sum())
+
+
+def test_distinct_keeps_first_copies():
+    rows = np.array([[1, 2], [3, 4], [1, 2], [-0.0, 5], [0.0, 5], [3, 4]], np.float32)
+    keep, merged = seeding._distinct(rows)
+    assert keep.tolist() == [0, 1, 3] and merged.tolist() == [0, 1, 0, 2, 2, 1]
