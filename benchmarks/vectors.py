@@ -12,8 +12,9 @@ Suites (``--suite``):
              GPU, faiss on the GPU if it can, faiss CPU and scikit-learn on a 50K subsample (wcodec too, same points)
     dist     run under torchrun: 10M x 128 / 4096 (labelled, written once as a float16 .npy and
              memory-mapped), points sharded across the ranks' GPUs, per-anchor sums all-reduced
-             over NCCL; prints the time of the Lloyd passes and the whole fit, per world size
-             (``--dist-summary DIR`` compares the JSON files of the 1- and 2-GPU runs)
+             over NCCL; prints the time of the hot phase (rank 0, sample), the load, the Lloyd
+             passes and the whole fit, per world size (``--dist-summary DIR`` compares the JSON
+             files of the 1- and 2-GPU runs); ``--quick``: 40K x 16 / 64 on CPUs over gloo
 
 With $OUT set, everything printed is also written to $OUT/vectors_<suite>.log (and JSON rows).
 
@@ -23,6 +24,7 @@ One-command GPU runs (see benchmarks/RESULTS.md):
     torchrun --nproc_per_node=1 benchmarks/vectors.py --suite dist && \
       torchrun --nproc_per_node=2 benchmarks/vectors.py --suite dist && \
       python benchmarks/vectors.py --dist-summary "${OUT:-/tmp}"
+    (the same with ``--quick`` added to both torchrun lines runs the whole flow on a CPU, gloo)
 
 Suite minilm:
 
@@ -44,6 +46,7 @@ interleaved ``--repeat`` times; the machine is shared, so take the ratio per pai
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -254,13 +257,21 @@ def _have(module: str) -> bool:
     return True
 
 
+_FAISS_ITERATIONS = {}
+
+
 def _faiss_energy(x, m, gpu=False):
+    """faiss k-means (niter=20; faiss stops earlier once the objective stops changing), after a
+    small untimed warm-up run (OpenMP threads start on the first call: ~0.3 s here)."""
     import faiss
 
+    if gpu not in _FAISS_ITERATIONS:
+        faiss.Kmeans(x.shape[1], 8, niter=2, seed=1, gpu=gpu).train(x[:2048])
     km = faiss.Kmeans(x.shape[1], m, niter=20, seed=1, max_points_per_centroid=10 ** 7, gpu=gpu)
     t0 = time.perf_counter()
     km.train(x)
     dt = time.perf_counter() - t0
+    _FAISS_ITERATIONS[gpu] = len(km.iteration_stats)
     return float(km.index.search(x, 1)[0].mean()), dt
 
 
@@ -275,21 +286,45 @@ def _sklearn_energy(x, m):
 def _wcodec_energy(x, m, device):
     from wcodec.vectors import AnnealingConfig, compress
 
-    compress(x[:2048], AnnealingConfig(m=min(m, 16), device=device, max_iterations=2))  # warm-up
+    compress(x[:2048], AnnealingConfig(m=min(m, 16), device=device, max_iterations=6, maintenance_interval=2))  # warm-up (kernels)
     _sync()
     t0 = time.perf_counter()
     idx = compress(x, AnnealingConfig(m=m, device=device))
     _sync()
     dt = time.perf_counter() - t0
+    idx.info["t0"] = t0
     return idx.energy, dt, idx
 
 
-def _faiss_has_gpu() -> bool:
+def _time_to(idx, energy: float) -> float:
+    """Seconds from the start of a compress() until its log first showed an energy <= energy
+    (nan if never): wcodec's time to match a reference's final energy."""
+    hit = [e["clock"] for e in idx.info["log"] if e["E"] <= energy]
+    return hit[0] - idx.info["t0"] if hit else math.nan
+
+
+def _faiss_gpu_missing() -> str:
+    """Why the faiss GPU column is skipped ("" when faiss can run on a GPU here). No faiss GPU
+    wheel can be carried to the GPU machines (2026-11-22): faiss-gpu-cu12 1.14.1.post1 (cp312)
+    is 48.4 MB, links libcudart/libcublas/libcublasLt .so.12 (nvidia-cublas-cu12 is a 393 MB
+    wheel; the H100's torch was +cu130), and its kernels are sm_70/sm_80 code without PTX
+    (compute capability 7.0-8.9 per its README): none would load on an H100/H200 (sm_90)."""
+    if not _cuda():
+        return "no CUDA GPU"
     try:
         import faiss
-        return _cuda() and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    except (ImportError, AttributeError):
-        return False
+    except ImportError:
+        return "faiss not installed"
+    if not hasattr(faiss, "StandardGpuResources"):
+        return "this faiss wheel has no GPU support (faiss-cpu)"
+    try:
+        return "" if faiss.get_num_gpus() > 0 else "faiss sees no GPU"
+    except (AttributeError, RuntimeError) as exc:
+        return f"faiss GPU unusable: {exc}"
+
+
+def _faiss_has_gpu() -> bool:
+    return not _faiss_gpu_missing()
 
 
 def suite_quality(args) -> list:
@@ -299,40 +334,74 @@ def suite_quality(args) -> list:
         return []
     has_faiss = _have("faiss")
     if has_faiss:
-        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, cores {os.cpu_count()}", flush=True)
+        from wcodec.vectors.backends import _pool
+        print(f"threads: faiss {__import__('faiss').omp_get_max_threads()}, wcodec assignment workers "
+              f"{_pool()[1]}, cores {os.cpu_count()}", flush=True)
+    if "cuda" in devices and not _faiss_has_gpu():
+        print(f"  faiss k-means (gpu): skipped, {_faiss_gpu_missing()}", flush=True)
     for label, x, m, floor in _quality_sets(args):
+        if args.only and not any(o in label for o in args.only):
+            continue
         print(f"\n{label}: {x.shape[0]} x {x.shape[1]}, m={m}" +
               ("" if math.isnan(floor) else f", noise floor {floor:.3f}"), flush=True)
         ref = {}
-        if has_faiss:
-            ref["faiss k-means (cpu)"] = _faiss_energy(x, m)
         if _faiss_has_gpu():
             ref["faiss k-means (gpu)"] = _faiss_energy(x, m, gpu=True)
         if not args.no_sklearn:
             ref["sklearn k-means++"] = _sklearn_energy(x, m)
+        # faiss CPU and wcodec CPU alternate ``--repeat`` times (the machine is shared): each
+        # keeps its fastest run, and the median of the per-pair time ratios is reported too
+        pairs = []
+        for rep in range(max(args.repeat, 1)):
+            if has_faiss:
+                e_f, t_f = _faiss_energy(x, m)
+                best_f = ref.get("faiss k-means (cpu)", (e_f, math.inf))
+                ref["faiss k-means (cpu)"] = (e_f, min(t_f, best_f[1]))
+            else:
+                t_f = math.nan
+            e, t_w, idx = _wcodec_energy(x, m, "cpu")
+            pairs.append((t_w, t_f, e, idx, _time_to(idx, e_f) if has_faiss else math.nan))
+            if args.repeat > 1:
+                print(f"  run {rep + 1}: wcodec {t_w:.3f} s, faiss {t_f:.3f} s, ratio {t_w / t_f:.2f}; wcodec at "
+                      f"faiss's energy after {pairs[-1][4]:.3f} s", flush=True)
         for name, (e, dt) in ref.items():
             print(f"  {name:<22} energy {e:10.4f}  {dt:8.2f} s", flush=True)
         best = min([e for e, _ in ref.values()] or [math.nan])
         for dev in devices:
-            e, dt, idx = _wcodec_energy(x, m, dev)
+            if dev == "cpu":
+                dt = min(p[0] for p in pairs)
+                e, idx = pairs[0][2], pairs[0][3]
+                ratio_med = float(np.median([p[0] / p[1] for p in pairs]))
+                to_faiss = min(p[4] for p in pairs)
+            else:
+                e, dt, idx = _wcodec_energy(x, m, dev)
+                ratio_med = to_faiss = math.nan
             t_faiss = ref.get("faiss k-means (cpu)" if dev == "cpu" else "faiss k-means (gpu)", (0, math.nan))[1]
             r = dict(set=label, device=dev, energy=e, seconds=dt, best_ref=best, vs_best=e / best,
                      vs_floor=e / floor, faiss_seconds=t_faiss, time_vs_faiss=dt / t_faiss,
-                     iterations=idx.iterations, moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
+                     median_pair_ratio=ratio_med, runs=len(pairs) if dev == "cpu" else 1,
+                     seconds_to_faiss_energy=to_faiss, faiss_iterations=_FAISS_ITERATIONS.get(False),
+                     iterations=idx.iterations,
+                     moves=idx.info["splits"], rejected=idx.info["rejected_moves"],
                      refs={k: v[0] for k, v in ref.items()}, ref_seconds={k: v[1] for k, v in ref.items()})
             rows.append(r)
             print(f"  wcodec ({dev:<4})          energy {e:10.4f}  {dt:8.2f} s  {idx.iterations} it, "
                   f"{r['moves']} moves ({r['rejected']} rejected); energy / best reference {e / best:.3f}"
                   + ("" if math.isnan(floor) else f", / noise floor {e / floor:.3f}")
-                  + f"; time / faiss {dt / t_faiss:.2f}", flush=True)
+                  + f"; time / faiss {dt / t_faiss:.2f}"
+                  + ("" if math.isnan(ratio_med) else f" (median of {len(pairs)} pairs {ratio_med:.2f})")
+                  + ("" if math.isnan(to_faiss) else f"; at faiss's energy after {to_faiss:.2f} s"), flush=True)
     print("\n| data | device | wcodec energy | faiss | sklearn k-means++ | wcodec / best | wcodec / floor | "
-          "wcodec s | faiss s | time / faiss |\n|---|---|---|---|---|---|---|---|---|---|")
+          "wcodec it | wcodec s | faiss it | faiss s | time / faiss | median pair ratio | wcodec s to faiss energy | "
+          "that / faiss s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fa = r["refs"].get("faiss k-means (gpu)" if r["device"] == "cuda" else "faiss k-means (cpu)",
                            r["refs"].get("faiss k-means (cpu)", math.nan))
         print(f"| {r['set']} | {r['device']} | {r['energy']:.4f} | {fa:.4f} | "
               f"{r['refs'].get('sklearn k-means++', math.nan):.4f} | {r['vs_best']:.3f} | {r['vs_floor']:.3f} | "
-              f"{r['seconds']:.2f} | {r['faiss_seconds']:.2f} | {r['time_vs_faiss']:.2f} |")
+              f"{r['iterations']} | {r['seconds']:.3f} | {r['faiss_iterations']} | {r['faiss_seconds']:.3f} | "
+              f"{r['time_vs_faiss']:.2f} | {r['median_pair_ratio']:.2f} | {r['seconds_to_faiss_energy']:.3f} | "
+              f"{r['seconds_to_faiss_energy'] / r['faiss_seconds']:.2f} |")
     return rows
 
 
@@ -358,7 +427,7 @@ def suite_scale(args) -> list:
         rows.append(dict(method="faiss k-means (gpu)", energy=e, seconds=dt, n=n))
         print(f"  faiss k-means (gpu, 20 it): energy {e:.4f}, {dt:.2f} s", flush=True)
     else:
-        print("  faiss GPU: not available in this faiss wheel (faiss-cpu)", flush=True)
+        print(f"  faiss k-means (gpu): skipped, {_faiss_gpu_missing()}", flush=True)
     sub = x[np.random.default_rng(0).choice(n, min(n, args.scale_ref_n), replace=False)]
     for name, fn in ([("faiss k-means (cpu, 20 it)", _faiss_energy)] if _have("faiss") else []) + \
             ([] if args.no_sklearn or not _have("sklearn") else [("sklearn k-means++", _sklearn_energy)]):
@@ -377,7 +446,11 @@ def suite_scale(args) -> list:
 
 
 def suite_dist(args) -> list:
-    """Under torchrun: 10M x 128 / 4096 sharded over the ranks' GPUs (NCCL), or CPUs (gloo)."""
+    """Under torchrun: 10M x 128 / 4096 (labelled synthetic) sharded over the ranks' GPUs
+    (NCCL), or CPUs (gloo) with ``--quick``. Timed parts: the hot phase (annealing of a
+    64-per-anchor sample on rank 0: the same work at every world size), the load (each rank puts
+    its shard on its GPU), the Lloyd passes over all points (the sharded part: per-anchor sums
+    all-reduced), the final assignment. Rank 0 writes vectors_dist_world<W>.json to $OUT."""
     import torch
     import torch.distributed as dist
 
@@ -385,12 +458,13 @@ def suite_dist(args) -> list:
     from wcodec.vectors.stream import fit_anchors
 
     cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     n, d, m = args.dist_shape
-    path = Path(args.dist_file or (Path(os.environ.get("TMPDIR", "/tmp")) / f"wcodec_labelled_{n}x{d}x{m}.npy"))
+    folder = Path(os.environ.get("TMPDIR", "/tmp"))
+    path = Path(args.dist_file or folder / f"wcodec_labelled_{n}x{d}x{m}.npy")
     if rank == 0 and not path.exists():
         t0 = time.perf_counter()
         tmp = path.with_suffix(".part.npy")
@@ -403,42 +477,56 @@ def suite_dist(args) -> list:
         arr.flush()
         del arr
         os.replace(tmp, path)
-        print(f"wrote {path} in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"wrote {path} ({n} x {d} float16, labelled synthetic) in {time.perf_counter() - t0:.1f} s", flush=True)
     dist.barrier()
-    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, tolerance=0.0)
+    cfg = AnnealingConfig(m=m, device="cuda" if cuda else "cpu", refine_iterations=args.dist_passes, progress=False)
+    # a tiny fit on every rank before the clock: CUDA context, cuBLAS, NCCL communicators, numba kernels
+    fit_anchors(np.random.default_rng(rank).standard_normal((4096, d)).astype(np.float32),
+                AnnealingConfig(m=16, device=cfg.device, refine_iterations=2, progress=False))
     dist.barrier()
     _sync()
     t0 = time.perf_counter()
-    anchors, labels, energy, info = fit_anchors(str(path), cfg)
+    anchors, labels, energy, info = fit_anchors(str(path), cfg, fixed_passes=True)
     _sync()
     dist.barrier()
     total = time.perf_counter() - t0
-    lloyd = total - info["hot_seconds"]
-    row = dict(world=world, n=n, d=d, m=m, energy=energy, floor=0.09 * d, total_s=total,
-               hot_s=info["hot_seconds"], lloyd_s=lloyd, passes=len(info["passes"]),
-               per_pass_s=lloyd / max(len(info["passes"]) + 1, 1), device=torch.cuda.get_device_name(0) if cuda else "cpu")
+    times = [p["seconds"] for p in info["passes"]]
+    passes_s = float(sum(times))
+    final_s = total - info["hot_seconds"] - info["load_seconds"] - passes_s
+    row = dict(world=world, n=n, d=d, m=m, energy=energy, floor=0.09 * d, total_s=total, hot_s=info["hot_seconds"],
+               load_s=info["load_seconds"], passes=len(times), passes_s=passes_s,
+               per_pass_s=float(np.median(times)) if times else math.nan, final_s=final_s,
+               device=(f"{world} x " + torch.cuda.get_device_name(0)) if cuda else f"{world} CPU process(es), gloo",
+               data="labelled synthetic (standard-normal centres, sigma 0.3)")
     if rank == 0:
         print(f"world {world}: {n} x {d}, m={m}: energy {energy:.4f} ({energy / (0.09 * d):.3f} x floor); "
-              f"total {total:.2f} s = hot phase {info['hot_seconds']:.2f} s (rank 0, sample) + "
-              f"{len(info['passes'])} Lloyd passes and the final assignment {lloyd:.2f} s "
-              f"({row['per_pass_s']:.3f} s per pass)", flush=True)
-        out = _out_dir() or Path(os.environ.get("TMPDIR", "/tmp"))
+              f"total {total:.2f} s = hot phase {info['hot_seconds']:.2f} s (rank 0, sample) + load "
+              f"{info['load_seconds']:.2f} s + {len(times)} Lloyd passes {passes_s:.2f} s "
+              f"(median {row['per_pass_s']:.3f} s) + final assignment {final_s:.2f} s", flush=True)
+        out = _out_dir() or folder
         (out / f"vectors_dist_world{world}.json").write_text(json.dumps(row, indent=1))
     dist.destroy_process_group()
     return [row] if rank == 0 else []
 
 
 def dist_summary(folder) -> int:
-    rows = {json.loads(p.read_text())["world"]: json.loads(p.read_text())
-            for p in Path(folder).glob("vectors_dist_world*.json")}
+    """The table of the vectors_dist_world*.json files in folder; speedups against world 1."""
+    rows = {}
+    for p in Path(folder).glob("vectors_dist_world*.json"):
+        r = json.loads(p.read_text())
+        rows[r["world"]] = r
     if 1 not in rows or len(rows) < 2:
         print(f"need vectors_dist_world1.json and another world size in {folder}; found {sorted(rows)}")
         return 1
-    print("| GPUs | energy | total s | hot phase s | Lloyd passes s | per pass s | speedup (passes) | speedup (total) |")
-    print("|---|---|---|---|---|---|---|---|")
+    one = rows[1]
+    print(f"{one['n']} x {one['d']}, m={one['m']}, {one['data']}; {one['passes']} Lloyd passes over all points")
+    print("| ranks | device | energy | total s | hot phase s (rank 0) | load s | Lloyd passes s | per pass s | "
+          "speedup per pass | speedup passes | speedup total |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for w, r in sorted(rows.items()):
-        print(f"| {w} | {r['energy']:.4f} | {r['total_s']:.2f} | {r['hot_s']:.2f} | {r['lloyd_s']:.2f} | "
-              f"{r['per_pass_s']:.3f} | {rows[1]['lloyd_s'] / r['lloyd_s']:.2f}x | {rows[1]['total_s'] / r['total_s']:.2f}x |")
+        print(f"| {w} | {r['device']} | {r['energy']:.4f} | {r['total_s']:.2f} | {r['hot_s']:.2f} | {r['load_s']:.2f} | "
+              f"{r['passes_s']:.2f} | {r['per_pass_s']:.4f} | {one['per_pass_s'] / r['per_pass_s']:.2f}x | "
+              f"{one['passes_s'] / r['passes_s']:.2f}x | {one['total_s'] / r['total_s']:.2f}x |")
     return 0
 
 
@@ -456,23 +544,38 @@ def main() -> int:
     ap.add_argument("--only-opq", action="store_true", help="faiss OPQ rows only (no wcodec, no k-means)")
     ap.add_argument("--opq-list", type=int, nargs="*", default=None,
                     help="faiss OPQ sizes to run instead of the budget-derived ones and 16, 32")
-    ap.add_argument("--repeat", type=int, default=1, help="anchor timing runs (interleaved with faiss)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="minilm/quality: timing runs of wcodec and faiss CPU, interleaved (fastest kept)")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--suite", default="minilm", choices=["minilm", "quality", "scale", "dist"])
     ap.add_argument("--no-sklearn", action="store_true", help="quality/scale: skip scikit-learn k-means++")
+    ap.add_argument("--only", nargs="*", default=None, help="quality: only the sets whose label contains one of these")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="quality: threads for both faiss (OpenMP) and wcodec (BLAS and its assignment workers); "
+                         "0 = their defaults (all cores)")
     ap.add_argument("--scale-shape", type=int, nargs=3, default=[1_000_000, 128, 2048], metavar=("N", "D", "M"))
     ap.add_argument("--scale-ref-n", type=int, default=50_000, help="scale: subsample for the CPU references")
     ap.add_argument("--scale-cpu", action="store_true", help="scale: also run wcodec on the CPU (slow)")
     ap.add_argument("--dist-shape", type=int, nargs=3, default=[10_000_000, 128, 4096], metavar=("N", "D", "M"))
-    ap.add_argument("--dist-passes", type=int, default=10, help="dist: Lloyd passes over all points")
+    ap.add_argument("--dist-passes", type=int, default=20, help="dist: Lloyd passes over all points (all run)")
+    ap.add_argument("--quick", action="store_true",
+                    help="dist: 40000 x 16, m=64, 4 passes (tests the whole flow on CPUs with gloo)")
     ap.add_argument("--dist-file", default=None, help="dist: the .npy of points (written if missing)")
     ap.add_argument("--dist-summary", default=None, metavar="DIR", help="compare vectors_dist_world*.json in DIR")
     args = ap.parse_args()
     if args.dist_summary:
         return dist_summary(args.dist_summary)
+    if args.quick:
+        args.dist_shape, args.dist_passes = [40_000, 16, 64], 4
     out = _out_dir()
     if out is not None and os.environ.get("RANK", "0") == "0":
         sys.stdout = _Tee(sys.stdout, out / f"vectors_{args.suite}.log")
+    if args.threads:  # before the first wcodec call: its assignment pool takes the BLAS thread count
+        from threadpoolctl import threadpool_limits
+        args.limits = threadpool_limits(args.threads)  # kept: stays in force
+        if importlib.util.find_spec("faiss") is not None:
+            import faiss
+            faiss.omp_set_num_threads(args.threads)
     if args.suite != "minilm":
         rows = {"quality": suite_quality, "scale": suite_scale, "dist": suite_dist}[args.suite](args)
         if rows and (args.json or out is not None):

@@ -5,7 +5,8 @@ per-anchor (robust) means and variances, and moves each anchor toward its mean b
 ``lr * (1 + T)`` with momentum; every ``maintenance_interval`` iterations (or as soon as Lloyd
 has converged) a batch of split/merge moves (moves.py) is proposed at temperature T, and judged
 at the next maintenance by the energy Lloyd settled to (Metropolis rule, reverted if rejected).
-The best anchors seen are returned. Backend-agnostic: the points stay on the backend's device;
+The run stops once Lloyd has converged and either no move is proposed or the last accepted
+batch lowered the energy by less than the tolerance. The best anchors seen are returned. Backend-agnostic: the points stay on the backend's device;
 the host sees only per-anchor figures and scalars each iteration.
 """
 
@@ -123,7 +124,9 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
         converged = changes == 0 or (prev_e is not None and abs(delta) <= config.tolerance * max(prev_e, 1e-30))
         if energy < best[0]:  # labels and d2 are fresh arrays each iteration: kept, not copied
             best = (energy, backend.copy(anchors), labels, d2)
-        entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes)
+        entry = dict(iter=len(res.log) + 1, T=temperature, E=energy, delta_E=delta, changes=changes,
+                     clock=time.perf_counter())  # when this energy was known (time.perf_counter)
+        settled = False  # the last batch of moves gained less than the tolerance: propose no more
         if maint:
             since = 0
             if pending is not None:  # judge the last batch by the energy Lloyd settled it to
@@ -135,6 +138,7 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
                     res.merges += len(moves)
                     entry["accepted"] = len(moves)
                     batch = min(m, batch + max(1, batch // 2))
+                    settled = converged and e0 - energy <= config.tolerance * e0
                 else:
                     anchors, labels, d2, second, energy = a0, l0, d0, s0, e0
                     res.rejected += len(moves)
@@ -159,7 +163,7 @@ def _loop(points, anchors, config, backend, log, temperature, max_iterations, in
             velocity = step if velocity is None else config.momentum * velocity + step
             anchors[...] = before + velocity
         if maint:
-            moves = propose(backend, points, anchors, labels, d2, second, temperature, batch, rng)
+            moves = [] if settled else propose(backend, points, anchors, labels, d2, second, temperature, batch, rng)
             if moves:
                 pending = snapshot + (moves,)
                 velocity = None

@@ -31,7 +31,8 @@ class AnnealingConfig:
         cooling_rate: T is multiplied by this every iteration, in [0, 1).
         max_iterations: upper bound on annealing iterations (>= 1).
         tolerance: Lloyd has converged when the relative energy change falls below it (or no
-            point changes anchor); the run stops when, in addition, no move is worth making.
+            point changes anchor); the run stops when, in addition, no move is worth making or
+            the last accepted batch of moves lowered the energy by less than this (relative).
         maintenance_interval: propose split/merge moves every this many iterations, or as soon as
             Lloyd has converged (0 = never).
         merge_threshold, split_threshold: kept for compatibility (moves are decided by energy,
