@@ -16,4 +16,5 @@ else:
     args = ["-O3", "-std=gnu99", "-fno-strict-aliasing"]
 
 setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c"],
-                             extra_compile_args=args, optional=True)])
+                             extra_compile_args=args, optional=True,
+                             libraries=[] if sys.platform == "win32" else ["m"])])

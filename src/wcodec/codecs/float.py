@@ -41,8 +41,12 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
     """Pick head_bits j minimising head entropy + raw tail bits, with an alphabet <= 256.
 
     hist_max: histogram of the head with MAX_HEAD_BITS mantissa bits ([2**(E+3)] counts); the
-    histograms of smaller j are sums over its trailing bits.
+    histograms of smaller j are sums over its trailing bits. The C extension runs the same rule
+    where it is built (``wcodec._cext.float_head_bits``).
     """
+    e = K.ext()
+    if e is not None:
+        return e.float_head_bits(np.ascontiguousarray(hist_max, dtype=np.int64), exp_bits, tail_bits0, MAX_HEAD_BITS)
     n = int(hist_max.sum())
     best = (np.inf, 0)
     for j in range(0, MAX_HEAD_BITS + 1):
@@ -146,16 +150,24 @@ class FloatCodec(Codec):
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
-        low = []
-        for k, name in enumerate(("low1", "low0")[:L]):
+        head = parts.head  # validated by parse
+        names = ("low1", "low0")[:L]
+        low, coded = [], [None] * L  # per low plane: its raw bytes, or its coded plane
+        for k, name in enumerate(names):
             lp = p["low"][k]
             if lp.get("coded"):
                 lplane = rans.RansPlane.from_sections(lp, record.sections, name)
                 if lplane.n_symbols != n:
                     raise CorruptDataError(f"float codec: {name} plane has {lplane.n_symbols} symbols")
-                low.append(rans.decode(lplane, where=f"{name} plane"))
+                coded[k] = lplane
+                low.append(None)
             else:
                 low.append(np.ascontiguousarray(record.section(f"{name}.raw", np.uint8, n)))
+        if not K.fuses_low_planes(head, coded):  # decoded whole first, then merged
+            for k, lplane in enumerate(coded):
+                if lplane is not None:
+                    low[k] = rans.decode(lplane, where=f"{names[k]} plane")
+            coded = [None] * L
         if out is None:
             out = np.empty(n, dtype=UINT[W])
         else:
@@ -163,11 +175,14 @@ class FloatCodec(Codec):
                     and out.nbytes == n * W // 8):
                 raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
             out = out.reshape(-1).view(UINT[W])
-        head = parts.head  # validated by parse
         lookup, words = rans.kernel_inputs(head)
-        status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
-                                      head.chunks_per_table, lookup, head.prob_bits,
-                                      placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low, out)
+        status, low_status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
+                                                  head.chunks_per_table, lookup, head.prob_bits,
+                                                  placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low,
+                                                  out, coded=coded)
+        for k, lplane in enumerate(coded):
+            if lplane is not None:
+                rans.check_status(low_status[k], f"{names[k]} plane")
         rans.check_status(status, "head plane")
         return out.view(DTYPES[record.dtype]).reshape(record.shape)
 

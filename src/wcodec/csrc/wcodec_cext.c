@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
 #define WC_X86 1
@@ -384,7 +385,7 @@ static int decode_chunk(const plane_t *p, int64_t c, uint8_t *out) {
 /* argument helpers                                                                           */
 
 typedef struct {
-    Py_buffer b[16];
+    Py_buffer b[24];
     int k;
 } bufs_t;
 
@@ -395,6 +396,10 @@ static void bufs_release(bufs_t *bs) {
 
 /* a C-contiguous buffer of items of `itemsize` bytes (0: any); NULL with an exception if not */
 static void *get_buf(bufs_t *bs, PyObject *obj, int writable, int itemsize, int64_t *count, const char *what) {
+    if (bs->k >= (int)(sizeof bs->b / sizeof bs->b[0])) {
+        PyErr_SetString(PyExc_ValueError, "too many buffer arguments");
+        return NULL;
+    }
     Py_buffer *b = &bs->b[bs->k];
     if (PyObject_GetBuffer(obj, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
@@ -531,10 +536,16 @@ typedef struct {
     const uint8_t *tail;
     int64_t n_tail;
     int tail_bits, tail_shift, sign_shift, low_planes, out_bytes;
-    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each */
+    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each (raw planes) */
+    plane_t low_plane[2];       /* F32: the rANS-coded low planes, decoded chunk by chunk */
+    int low_coded[2];
+    int32_t *low_status;        /* [2, n_chunks]: the low planes' chunk statuses */
     void *out;
     int32_t *status;
 } merge_ctx;
+
+/* p + k, where p may be NULL (no low planes) */
+#define WC_AT(p, k) ((p) ? (p) + (k) : (p))
 
 /* the R-bit tail fields of values [i0, i0 + k) (k <= 8, i0 a multiple of 8) */
 static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk, int R, int k, uint64_t *f) {
@@ -559,14 +570,14 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
 }
 
 /* merge values [a, b) of the tensor (a a multiple of 8); sym[i - a] is the head symbol of value
- * i. Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
+ * i, low1[i - a] / low0[i - a] its low bytes (F32). Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
  * T: the output word, LP: low byte planes. */
 #define MERGE_RANGE(NAME, T, LP)                                                                   \
     static inline __attribute__((always_inline)) uint64_t NAME(const merge_ctx *ctx, const uint8_t *sym, \
+                                                                const uint8_t *low1, const uint8_t *low0, \
                                                                 int64_t a, int64_t b) {            \
         const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
         const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
-        const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;                                        \
         const uint64_t *placed = ctx->placed;                                                      \
         T *o = (T *)ctx->out;                                                                      \
         uint64_t seen = 0;                                                                         \
@@ -585,7 +596,7 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
                 uint64_t h = placed[sym[i0 - a + j]];                                              \
                 seen |= h;                                                                         \
                 uint64_t v = h | ((f[j] >> (R - 1)) << ssh) | ((f[j] & tmask) << tsh);             \
-                if (LP) v |= ((uint64_t)low1[i0 + j] << 8) | low0[i0 + j];                         \
+                if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];                 \
                 o[i0 + j] = (T)v;                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -596,13 +607,15 @@ MERGE_RANGE(merge32, uint32_t, 0)
 MERGE_RANGE(merge32_low, uint32_t, 1)
 
 static inline __attribute__((always_inline)) uint64_t merge_range(const merge_ctx *ctx, const uint8_t *sym,
+                                                                  const uint8_t *low1, const uint8_t *low0,
                                                                   int64_t a, int64_t b) {
-    if (ctx->out_bytes == 2) return merge16(ctx, sym, a, b);
-    return ctx->low_planes == 2 ? merge32_low(ctx, sym, a, b) : merge32(ctx, sym, a, b);
+    if (ctx->out_bytes == 2) return merge16(ctx, sym, low1, low0, a, b);
+    return ctx->low_planes == 2 ? merge32_low(ctx, sym, low1, low0, a, b) : merge32(ctx, sym, low1, low0, a, b);
 }
 
-static uint64_t merge_range_scalar(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
-    return merge_range(ctx, sym, a, b);
+static uint64_t merge_range_scalar(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                   const uint8_t *low0, int64_t a, int64_t b) {
+    return merge_range(ctx, sym, low1, low0, a, b);
 }
 
 #ifdef WC_X86
@@ -620,10 +633,11 @@ static void merge_simd_tables(int R, int k, uint8_t *ctl, uint32_t *shv) {
 }
 
 __attribute__((target("avx2,bmi2")))
-static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                 const uint8_t *low0, int64_t a, int64_t b) {
     const int soft = g_soft_gather;
     const int R = ctx->tail_bits;
-    if (R > 8) return merge_range(ctx, sym, a, b);
+    if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[32];
     uint32_t shv[8];
     merge_simd_tables(R, 8, ctl, shv);
@@ -631,7 +645,6 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
     const __m256i vfm = _mm256_set1_epi32((1 << R) - 1), vtm = _mm256_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
     for (; i0 + 8 <= b && (i0 / 8) * R + 8 <= ctx->n_tail; i0 += 8) {
@@ -652,8 +665,8 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
         } else {
             if (ctx->low_planes == 2) {
                 long long l1, l0;
-                memcpy(&l1, low1 + i0, 8);
-                memcpy(&l0, low0 + i0, 8);
+                memcpy(&l1, low1 + (i0 - a), 8);
+                memcpy(&l0, low0 + (i0 - a), 8);
                 v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l1)), 8));
                 v = _mm256_or_si256(v, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l0)));
             }
@@ -665,14 +678,15 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
     uint64_t seen = 0;
     for (int j = 0; j < 8; j++)
         if (m8[j] >= ctx->n_valid) seen = BAD_SYMBOL;
-    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 
 __attribute__((target("avx512f,avx512bw")))
-static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                   const uint8_t *low0, int64_t a, int64_t b) {
     const int soft = g_soft_gather;
     const int R = ctx->tail_bits;
-    if (R > 8) return merge_range(ctx, sym, a, b);
+    if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[64];
     uint32_t shv[16];
     merge_simd_tables(R, 16, ctl, shv);
@@ -680,7 +694,6 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
     const __m512i vfm = _mm512_set1_epi32((1 << R) - 1), vtm = _mm512_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m512i mx = _mm512_setzero_si512();
     int64_t i0 = a;
     for (; i0 + 16 <= b && (i0 / 8) * R + 16 <= ctx->n_tail; i0 += 16) {
@@ -696,14 +709,14 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
             _mm256_storeu_si256((__m256i *)((uint16_t *)ctx->out + i0), _mm512_cvtepi32_epi16(v));
         } else {
             if (ctx->low_planes == 2) {
-                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low1 + i0))), 8));
-                v = _mm512_or_si512(v, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low0 + i0))));
+                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low1 + (i0 - a)))), 8));
+                v = _mm512_or_si512(v, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low0 + (i0 - a)))));
             }
             _mm512_storeu_si512((uint32_t *)ctx->out + i0, v);
         }
     }
     uint64_t seen = _mm512_reduce_max_epu32(mx) >= ctx->n_valid ? BAD_SYMBOL : 0;
-    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 
 /* 32 values per iteration, for BF16 and F32 with tails of <= 8 bits: everything in 16-bit lanes
@@ -711,7 +724,8 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
  * head lookup is a 256-entry word table in eight registers (four vpermt2w + three blends), the
  * tail fields come from one byte shuffle per block and a per-lane shift. */
 __attribute__((target("avx512f,avx512bw")))
-static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                     const uint8_t *low0, int64_t a, int64_t b) {
     const int R = ctx->tail_bits;
     __m512i T[8];
     for (int k = 0; k < 8; k++) T[k] = _mm512_loadu_si512(ctx->placed16 + 32 * k);
@@ -729,7 +743,6 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
     const __m512i b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1);
     const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi_idx = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     const uint8_t *tail = ctx->tail;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
@@ -752,8 +765,8 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
         if (ctx->out_bytes == 2) {
             _mm512_storeu_si512((uint16_t *)ctx->out + i0, u);
         } else {
-            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + i0)));
-            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + i0)));
+            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + (i0 - a))));
+            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + (i0 - a))));
             __m512i lo16 = _mm512_or_si512(_mm512_slli_epi16(l1, 8), l0);
             __m512i A = _mm512_unpacklo_epi16(lo16, u), B = _mm512_unpackhi_epi16(lo16, u);
             _mm512_storeu_si512((uint32_t *)ctx->out + i0, _mm512_permutex2var_epi64(A, lo_idx, B));
@@ -765,33 +778,47 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
     uint64_t seen = 0;
     for (int j = 0; j < 32; j++)
         if (m32[j] >= ctx->n_valid) seen = BAD_SYMBOL;
-    return seen | merge_range_avx512(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range_avx512(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 #endif
 
+/* Decode head chunks 2t, 2t + 1 and merge them; coded low planes (F32) are decoded chunk by chunk
+ * into a buffer beside the head symbols, so no plane ever goes through memory whole. */
 static void merge_task(void *vctx, int64_t t) {
     merge_ctx *ctx = vctx;
     int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
     uint8_t stackbuf[65536];
-    uint8_t *buf = 2 * cs <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)(2 * cs));
+    int any_coded = ctx->low_coded[0] || ctx->low_coded[1];
+    /* head symbols of the two chunks, then (F32) each coded low plane's two chunks; malloc'd
+     * blocks of one size are reused by the allocator, so this costs no page faults per task */
+    int64_t need = (any_coded ? 6 : 2) * cs;
+    uint8_t *buf = need <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)need);
     if (!buf) {
         for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->status[c] = 5;
         return;
     }
-    int st[2] = {0, 0};
+    int st[2] = {0, 0}, lst[2][2] = {{0, 0}, {0, 0}};
     decode_two(&ctx->p, t, buf, buf + cs, st);
+    for (int k = 0; k < 2; k++)
+        if (ctx->low_coded[k]) {
+            decode_two(&ctx->low_plane[k], t, buf + (2 + 2 * k) * cs, buf + (3 + 2 * k) * cs, lst[k]);
+            for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->low_status[k * n_chunks + c] = lst[k][c - c0];
+        }
     for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) {
         int64_t start = c * cs, end = ctx->p.n < start + cs ? ctx->p.n : start + cs;
         const uint8_t *sym = buf + (c - c0) * cs;
-        if (st[c - c0] == 0) {
+        const uint8_t *low[2] = {WC_AT(ctx->low1, start), WC_AT(ctx->low0, start)};
+        for (int k = 0; k < 2; k++)
+            if (ctx->low_coded[k]) low[k] = buf + (2 + 2 * k + (c - c0)) * cs;
+        if (st[c - c0] == 0 && lst[0][c - c0] == 0 && lst[1][c - c0] == 0) {
             uint64_t seen;
 #ifdef WC_X86
-            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, start, end);
-            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, start, end);
-            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, start, end);
+            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, low[0], low[1], start, end);
+            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, low[0], low[1], start, end);
+            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, low[0], low[1], start, end);
             else
 #endif
-                seen = merge_range_scalar(ctx, sym, start, end);
+                seen = merge_range_scalar(ctx, sym, low[0], low[1], start, end);
             if (seen & BAD_SYMBOL) st[c - c0] = 4;
         }
         ctx->status[c] = st[c - c0];
@@ -799,19 +826,42 @@ static void merge_task(void *vctx, int64_t t) {
     if (buf != stackbuf) free(buf);
 }
 
+/* a coded low plane (states, offsets, words, lookup, chunks_per_table, prob_bits) of n symbols in
+ * chunks of cs into p; 0, or -1 with an exception */
+static int get_low_plane(bufs_t *bs, PyObject *o, int64_t n, int64_t cs, plane_t *p) {
+    PyObject *o_states, *o_offsets, *o_words, *o_lookup;
+    long long cpt;
+    int pb;
+    if (!PyArg_ParseTuple(o, "OOOOLi", &o_states, &o_offsets, &o_words, &o_lookup, &cpt, &pb)) return -1;
+    int64_t ns, no, nl;
+    if (!(p->states = get_buf(bs, o_states, 0, 4, &ns, "low states"))) return -1;
+    if (!(p->offsets = get_buf(bs, o_offsets, 0, 4, &no, "low offsets"))) return -1;
+    if (!(p->words = get_buf(bs, o_words, 0, 2, &p->words_len, "low words"))) return -1;
+    if (!(p->lookup = get_buf(bs, o_lookup, 0, 4, &nl, "low lookup"))) return -1;
+    p->n = n;
+    p->chunk_size = cs;
+    p->chunks_per_table = cpt;
+    p->prob_bits = pb;
+    return check_plane(p, ns, no, nl);
+}
+
 static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
+    PyObject *o_lowc1 = Py_None, *o_lowc0 = Py_None, *o_lowst = Py_None;
     long long n, cs, cpt;
     int pb, threads;
     merge_ctx ctx;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOO", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
                           &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
-                          &o_low0, &o_out, &o_status, &threads))
+                          &o_low0, &o_out, &o_status, &threads, &o_lowc1, &o_lowc0, &o_lowst))
         return NULL;
     bufs_t bs = {.k = 0};
-    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst;
-    ctx.low_planes = o_low1 != Py_None ? 2 : 0;
+    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
+    ctx.low_coded[0] = o_lowc1 != Py_None;
+    ctx.low_coded[1] = o_lowc0 != Py_None;
+    ctx.low_planes = (o_low1 != Py_None || ctx.low_coded[0]) ? 2 : 0;
     ctx.low1 = ctx.low0 = NULL;
+    ctx.low_status = NULL;
     ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
     if (!ctx.p.states) goto fail;
     ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
@@ -824,11 +874,26 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     if (!ctx.placed) goto fail;
     ctx.tail = get_buf(&bs, o_tail, 0, 1, &ctx.n_tail, "tail");
     if (!ctx.tail) goto fail;
+    /* each low plane: raw bytes (low1/low0) or coded (lowc1/lowc0, statuses to low_status) */
     if (ctx.low_planes) {
-        ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1");
-        if (!ctx.low1) goto fail;
-        ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0");
-        if (!ctx.low0) goto fail;
+        if (ctx.low_coded[0]) {
+            if (get_low_plane(&bs, o_lowc1, n, cs, &ctx.low_plane[0]) < 0) goto fail;
+            nlow = n;
+        } else if (!(ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1"))) {
+            goto fail;
+        }
+        if (ctx.low_coded[1]) {
+            if (get_low_plane(&bs, o_lowc0, n, cs, &ctx.low_plane[1]) < 0) goto fail;
+            nlow0 = n;
+        } else if (!(ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0"))) {
+            goto fail;
+        }
+        if (ctx.low_coded[0] || ctx.low_coded[1]) {
+            if (!(ctx.low_status = get_buf(&bs, o_lowst, 1, 4, &nlst, "low_status"))) goto fail;
+        }
+    } else if (ctx.low_coded[1] || o_low0 != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "decode_merge_float: low0 without low1");
+        goto fail;
     }
     ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out");
     if (!ctx.out) goto fail;
@@ -845,6 +910,7 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     if (np_ != 256 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4) ||
         R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 ||
         (ctx.low_planes && (nlow != n || nlow0 != n || ctx.out_bytes != 4)) ||
+        (ctx.low_status && nlst != 2 * (no - 1)) ||
         ctx.sign_shift < 0 || ctx.sign_shift >= 8 * ctx.out_bytes || ctx.tail_shift < 0 || ctx.tail_shift > 16) {
         PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
         goto fail;
@@ -1017,6 +1083,58 @@ fail:
     return NULL;
 }
 
+/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
+ * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
+ * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+static void normalize_row(const int64_t *cr, int pb, int64_t *f, int alphabet) {
+    /* cr[s] = 0 for s >= alphabet */
+    const int64_t total_prob = (int64_t)1 << pb;
+    int64_t total = 0;
+    int best = 0;
+    for (int s = 0; s < alphabet; s++) {
+        total += cr[s];
+        if (cr[s] > cr[best]) best = s;
+    }
+    memset(f, 0, 256 * sizeof(int64_t));
+    if (total == 0) {
+        f[0] = total_prob;
+        return;
+    }
+    int64_t acc = 0;
+    const double rt = 1.0 / (double)total;
+    for (int s = 0; s < alphabet; s++)
+        if (cr[s] > 0) {
+            /* floor(cr * 2**pb / total): a double estimate (cr * 2**pb < 2**53 is exact, the
+             * estimate is off by at most one), corrected exactly (an int64 division is slow) */
+            int64_t a = cr[s] * total_prob, v = (int64_t)((double)a * rt);
+            v -= v * total > a;
+            v += (v + 1) * total <= a;
+            f[s] = v > 1 ? v : 1;
+            acc += f[s];
+        }
+    int64_t diff = total_prob - acc;
+    if (diff > 0) f[best] += diff;
+    while (diff < 0) {
+        /* the symbols with f > 1 by frequency descending, ties by symbol (a stable argsort of -f
+         * cut where f <= 1, where the numba loop stops): keys f << 8 | (255 - s), descending */
+        int64_t key[256];
+        int k = 0;
+        for (int s = 0; s < 256; s++)
+            if (f[s] > 1) key[k++] = f[s] << 8 | (255 - s);
+        qsort(key, (size_t)k, sizeof key[0], cmp_desc);
+        for (int i = 0; i < k && diff < 0; i++) {
+            f[255 - (key[i] & 255)]--;
+            diff++;
+        }
+        if (k == 0) break; /* cannot happen for 256 symbols and 2**pb >= 256; never loop */
+    }
+}
+
 /* normalize_rows(counts [T*256] int64, prob_bits, out [T*256] uint16): as rans/_normalize.py */
 static PyObject *py_normalize_rows(PyObject *self, PyObject *args) {
     PyObject *o_counts, *o_out;
@@ -1032,52 +1150,119 @@ static PyObject *py_normalize_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "normalize_rows: bad sizes");
         goto fail;
     }
-    const int64_t total_prob = 1 << pb;
     for (int64_t r = 0; r < nc / 256; r++) {
-        const int64_t *cr = counts + r * 256;
-        int64_t f[256], total = 0;
-        int best = 0;
-        for (int s = 0; s < 256; s++) {
-            total += cr[s];
-            if (cr[s] > cr[best]) best = s;
-        }
-        memset(f, 0, sizeof f);
-        if (total == 0) {
-            f[0] = total_prob;
-        } else {
-            int64_t acc = 0;
-            for (int s = 0; s < 256; s++)
-                if (cr[s] > 0) {
-                    int64_t v = cr[s] * total_prob / total;
-                    f[s] = v > 1 ? v : 1;
-                    acc += f[s];
-                }
-            int64_t diff = total_prob - acc;
-            if (diff > 0) f[best] += diff;
-            while (diff < 0) {
-                /* symbols by frequency descending, ties by symbol (a stable argsort of -f) */
-                int order[256];
-                for (int s = 0; s < 256; s++) order[s] = s;
-                for (int i = 1; i < 256; i++) { /* insertion sort: stable */
-                    int s = order[i], j = i - 1;
-                    while (j >= 0 && f[order[j]] < f[s]) {
-                        order[j + 1] = order[j];
-                        j--;
-                    }
-                    order[j + 1] = s;
-                }
-                for (int i = 0; i < 256; i++) {
-                    int s = order[i];
-                    if (diff == 0 || f[s] <= 1) break;
-                    f[s]--;
-                    diff++;
-                }
-            }
-        }
+        int64_t f[256];
+        normalize_row(counts + r * 256, pb, f, 256);
         for (int s = 0; s < 256; s++) out[r * 256 + s] = (uint16_t)f[s];
     }
     bufs_release(&bs);
     Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* choose_tables(counts [n_chunks*256] int64, candidates [k] int64, prob_bits) -> index of the
+ * candidate chunks_per_table with the smallest ideal coded size + packed table storage, as
+ * rans._choose_tables (which runs where the extension does not): a later (finer) candidate wins
+ * only by more than 1e-9 bits per symbol, so float rounding differences between the two never
+ * flip a choice. Runs with the GIL released (it was a per-tensor Python cost of the encoder). */
+static double g_log2[4097]; /* log2(f) of every frequency (log2(1) for 0: never used) */
+
+static PyObject *py_choose_tables(PyObject *self, PyObject *args) {
+    PyObject *o_counts, *o_cand;
+    int pb;
+    if (!PyArg_ParseTuple(args, "OOi", &o_counts, &o_cand, &pb)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nc, nk;
+    const int64_t *counts = get_buf(&bs, o_counts, 0, 8, &nc, "counts");
+    if (!counts) goto fail;
+    const int64_t *cand = get_buf(&bs, o_cand, 0, 8, &nk, "candidates");
+    if (!cand) goto fail;
+    if (nc % 256 || nc == 0 || nk < 1 || (pb != 11 && pb != 12)) {
+        PyErr_SetString(PyExc_ValueError, "choose_tables: bad sizes");
+        goto fail;
+    }
+    for (int64_t k = 0; k < nk; k++)
+        if (cand[k] < 1) {
+            PyErr_SetString(PyExc_ValueError, "choose_tables: candidates must be >= 1");
+            goto fail;
+        }
+    int64_t n_chunks = nc / 256, best_k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t n_sym = 0, alphabet = 1;
+    for (int64_t i = 0; i < nc; i++) {
+        n_sym += counts[i];
+        if (counts[i] && (i & 255) + 1 > alphabet) alphabet = (i & 255) + 1;
+    }
+    double best = 0;
+    for (int64_t k = 0; k < nk; k++) {
+        double cost = 0;
+        for (int64_t g0 = 0; g0 < n_chunks; g0 += cand[k]) {
+            int64_t g[256], f[256];
+            memset(g, 0, sizeof g);
+            for (int64_t c = g0; c < n_chunks && c < g0 + cand[k]; c++) {
+                const int64_t *restrict row = counts + c * 256;
+                for (int s = 0; s < alphabet; s++) g[s] += row[s];
+            }
+            normalize_row(g, pb, f, (int)alphabet);
+            for (int s = 0; s < alphabet; s++) {
+                if (g[s]) cost += (double)g[s] * (pb - g_log2[f[s] > 0 ? f[s] : 1]);
+                cost += f[s] >= 255 ? 24.0 : 8.0; /* pack_freqs: a byte, + 2 for an escape */
+            }
+        }
+        if (k == 0 || cost < best - 1e-9 * (double)n_sym) {
+            best = cost;
+            best_k = k;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    return PyLong_FromLongLong(best_k);
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* float_head_bits(hist_max [2**(exp_bits + max_j)] int64, exp_bits, tail_bits0, max_j) -> head_bits:
+ * as codecs.float.choose_head_bits (its numpy twin; a larger j must win by 1e-9 bits per value,
+ * so the two agree despite summing in other orders) */
+static PyObject *py_float_head_bits(PyObject *self, PyObject *args) {
+    PyObject *o_hist;
+    int E, tail0, max_j;
+    if (!PyArg_ParseTuple(args, "Oiii", &o_hist, &E, &tail0, &max_j)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nh;
+    const int64_t *hist = get_buf(&bs, o_hist, 0, 8, &nh, "hist");
+    if (!hist) goto fail;
+    if (E < 1 || max_j < 0 || E + max_j > 20 || nh != (int64_t)1 << (E + max_j)) {
+        PyErr_SetString(PyExc_ValueError, "float_head_bits: bad sizes");
+        goto fail;
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < nh; i++) n += hist[i];
+    double best = 0;
+    int best_j = 0;
+    for (int j = 0; j <= max_j && tail0 - j >= 1; j++) {
+        int64_t group = (int64_t)1 << (max_j - j), distinct = 0;
+        double ent = 0;
+        for (int64_t b = 0; b < nh; b += group) {
+            int64_t c = 0;
+            for (int64_t k = b; k < b + group; k++) c += hist[k];
+            if (c) {
+                distinct++;
+                ent += (double)c * (log2((double)n) - log2((double)c));
+            }
+        }
+        if (distinct > 256) break;
+        double cost = ent + (double)n * (tail0 - j) + 32.0 * distinct;
+        if (j == 0 || cost < best - 1e-9 * (double)n) {
+            best = cost;
+            best_j = j;
+        }
+    }
+    bufs_release(&bs);
+    return PyLong_FromLong(best_j);
 fail:
     bufs_release(&bs);
     return NULL;
@@ -1305,6 +1490,7 @@ typedef struct {
     int64_t n, chunk_size, chunks_per_table;
     const enc_sym *tab; /* [T * 256] */
     const uint32_t *packed; /* [T * 256]: freq | cum << 13 (the SIMD encoder's table) */
+    const double *rcp;      /* [T * 256]: 1 / freq (0 for absent symbols), the SIMD encoder's */
     int pb;
     uint32_t *states;
     int64_t *counts;
@@ -1449,6 +1635,8 @@ static void enc_task_avx512(void *vctx, int64_t c) {
     const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
     const enc_sym *tab = ctx->tab + tab_i;
     const uint32_t *packed = ctx->packed + tab_i;
+    const double *rcp = ctx->rcp + tab_i;
+    const __m512d eps14 = _mm512_set1_pd(6.103515625e-05);
     int64_t start = c * ctx->chunk_size;
     int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
     const uint8_t *sym = ctx->sym + start;
@@ -1477,8 +1665,25 @@ static void enc_task_avx512(void *vctx, int64_t c) {
     for (int64_t t = full - 1; t >= 0; t--) {
         for (int v = 1; v >= 0; v--) {
             __m512i x = xv[v];
-            __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + t * LANES + 16 * v)));
-            __m512i e = lut16(s32, packed, soft);
+            const uint8_t *sv = sym + t * LANES + 16 * v;
+            __m512i e;
+            __m512d r0, r1;
+            if (soft) { /* see lut16: lanes one by one, straight from the symbol bytes */
+                uint32_t ev[16];
+                double rv[16];
+                for (int k = 0; k < 16; k++) {
+                    ev[k] = packed[sv[k]];
+                    rv[k] = rcp[sv[k]];
+                }
+                e = _mm512_loadu_si512(ev);
+                r0 = _mm512_loadu_pd(rv);
+                r1 = _mm512_loadu_pd(rv + 8);
+            } else {
+                __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sv));
+                e = _mm512_i32gather_epi32(s32, (const int *)packed, 4);
+                r0 = _mm512_i32gather_pd(_mm512_castsi512_si256(s32), rcp, 8);
+                r1 = _mm512_i32gather_pd(_mm512_extracti64x4_epi64(s32, 1), rcp, 8);
+            }
             __m512i f = _mm512_and_si512(e, fmask);
             zero_f |= _mm512_cmpeq_epi32_mask(f, _mm512_setzero_si512());
             __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
@@ -1487,10 +1692,10 @@ static void enc_task_avx512(void *vctx, int64_t c) {
             w -= cnt;
             _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
             x = _mm512_mask_srli_epi32(x, emit, x, 16);
-            __m512d q0 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)),
-                                       _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
-            __m512d q1 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)),
-                                       _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
+            /* floor(x / f) = trunc(x * (1 / f) + 2**-14), exact as in enc_body (no division:
+             * the divider's throughput bounded this loop) */
+            __m512d q0 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r0, eps14);
+            __m512d q1 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r1, eps14);
             __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
             x = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
                                                   _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))),
@@ -1559,9 +1764,20 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (int64_t k = 0; k < n_tables * 256; k++) packed[k] = tab[k].freq | tab[k].cum << 13;
+    double *rcp = malloc((size_t)(n_tables * 256 + 1) * sizeof(double));
+    if (!rcp) {
+        free(tab);
+        free(packed);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int64_t k = 0; k < n_tables * 256; k++) {
+        packed[k] = tab[k].freq | tab[k].cum << 13;
+        rcp[k] = tab[k].rcp;
+    }
     ctx.tab = tab;
     ctx.packed = packed;
+    ctx.rcp = rcp;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
     Py_BEGIN_ALLOW_THREADS
@@ -1574,6 +1790,7 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(tab);
     free(packed);
+    free(rcp);
     if (ctx.bad) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
@@ -1695,6 +1912,8 @@ static PyMethodDef methods[] = {
     {"chunk_histograms", py_chunk_histograms, METH_VARARGS, "per-chunk symbol histograms"},
     {"head_histogram", py_head_histogram, METH_VARARGS, "histogram of (bits >> shift) & mask"},
     {"normalize_rows", py_normalize_rows, METH_VARARGS, "frequency normalisation of count rows"},
+    {"choose_tables", py_choose_tables, METH_VARARGS, "index of the cheapest chunks_per_table candidate"},
+    {"float_head_bits", py_float_head_bits, METH_VARARGS, "head_bits of the float codec by measured cost"},
     {"split_float", py_split_float, METH_VARARGS, "float split into head symbols, tail bits, low bytes"},
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
     {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
@@ -1719,6 +1938,8 @@ PyMODINIT_FUNC PyInit__cext(void) {
     init_perm8();
 #endif
     g_isa = g_isa_max;
+    g_log2[0] = 0.0;
+    for (int f = 1; f <= 4096; f++) g_log2[f] = log2((double)f);
     g_threads_default = 1;
     g_spare = 0;
     return PyModule_Create(&moduledef);
