@@ -192,9 +192,10 @@ def head_histogram(bits: np.ndarray, shift: int, mask: int, numba: bool = False)
 
 
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
-                numba: bool = False):
+                numba: bool = False, window: int = -1):
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
-    ``codecs._kernels.split_float``."""
+    ``codecs._kernels.split_float``. window: head values window..window+255 are looked up in
+    SIMD registers, the others one by one (-1: all one by one); the result is the same."""
     e = None if numba else ext()
     n = bits.size
     if e is None:
@@ -205,7 +206,7 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     tail = np.empty((n * tail_bits + 7) // 8, dtype=np.uint8)
     low = np.empty((low_planes, n), dtype=np.uint8)
     e.split_float(bits, shift, mask, np.ascontiguousarray(symbol_of, dtype=np.uint8), tail_shift, tail_mask,
-                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n))
+                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n), window)
     return head, tail, low
 
 

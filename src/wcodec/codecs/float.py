@@ -62,6 +62,17 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
     return best[1]
 
 
+def _busiest_window(alphabet: np.ndarray, counts: np.ndarray, width: int = 256) -> int:
+    """The start of the ``width`` consecutive head values that hold the most weights (the SIMD
+    split looks those up in registers); -1 for an empty alphabet."""
+    if not alphabet.size:
+        return -1
+    a = alphabet.astype(np.int64)
+    cum = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    inside = cum[np.searchsorted(a, a + width)] - cum[:-1]
+    return int(a[int(np.argmax(inside))])
+
+
 #: marks a head symbol outside the alphabet in the placed-value table (above any float's bits)
 BAD_SYMBOL = np.uint64(1) << np.uint64(40)
 
@@ -128,7 +139,7 @@ class FloatCodec(Codec):
         symbol_of = np.zeros(mask + 1, dtype=np.uint8)
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
         head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
-                                        W - 1, R, L)
+                                        W - 1, R, L, window=_busiest_window(alphabet, hist[alphabet]))
         plane = rans.encode(head, prob_bits, chunk_steps, tables)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}

@@ -190,6 +190,17 @@ static inline __m512i lut16(__m512i idx, const uint32_t *lut, int soft) {
     return _mm512_i32gather_epi32(idx, (const int *)lut, 4);
 }
 
+/* 256-entry word table lookup of 32 indices < 256 in 16-bit lanes (bits above 7 ignored) from eight registers:
+ * four vpermt2w (64 entries each) and three blends on the index's bits 6 and 7 */
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline __m512i lut256w(__m512i idx, const __m512i *T) {
+    __m512i r0 = _mm512_permutex2var_epi16(T[0], idx, T[1]), r1 = _mm512_permutex2var_epi16(T[2], idx, T[3]);
+    __m512i r2 = _mm512_permutex2var_epi16(T[4], idx, T[5]), r3 = _mm512_permutex2var_epi16(T[6], idx, T[7]);
+    __mmask32 m6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+    __mmask32 m7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
+    return _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, r0, r1), _mm512_mask_blend_epi16(m6, r2, r3));
+}
+
 /* lane k of mask mk reads word popcount(mk & ((1 << k) - 1)) of the step's run */
 static int32_t g_perm8[256][8];
 
@@ -1278,6 +1289,8 @@ typedef struct {
     uint32_t mask, tail_mask;
     const uint8_t *symbol_of;
     uint8_t *head, *tail, *low;
+    int64_t base;         /* head values base..base+255 are looked up in registers (-1: none) */
+    uint16_t window[256]; /* symbol_of[base + k] */
 } split_ctx;
 
 #define SPLIT_BLOCKS 4096 /* blocks of 8 values per task */
@@ -1387,6 +1400,10 @@ static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
     const uint64_t pmask = 0x0101010101010101ull * ((1u << R) - 1);
     const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;
     uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;
+    const int win = ctx->base >= 0;
+    const __m512i vbase = _mm512_set1_epi16((short)(win ? ctx->base : 0)), v256 = _mm512_set1_epi16(256);
+    __m512i TW[8];
+    for (int k = 0; k < 8; k++) TW[k] = _mm512_loadu_si512(ctx->window + 32 * k);
     int64_t blk = b0;
     for (; (blk + 4) * 8 <= ctx->n && (blk + 3) * R + 8 <= lim; blk += 4) {
         int64_t i0 = blk * 8;
@@ -1404,8 +1421,22 @@ static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
             u = _mm512_loadu_si512((const uint16_t *)ctx->bits + i0);
         }
         uint16_t idx[32];
-        _mm512_storeu_si512(idx, _mm512_and_si512(_mm512_srl_epi16(u, shv), msk));
-        for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        __m512i iv = _mm512_and_si512(_mm512_srl_epi16(u, shv), msk);
+        if (win) { /* in-window head values from registers, the rare others one by one */
+            __m512i rel = _mm512_sub_epi16(iv, vbase);
+            __mmask32 out = _mm512_cmpge_epu16_mask(rel, v256);
+            _mm256_storeu_si256((__m256i *)(ctx->head + i0), _mm512_cvtepi16_epi8(lut256w(rel, TW)));
+            if (out) {
+                _mm512_storeu_si512(idx, iv);
+                for (uint32_t o = out; o; o &= o - 1) {
+                    int k = __builtin_ctz(o);
+                    ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+                }
+            }
+        } else {
+            _mm512_storeu_si512(idx, iv);
+            for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        }
         __m512i t = _mm512_or_si512(_mm512_sll_epi16(_mm512_srli_epi16(u, 15), rv), _mm512_and_si512(u, tmsk));
         uint64_t tb[4];
         _mm256_storeu_si256((__m256i *)tb, _mm512_cvtepi16_epi8(t));
@@ -1426,8 +1457,9 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     PyObject *o_bits, *o_symof, *o_head, *o_tail, *o_low;
     int shift, tail_shift, sign_shift, R, low_planes, threads;
     unsigned int mask, tail_mask;
-    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
-                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads))
+    long long base = -1;
+    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi|L", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
+                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads, &base))
         return NULL;
     bufs_t bs = {.k = 0};
     split_ctx ctx;
@@ -1457,6 +1489,9 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     ctx.sign_shift = sign_shift;
     ctx.R = R;
     ctx.low_planes = low_planes;
+    ctx.base = base >= 0 && base <= (long long)mask ? base : -1;
+    for (int k = 0; k < 256; k++)
+        ctx.window[k] = ctx.base >= 0 && ctx.base + k <= (int64_t)mask ? ctx.symbol_of[ctx.base + k] : 0;
     int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
     threads = pick_threads(threads, n_tasks);
     Py_BEGIN_ALLOW_THREADS
@@ -1490,7 +1525,7 @@ typedef struct {
     int64_t n, chunk_size, chunks_per_table;
     const enc_sym *tab; /* [T * 256] */
     const uint32_t *packed; /* [T * 256]: freq | cum << 13 (the SIMD encoder's table) */
-    const double *rcp;      /* [T * 256]: 1 / freq (0 for absent symbols), the SIMD encoder's */
+    const uint16_t *f16, *c16; /* [T * 256]: freq and cum (the AVX-512 encoder's register tables) */
     int pb;
     uint32_t *states;
     int64_t *counts;
@@ -1623,20 +1658,65 @@ static void enc_task_avx2(void *vctx, int64_t c) {
     if (absent || _mm256_movemask_ps(_mm256_castsi256_ps(zero_f))) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
 }
 
+/* 1 / f for 8 lanes of f (0 < f <= 4096) to within 2**-52 relative: rcp14 and two Newton steps,
+ * all off the states' dependency chain (the division it replaces was on it) */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512d recip8(__m256i f32) {
+    const __m512d two = _mm512_set1_pd(2.0);
+    __m512d f = _mm512_cvtepu32_pd(f32), r = _mm512_rcp14_pd(f);
+    r = _mm512_mul_pd(r, _mm512_fnmadd_pd(f, r, two));
+    return _mm512_mul_pd(r, _mm512_fnmadd_pd(f, r, two));
+}
+
+/* one step (32 symbols from sym, lanes 31..16 then 15..0) of the register-table encoder below */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt"), always_inline))
+static inline void enc_step32(__m512i *xv, const uint8_t *sym, const __m512i *TF, const __m512i *TC, int pb,
+                              uint16_t **wp, __mmask32 *zero_f) {
+    const __m512d eps14 = _mm512_set1_pd(6.103515625e-05);
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    uint16_t *w = *wp;
+    __m512i idx = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)sym));
+    __m512i F = lut256w(idx, TF), C = lut256w(idx, TC);
+    *zero_f |= _mm512_cmpeq_epi16_mask(F, _mm512_setzero_si512());
+    for (int v = 1; v >= 0; v--) {
+        __m512i x = xv[v];
+        __m512i f = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(F, 1) : _mm512_castsi512_si256(F));
+        __m512i cum = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(C, 1) : _mm512_castsi512_si256(C));
+        __m512d r0 = recip8(_mm512_castsi512_si256(f)), r1 = recip8(_mm512_extracti64x4_epi64(f, 1));
+        __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
+        int cnt = __builtin_popcount((unsigned)emit);
+        __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+        w -= cnt;
+        _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
+        x = _mm512_mask_srli_epi32(x, emit, x, 16);
+        __m512d q0 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r0, eps14);
+        __m512d q1 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r1, eps14);
+        __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
+        xv[v] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
+                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))), cum);
+    }
+    *wp = w;
+}
+
 /* AVX-512 encoder: the 32 lanes as two 16-lane vectors, steps in reverse, the high vector first
  * (lanes 31..0 in reverse is the spec's order). A vector's emitted words are its lanes' low 16 bits
  * in ascending lane order, placed just below the words already written: a compress + a masked
- * store. floor(x / f) is a double division (exact: the quotient is below 2**21, so its rounding
- * never reaches the next integer). The partial last step runs first, scalar. */
+ * store. The partial last step runs first, scalar. Every table lookup is in registers: freq and
+ * cum of a step's 32 symbols from two 256-entry word tables held in sixteen registers
+ * (lut256w), 1 / freq from recip8. floor(x / f) = trunc(x * r + 2**-14) is
+ * exact for any r within 2**-35 of 1 / f (x < 2**32, f <= 2**12: the product is off by less
+ * than 2**-14 and a quotient's fraction is 0 or >= 2**-12), so it equals enc_body's. This removes
+ * the 32 scalar loads and stores per 16 lanes that bounded the loop on AMD (no fast gather). */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
 static void enc_task_avx512(void *vctx, int64_t c) {
     enc_ctx *ctx = vctx;
-    const int soft = g_soft_gather;
     const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
     const enc_sym *tab = ctx->tab + tab_i;
-    const uint32_t *packed = ctx->packed + tab_i;
-    const double *rcp = ctx->rcp + tab_i;
-    const __m512d eps14 = _mm512_set1_pd(6.103515625e-05);
+    __m512i TF[8], TC[8];
+    for (int k = 0; k < 8; k++) {
+        TF[k] = _mm512_loadu_si512(ctx->f16 + tab_i + 32 * k);
+        TC[k] = _mm512_loadu_si512(ctx->c16 + tab_i + 32 * k);
+    }
     int64_t start = c * ctx->chunk_size;
     int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
     const uint8_t *sym = ctx->sym + start;
@@ -1659,54 +1739,47 @@ static void enc_task_avx512(void *vctx, int64_t c) {
         X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
     }
     __m512i xv[2] = {_mm512_loadu_si512(X), _mm512_loadu_si512(X + 16)};
-    const __m512i fmask = _mm512_set1_epi32(0x1FFF);
-    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
-    __mmask16 zero_f = 0;
-    for (int64_t t = full - 1; t >= 0; t--) {
-        for (int v = 1; v >= 0; v--) {
-            __m512i x = xv[v];
-            const uint8_t *sv = sym + t * LANES + 16 * v;
-            __m512i e;
-            __m512d r0, r1;
-            if (soft) { /* see lut16: lanes one by one, straight from the symbol bytes */
-                uint32_t ev[16];
-                double rv[16];
-                for (int k = 0; k < 16; k++) {
-                    ev[k] = packed[sv[k]];
-                    rv[k] = rcp[sv[k]];
-                }
-                e = _mm512_loadu_si512(ev);
-                r0 = _mm512_loadu_pd(rv);
-                r1 = _mm512_loadu_pd(rv + 8);
-            } else {
-                __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sv));
-                e = _mm512_i32gather_epi32(s32, (const int *)packed, 4);
-                r0 = _mm512_i32gather_pd(_mm512_castsi512_si256(s32), rcp, 8);
-                r1 = _mm512_i32gather_pd(_mm512_extracti64x4_epi64(s32, 1), rcp, 8);
-            }
-            __m512i f = _mm512_and_si512(e, fmask);
-            zero_f |= _mm512_cmpeq_epi32_mask(f, _mm512_setzero_si512());
-            __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
-            int cnt = __builtin_popcount((unsigned)emit);
-            __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
-            w -= cnt;
-            _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
-            x = _mm512_mask_srli_epi32(x, emit, x, 16);
-            /* floor(x / f) = trunc(x * (1 / f) + 2**-14), exact as in enc_body (no division:
-             * the divider's throughput bounded this loop) */
-            __m512d q0 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r0, eps14);
-            __m512d q1 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r1, eps14);
-            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
-            x = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
-                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))),
-                                 _mm512_srli_epi32(e, 13));
-            xv[v] = x;
-        }
-    }
+    __mmask32 zero_f = 0;
+    for (int64_t t = full - 1; t >= 0; t--) enc_step32(xv, sym + t * LANES, TF, TC, pb, &w, &zero_f);
     _mm512_storeu_si512(ctx->states + c * LANES, xv[0]);
     _mm512_storeu_si512(ctx->states + c * LANES + 16, xv[1]);
     ctx->counts[c] = (ctx->scratch + start + m) - w;
     if (absent || zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
+/* chunks 2t and 2t + 1 interleaved (four independent state chains hide the latency of one
+ * chunk's two) where both are whole chunks of one table; else one after the other */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
+static void enc_pair_avx512(void *vctx, int64_t t) {
+    enc_ctx *ctx = vctx;
+    int64_t c = 2 * t, cs = ctx->chunk_size;
+    if ((c + 2) * cs > ctx->n || c / ctx->chunks_per_table != (c + 1) / ctx->chunks_per_table) {
+        enc_task_avx512(vctx, c);
+        if ((c + 1) * cs < ctx->n) enc_task_avx512(vctx, c + 1);
+        return;
+    }
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    __m512i TF[8], TC[8];
+    for (int k = 0; k < 8; k++) {
+        TF[k] = _mm512_loadu_si512(ctx->f16 + tab_i + 32 * k);
+        TC[k] = _mm512_loadu_si512(ctx->c16 + tab_i + 32 * k);
+    }
+    const uint8_t *sa = ctx->sym + c * cs, *sb = sa + cs;
+    uint16_t *wa = ctx->scratch + (c + 1) * cs, *wb = wa + cs;
+    const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
+    __m512i xa[2] = {lower, lower}, xb[2] = {lower, lower};
+    __mmask32 zero_f = 0;
+    for (int64_t s = cs / LANES - 1; s >= 0; s--) {
+        enc_step32(xa, sa + s * LANES, TF, TC, ctx->pb, &wa, &zero_f);
+        enc_step32(xb, sb + s * LANES, TF, TC, ctx->pb, &wb, &zero_f);
+    }
+    _mm512_storeu_si512(ctx->states + c * LANES, xa[0]);
+    _mm512_storeu_si512(ctx->states + c * LANES + 16, xa[1]);
+    _mm512_storeu_si512(ctx->states + (c + 1) * LANES, xb[0]);
+    _mm512_storeu_si512(ctx->states + (c + 1) * LANES + 16, xb[1]);
+    ctx->counts[c] = (ctx->scratch + (c + 1) * cs) - wa;
+    ctx->counts[c + 1] = (ctx->scratch + (c + 2) * cs) - wb;
+    if (zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
 }
 #endif
 
@@ -1764,25 +1837,28 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail;
     }
-    double *rcp = malloc((size_t)(n_tables * 256 + 1) * sizeof(double));
-    if (!rcp) {
+    uint16_t *f16 = malloc((size_t)(n_tables * 256 + 1) * 2 * sizeof(uint16_t));
+    if (!f16) {
         free(tab);
         free(packed);
         PyErr_NoMemory();
         goto fail;
     }
+    uint16_t *c16 = f16 + n_tables * 256;
     for (int64_t k = 0; k < n_tables * 256; k++) {
         packed[k] = tab[k].freq | tab[k].cum << 13;
-        rcp[k] = tab[k].rcp;
+        f16[k] = (uint16_t)tab[k].freq;
+        c16[k] = (uint16_t)tab[k].cum;
     }
     ctx.tab = tab;
     ctx.packed = packed;
-    ctx.rcp = rcp;
+    ctx.f16 = f16;
+    ctx.c16 = c16;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
-    if (g_isa == ISA_AVX512) run_parallel(enc_task_avx512, &ctx, n_chunks, threads);
+    if (g_isa == ISA_AVX512) run_parallel(enc_pair_avx512, &ctx, (n_chunks + 1) / 2, pick_threads(threads, (n_chunks + 1) / 2));
     else if (g_isa == ISA_AVX2) run_parallel(enc_task_avx2, &ctx, n_chunks, threads);
     else
 #endif
@@ -1790,7 +1866,7 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(tab);
     free(packed);
-    free(rcp);
+    free(f16);
     if (ctx.bad) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
