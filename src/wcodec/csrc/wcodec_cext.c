@@ -6,8 +6,12 @@
  *   8-lane vectors, gathered lookup, the step's word reads compacted by movemask + popcount + a
  *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), the
  *   ISA picked at run time (__builtin_cpu_supports) so one binary runs everywhere;
- * - rANS encode, chunk histograms, frequency normalisation, the float split and the fused
- *   float decode + merge;
+ * - rANS encode (AVX-512: frequency tables held in registers, 1/f by rcp14 + Newton steps, two
+ *   chunks interleaved), chunk histograms, frequency normalisation, the encoder's choices of
+ *   tables per segment and of the float codec's head_bits (the numpy twins are
+ *   rans._choose_tables and codecs.float.choose_head_bits), the float split (AVX-512: head symbols
+ *   looked up in registers over a 256-value window) and the fused float decode + merge (F32's
+ *   coded low planes decoded chunk by chunk inside it);
  * - threads: each call runs its chunks on a few pthreads (work taken from an atomic counter),
  *   with the GIL released; a process-wide budget keeps concurrent calls (tensors decoded in
  *   pool threads) from oversubscribing the cores.
