@@ -191,6 +191,15 @@ def head_histogram(bits: np.ndarray, shift: int, mask: int, numba: bool = False)
     return hist
 
 
+def block_head_histograms(bits: np.ndarray, shift: int, mask: int, block: int) -> np.ndarray:
+    """[n_blocks, mask + 1] uint32: the histogram of ``(bits >> shift) & mask`` over each block of
+    ``block`` values of [n] uint16/uint32 bits (C only; ``head_histogram`` per block)."""
+    n_blocks = -(-bits.size // block)
+    out = np.empty((n_blocks, mask + 1), dtype=np.uint32)
+    ext().block_head_histograms(bits, shift, mask, block, out, _threads_for(bits.size))
+    return out
+
+
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
                 numba: bool = False, window: int = -1):
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see

@@ -428,3 +428,26 @@ def test_f32_low_planes_with_other_chunks_decoded_apart():
     rec2 = F.EncodedTensor(rec.codec, rec.dtype, rec.shape, params, sections)
     assert not native.fuses_low_planes(F.parse(rec2).head, [low1])
     assert decode_tensor(rec2).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("backend", ["native", "numba"])
+@pytest.mark.parametrize("n,steps", [(100_000, None), (300_001, 16), (70_000, 7), (5_000, 2)])
+@pytest.mark.parametrize("tables", ["auto", 1, 64, 10**6])
+def test_encode_with_block_counts_is_the_same_plane(backend, n, steps, tables):
+    """Counts per block of table segments (what the float encoder gets from its one histogram
+    pass) give the plane that per-chunk counts give; wrong ones are refused."""
+    if backend == "native" and ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    sym = _symbols("skewed", n, n)
+    sym[n // 3:] = (sym[n // 3:] + 3) % 40  # drifting statistics: several tables pay
+    cs = 32 * (steps or rans.auto_chunk_steps(n))
+    block = rans.counts_block(n, cs)
+    per_chunk = native.chunk_histograms(sym, cs, numba=True)
+    blocks = np.add.reduceat(per_chunk, np.arange(0, per_chunk.shape[0], block), axis=0)
+    ref = rans.encode(sym, 12, steps, tables=tables, backend=backend)
+    assert _same(rans.encode(sym, 12, steps, tables=tables, backend=backend, block_counts=blocks), ref)
+    bad = blocks.copy()
+    bad[0, 0] += 1
+    if tables == "auto" or tables % block == 0 or tables >= per_chunk.shape[0]:
+        with pytest.raises(ValueError):
+            rans.encode(sym, 12, steps, tables=tables, backend=backend, block_counts=bad)

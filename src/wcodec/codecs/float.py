@@ -73,6 +73,34 @@ def _busiest_window(alphabet: np.ndarray, counts: np.ndarray, width: int = 256) 
     return int(a[int(np.argmax(inside))])
 
 
+#: per-block head histograms are kept only where a block holds at least this many values (a
+#: block's histogram has up to 4096 bins)
+BLOCK_MIN = 1 << 15
+
+
+def _head_histograms_per_block(bits: np.ndarray, E: int, M: int, n: int, chunk_steps) -> np.ndarray | None:
+    """[n_blocks, 2**(E + MAX_HEAD_BITS)] uint32 head histograms per block of
+    ``rans.counts_block`` chunks (the head plane's chunks), or None (no C extension, odd chunks)."""
+    steps = rans.auto_chunk_steps(n) if chunk_steps is None else chunk_steps
+    if not (K.available() and n and isinstance(steps, (int, np.integer)) and 1 <= steps <= rans.MAX_CHUNK_STEPS):
+        return None
+    chunk = rans.LANES * int(steps)
+    block = rans.counts_block(n, chunk) * chunk
+    if block < BLOCK_MIN:
+        return None
+    return K.block_head_histograms(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1, block)
+
+
+def _symbol_counts(per_block: np.ndarray, hist_max: np.ndarray, symbol_of: np.ndarray, drop: int) -> np.ndarray:
+    """[n_blocks, 256] int64 head symbol counts per block from the per-block histograms of
+    ``_head_histograms_per_block`` (a bin's head value is its index >> drop)."""
+    present = np.flatnonzero(hist_max).astype(np.int64)
+    counts = np.empty((per_block.shape[0], 256), dtype=np.int64)
+    K.ext().block_symbol_counts(per_block, per_block.shape[1], present,
+                                np.ascontiguousarray(symbol_of[present >> drop]), counts)
+    return counts
+
+
 #: marks a head symbol outside the alphabet in the placed-value table (above any float's bits)
 BAD_SYMBOL = np.uint64(1) << np.uint64(40)
 
@@ -128,7 +156,13 @@ class FloatCodec(Codec):
         n = bits.size
         tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
         # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
-        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
+        # With the C extension it is kept per block of table segments, and also gives the head
+        # symbols' counts per segment (no second histogram pass over the symbols).
+        per_block, block_counts = _head_histograms_per_block(bits, E, M, n, chunk_steps), None
+        if per_block is not None:
+            hist_max = per_block.sum(axis=0, dtype=np.int64)
+        else:
+            hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
         j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)
         R = tail0 - j
         shift, mask = M - j, (1 << (E + j)) - 1
@@ -138,9 +172,11 @@ class FloatCodec(Codec):
             raise ValueError(f"head_bits={j} gives {alphabet.size} head values (> 256)")
         symbol_of = np.zeros(mask + 1, dtype=np.uint8)
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
+        if per_block is not None:
+            block_counts = _symbol_counts(per_block, hist_max, symbol_of, MAX_HEAD_BITS - j)
         head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
                                         W - 1, R, L, window=_busiest_window(alphabet, hist[alphabet]))
-        plane = rans.encode(head, prob_bits, chunk_steps, tables)
+        plane = rans.encode(head, prob_bits, chunk_steps, tables, block_counts=block_counts)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
         for k, name in enumerate(("low1", "low0")[:L]):

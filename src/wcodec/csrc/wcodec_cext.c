@@ -1101,6 +1101,109 @@ fail:
 /* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
  * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
  * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
+/* block_head_histograms(bits, shift, mask, block, out, threads): out[b, (x >> shift) & mask] =
+ * count over values [b * block, (b + 1) * block) of uint16/uint32 bits; out: [n_blocks, mask + 1]
+ * uint32. One pass gives the float encoder both the tensor's head histogram (the sum of the
+ * rows) and, once head_bits is chosen, the head symbols' counts per table segment (summed over
+ * each symbol's bins), which a second histogram of the symbols gave before. */
+typedef struct {
+    const void *bits;
+    int bytes, shift;
+    uint32_t mask;
+    int64_t n, block;
+    uint32_t *out;
+} bh_ctx;
+
+static void bh_task(void *vctx, int64_t blk) {
+    bh_ctx *ctx = vctx;
+    int64_t a = blk * ctx->block, b = ctx->n < a + ctx->block ? ctx->n : a + ctx->block;
+    int64_t nb = (int64_t)ctx->mask + 1;
+    uint32_t *row = ctx->out + blk * nb;
+    uint32_t *sub = calloc((size_t)(3 * nb), sizeof(uint32_t)); /* row is the fourth */
+    const int sh = ctx->shift;
+    const uint32_t msk = ctx->mask;
+    memset(row, 0, (size_t)nb * sizeof(uint32_t));
+    if (!sub) {
+        for (int64_t i = a; i < b; i++)
+            row[((ctx->bytes == 2 ? ((const uint16_t *)ctx->bits)[i] : ((const uint32_t *)ctx->bits)[i]) >> sh) & msk]++;
+        return;
+    }
+    uint32_t *h0 = row, *h1 = sub, *h2 = sub + nb, *h3 = sub + 2 * nb;
+    if (ctx->bytes == 2) HH_LOOP(uint16_t);
+    else HH_LOOP(uint32_t);
+    for (int64_t k = 0; k < nb; k++) row[k] += h1[k] + h2[k] + h3[k];
+    free(sub);
+}
+
+static PyObject *py_block_head_histograms(PyObject *self, PyObject *args) {
+    PyObject *o_bits, *o_out;
+    int shift, threads;
+    unsigned int mask;
+    long long block;
+    if (!PyArg_ParseTuple(args, "OiILOi", &o_bits, &shift, &mask, &block, &o_out, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    bh_ctx ctx;
+    int64_t no;
+    ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
+    if (!ctx.bits) goto fail;
+    ctx.bytes = (int)bs.b[0].itemsize;
+    ctx.out = get_buf(&bs, o_out, 1, 4, &no, "out");
+    if (!ctx.out) goto fail;
+    int64_t n_blocks = block > 0 ? (ctx.n + block - 1) / block : 0;
+    if ((ctx.bytes != 2 && ctx.bytes != 4) || shift < 0 || shift >= 32 || mask > (1u << 16) || block < 1 ||
+        block > ((int64_t)1 << 32) - 1 || no != n_blocks * ((int64_t)mask + 1)) {
+        PyErr_SetString(PyExc_ValueError, "block_head_histograms: bad arguments");
+        goto fail;
+    }
+    ctx.shift = shift;
+    ctx.mask = mask;
+    ctx.block = block;
+    threads = pick_threads(threads, n_blocks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(bh_task, &ctx, n_blocks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* block_symbol_counts(per_block [n_blocks, bins] uint32, bins_present [P] int64, symbol [P]
+ * uint8, out [n_blocks, 256] int64): out[b, symbol[k]] += per_block[b, bins_present[k]] */
+static PyObject *py_block_symbol_counts(PyObject *self, PyObject *args) {
+    PyObject *o_pb, *o_present, *o_sym, *o_out;
+    long long bins;
+    if (!PyArg_ParseTuple(args, "OLOOO", &o_pb, &bins, &o_present, &o_sym, &o_out)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t npb, np_, nsym, nout;
+    const uint32_t *pb = get_buf(&bs, o_pb, 0, 4, &npb, "per_block");
+    if (!pb) goto fail;
+    const int64_t *present = get_buf(&bs, o_present, 0, 8, &np_, "bins_present");
+    if (!present) goto fail;
+    const uint8_t *sym = get_buf(&bs, o_sym, 0, 1, &nsym, "symbol");
+    if (!sym) goto fail;
+    int64_t *out = get_buf(&bs, o_out, 1, 8, &nout, "out");
+    if (!out) goto fail;
+    if (bins < 1 || npb % bins || nsym != np_ || nout != npb / bins * 256) {
+        PyErr_SetString(PyExc_ValueError, "block_symbol_counts: bad sizes");
+        goto fail;
+    }
+    for (int64_t k = 0; k < np_; k++)
+        if (present[k] < 0 || present[k] >= bins) {
+            PyErr_SetString(PyExc_ValueError, "block_symbol_counts: bin out of range");
+            goto fail;
+        }
+    memset(out, 0, (size_t)nout * sizeof(int64_t));
+    for (int64_t b = 0; b < npb / bins; b++)
+        for (int64_t k = 0; k < np_; k++) out[b * 256 + sym[k]] += pb[b * bins + present[k]];
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
 static int cmp_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x < y) - (x > y);
@@ -1991,6 +2094,8 @@ static PyMethodDef methods[] = {
     {"decode_merge_float", py_decode_merge_float, METH_VARARGS, "fused rANS decode + float merge"},
     {"chunk_histograms", py_chunk_histograms, METH_VARARGS, "per-chunk symbol histograms"},
     {"head_histogram", py_head_histogram, METH_VARARGS, "histogram of (bits >> shift) & mask"},
+    {"block_head_histograms", py_block_head_histograms, METH_VARARGS, "head histograms per block of values"},
+    {"block_symbol_counts", py_block_symbol_counts, METH_VARARGS, "symbol counts per block from bin counts"},
     {"normalize_rows", py_normalize_rows, METH_VARARGS, "frequency normalisation of count rows"},
     {"choose_tables", py_choose_tables, METH_VARARGS, "index of the cheapest chunks_per_table candidate"},
     {"float_head_bits", py_float_head_bits, METH_VARARGS, "head_bits of the float codec by measured cost"},

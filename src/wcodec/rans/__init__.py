@@ -251,29 +251,48 @@ def _table_bits(freqs: np.ndarray) -> int:
     return 8 * freqs.size + 16 * int(np.count_nonzero(freqs >= 255))
 
 
-def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int, numba: bool = False) -> int:
-    """Pick chunks_per_table minimising coded size + table storage. counts: [n_chunks, 256].
-
-    Candidates from one table down to the finest segment; a finer one must save more than 1e-9
-    bits per symbol (so the C extension's costs, summed in another order, pick the same).
-    """
-    n_chunks = counts.shape[0]
-    if n_chunks == 0:
-        return 1
+def table_candidates(n_symbols: int, chunk_size: int) -> list[int]:
+    """The chunks_per_table that ``tables="auto"`` tries, largest (one table) first."""
+    n_chunks = -(-n_symbols // chunk_size)
     candidates = {n_chunks}
-    n_symbols = int(counts.sum())
     for seg in SEGMENT_CANDIDATES:
         if n_symbols >= LARGE_PLANE and seg < LARGE_SEGMENT_MIN:
             continue
         candidates.add(max(1, min(n_chunks, seg // chunk_size)))
-    candidates = sorted(candidates, reverse=True)
+    return sorted(candidates, reverse=True)
+
+
+def counts_block(n_symbols: int, chunk_size: int) -> int:
+    """Chunks per block of the coarsest symbol counts that still decide ``tables="auto"``
+    exactly: every candidate but one table for the whole plane is a multiple of it (else 1)."""
+    candidates = table_candidates(n_symbols, chunk_size)
+    finer = candidates[1:]
+    if not finer:
+        return max(candidates[0], 1)
+    block = min(finer)
+    return block if all(c % block == 0 for c in finer) else 1
+
+
+def _choose_tables(counts: np.ndarray, chunk_size: int, prob_bits: int, numba: bool = False,
+                   block: int = 1) -> int:
+    """Pick chunks_per_table minimising coded size + table storage. counts: [n_blocks, 256]
+    symbol counts per block of ``block`` chunks (``counts_block``; 1: per chunk).
+
+    Candidates from one table down to the finest segment; a finer one must save more than 1e-9
+    bits per symbol (so the C extension's costs, summed in another order, pick the same).
+    """
+    if counts.shape[0] == 0:
+        return 1
+    n_symbols = int(counts.sum())
+    candidates = table_candidates(n_symbols, chunk_size)
+    in_blocks = [-(-c // block) for c in candidates]
     if not numba and native.available():
-        return candidates[native.choose_tables(counts, candidates, prob_bits)]
+        return candidates[native.choose_tables(counts, in_blocks, prob_bits)]
     present = np.flatnonzero(counts.any(axis=0))
     alphabet_size = int(present[-1]) + 1 if present.size else 1
     best = None
-    for cpt in candidates:
-        groups = np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0)
+    for cpt, rows in zip(candidates, in_blocks):
+        groups = np.add.reduceat(counts, np.arange(0, counts.shape[0], rows), axis=0)
         freqs = normalize_many(groups, prob_bits)
         cost = coded_cost_bits(groups, freqs, prob_bits) + _table_bits(freqs[:, :alphabet_size])
         if best is None or cost < best[0] - 1e-9 * n_symbols:
@@ -287,6 +306,7 @@ def encode(
     chunk_steps: int | None = None,
     tables: str | int = "auto",
     backend: str = "auto",
+    block_counts: np.ndarray | None = None,
 ) -> RansPlane:
     """Encode a symbol plane with interleaved rANS.
 
@@ -294,7 +314,9 @@ def encode(
     (chunk = 32 * chunk_steps symbols); None picks ``auto_chunk_steps(n)``. tables: ``"auto"`` picks the number of chunks sharing a
     frequency table by measured cost (one table, or one per 64K-1M symbols); an int fixes
     chunks_per_table. backend: ``"auto"`` (native where built, else numba), ``"native"``, ``"numba"``
-    or ``"reference"`` (pure Python, tiny inputs only).
+    or ``"reference"`` (pure Python, tiny inputs only). block_counts: optional [n_blocks, 256]
+    int64 symbol counts per block of ``counts_block(n, 32 * chunk_steps)`` chunks, when the caller
+    has them already (the float encoder); the plane is the same as without them.
     The input is not modified. Returns a RansPlane.
     """
     symbols = np.ascontiguousarray(symbols, dtype=np.uint8).reshape(-1)
@@ -310,16 +332,24 @@ def encode(
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}")
     use_numba = _numba_backend(backend)
-    if backend == "reference":
+    if tables != "auto" and int(tables) < 1:
+        raise ValueError("tables must be 'auto' or a positive number of chunks per table")
+    block = counts_block(n, chunk_size) if block_counts is not None else 1
+    if block_counts is not None and not (
+            tables == "auto" or int(tables) % block == 0 or int(tables) >= n_chunks) or backend == "reference":
+        block_counts, block = None, 1
+    if block_counts is not None:
+        counts = np.ascontiguousarray(block_counts, dtype=np.int64)
+        if counts.shape != (-(-n_chunks // block), ALPHABET) or int(counts.sum()) != n:
+            raise ValueError("block_counts do not match the symbols")
+    elif backend == "reference":
         counts = np.stack([np.bincount(symbols[c * chunk_size:(c + 1) * chunk_size], minlength=256)
                            for c in range(n_chunks)]) if n_chunks else np.zeros((0, 256), np.int64)
     else:
         counts = native.chunk_histograms(symbols, chunk_size, numba=use_numba)
-    cpt = (_choose_tables(counts, chunk_size, prob_bits, use_numba or backend == "reference") if tables == "auto"
-           else int(tables))
-    if cpt < 1:
-        raise ValueError("tables must be 'auto' or a positive number of chunks per table")
-    groups = (np.add.reduceat(counts, np.arange(0, n_chunks, cpt), axis=0) if n_chunks
+    cpt = (_choose_tables(counts, chunk_size, prob_bits, use_numba or backend == "reference", block)
+           if tables == "auto" else int(tables))
+    groups = (np.add.reduceat(counts, np.arange(0, counts.shape[0], -(-cpt // block)), axis=0) if n_chunks
               else np.zeros((1, ALPHABET), dtype=np.int64))
     freqs = normalize_many(groups, prob_bits)
     if backend == "reference":
