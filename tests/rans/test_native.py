@@ -451,3 +451,21 @@ def test_encode_with_block_counts_is_the_same_plane(backend, n, steps, tables):
     if tables == "auto" or tables % block == 0 or tables >= per_chunk.shape[0]:
         with pytest.raises(ValueError):
             rans.encode(sym, 12, steps, tables=tables, backend=backend, block_counts=bad)
+
+
+@pytest.mark.parametrize("prob_bits", [11, 12])
+@pytest.mark.parametrize("seed", range(6))
+def test_encoder_quotients_exact_for_every_frequency(isa, prob_bits, seed):
+    """The SIMD encoders divide by estimates made exact: frequencies from 1 to nearly 2**prob_bits
+    (one dominant symbol, many rare ones), states across their whole range, native = numba."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(256, [0.02, 0.2, 1.0][seed % 3]))
+    p[rng.integers(0, 256)] += [0.0, 0.5, 5.0][seed // 2]
+    sym = rng.choice(256, size=200_003, p=p / p.sum()).astype(np.uint8)
+    for steps, tables in ((1024, 10**6), (37, 10**6), (64, 1)):  # one table; one per chunk
+        a = rans.encode(sym, prob_bits, steps, tables=tables, backend="native")
+        assert _same(a, rans.encode(sym, prob_bits, steps, tables=tables, backend="numba"))
+        if tables > 1:
+            freqs = a.freqs[a.freqs > 0]
+            assert freqs.min() < 16 and freqs.max() >= 128  # a wide spread of frequencies
+        assert np.array_equal(rans.decode(a, backend="native"), sym)

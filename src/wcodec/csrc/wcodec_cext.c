@@ -6,8 +6,8 @@
  *   8-lane vectors, gathered lookup, the step's word reads compacted by movemask + popcount + a
  *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), the
  *   ISA picked at run time (__builtin_cpu_supports) so one binary runs everywhere;
- * - rANS encode (AVX-512: frequency tables held in registers, 1/f by rcp14 + Newton steps, two
- *   chunks interleaved), chunk histograms, frequency normalisation, the encoder's choices of
+ * - rANS encode (AVX-512: frequency tables held in registers, floor(x / f) from a float estimate
+ *   made exact, two chunks interleaved), chunk histograms, frequency normalisation, the encoder's choices of
  *   tables per segment and of the float codec's head_bits (the numpy twins are
  *   rans._choose_tables and codecs.float.choose_head_bits), the float split (AVX-512: head symbols
  *   looked up in registers over a 256-value window) and the fused float decode + merge (F32's
@@ -1765,21 +1765,10 @@ static void enc_task_avx2(void *vctx, int64_t c) {
     if (absent || _mm256_movemask_ps(_mm256_castsi256_ps(zero_f))) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
 }
 
-/* 1 / f for 8 lanes of f (0 < f <= 4096) to within 2**-52 relative: rcp14 and two Newton steps,
- * all off the states' dependency chain (the division it replaces was on it) */
-__attribute__((target("avx512f"), always_inline))
-static inline __m512d recip8(__m256i f32) {
-    const __m512d two = _mm512_set1_pd(2.0);
-    __m512d f = _mm512_cvtepu32_pd(f32), r = _mm512_rcp14_pd(f);
-    r = _mm512_mul_pd(r, _mm512_fnmadd_pd(f, r, two));
-    return _mm512_mul_pd(r, _mm512_fnmadd_pd(f, r, two));
-}
-
 /* one step (32 symbols from sym, lanes 31..16 then 15..0) of the register-table encoder below */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt"), always_inline))
 static inline void enc_step32(__m512i *xv, const uint8_t *sym, const __m512i *TF, const __m512i *TC, int pb,
                               uint16_t **wp, __mmask32 *zero_f) {
-    const __m512d eps14 = _mm512_set1_pd(6.103515625e-05);
     const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
     uint16_t *w = *wp;
     __m512i idx = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)sym));
@@ -1789,18 +1778,28 @@ static inline void enc_step32(__m512i *xv, const uint8_t *sym, const __m512i *TF
         __m512i x = xv[v];
         __m512i f = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(F, 1) : _mm512_castsi512_si256(F));
         __m512i cum = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(C, 1) : _mm512_castsi512_si256(C));
-        __m512d r0 = recip8(_mm512_castsi512_si256(f)), r1 = recip8(_mm512_extracti64x4_epi64(f, 1));
+        /* 1/f in float: rcp14 and one Newton step, off the states' chain */
+        __m512 ff = _mm512_cvtepu32_ps(f), r = _mm512_rcp14_ps(ff);
+        r = _mm512_mul_ps(r, _mm512_fnmadd_ps(ff, r, _mm512_set1_ps(2.0f)));
         __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
         int cnt = __builtin_popcount((unsigned)emit);
         __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
         w -= cnt;
         _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
         x = _mm512_mask_srli_epi32(x, emit, x, 16);
-        __m512d q0 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)), r0, eps14);
-        __m512d q1 = _mm512_fmadd_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)), r1, eps14);
-        __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
-        xv[v] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
-                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))), cum);
+        /* q = x / f estimated in float, then made exact: x < f * 2**(32 - pb) <= f * 2**21, so
+         * q < 2**21; x, 1/f (rcp14 + Newton, ~2**-23) and the product each round by <= 2**-23,
+         * so the estimate is off by < 2**21 * 2**-22 = 0.5 and its truncation by at most one,
+         * which one step each way corrects on the remainder x - q*f (in (-f, 2f): int32) */
+        __m512i q = _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_cvtepu32_ps(x), r));
+        __m512i rem = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+        __mmask16 neg = _mm512_cmplt_epi32_mask(rem, _mm512_setzero_si512());
+        q = _mm512_mask_sub_epi32(q, neg, q, _mm512_set1_epi32(1));
+        rem = _mm512_mask_add_epi32(rem, neg, rem, f);
+        __mmask16 big = _mm512_cmpge_epi32_mask(rem, f);
+        q = _mm512_mask_add_epi32(q, big, q, _mm512_set1_epi32(1));
+        rem = _mm512_mask_sub_epi32(rem, big, rem, f);
+        xv[v] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb), rem), cum);
     }
     *wp = w;
 }
@@ -1810,10 +1809,8 @@ static inline void enc_step32(__m512i *xv, const uint8_t *sym, const __m512i *TF
  * in ascending lane order, placed just below the words already written: a compress + a masked
  * store. The partial last step runs first, scalar. Every table lookup is in registers: freq and
  * cum of a step's 32 symbols from two 256-entry word tables held in sixteen registers
- * (lut256w), 1 / freq from recip8. floor(x / f) = trunc(x * r + 2**-14) is
- * exact for any r within 2**-35 of 1 / f (x < 2**32, f <= 2**12: the product is off by less
- * than 2**-14 and a quotient's fraction is 0 or >= 2**-12), so it equals enc_body's. This removes
- * the 32 scalar loads and stores per 16 lanes that bounded the loop on AMD (no fast gather). */
+ * (lut256w); floor(x / f) is a float estimate made exact (see enc_step32). This removes the 32
+ * scalar loads and stores per 16 lanes, and the division, that bounded the loop on AMD. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
 static void enc_task_avx512(void *vctx, int64_t c) {
     enc_ctx *ctx = vctx;
