@@ -17,4 +17,5 @@ else:
 
 setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c", "src/wcodec/csrc/predict.c"],
                              depends=["src/wcodec/csrc/predict.h"],  # shipped in the sdist
-                             extra_compile_args=args, optional=True)])
+                             extra_compile_args=args, optional=True,
+                             libraries=[] if sys.platform == "win32" else ["m"])])

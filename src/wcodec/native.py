@@ -105,6 +105,7 @@ def _threads_for(size: int) -> int:
     return 0 if size >= PARALLEL_MIN else 1  # 0: the default thread count
 
 
+
 # ---- rANS ----------------------------------------------------------------------------------
 
 def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) -> np.ndarray:
@@ -128,6 +129,13 @@ def normalize_rows(counts: np.ndarray, prob_bits: int, numba: bool = False) -> n
     out = np.empty(counts.shape, dtype=np.uint16)
     e.normalize_rows(np.ascontiguousarray(counts, dtype=np.int64), prob_bits, out)
     return out
+
+
+def choose_tables(counts: np.ndarray, candidates: list, prob_bits: int) -> int:
+    """Index of the cheapest chunks_per_table in ``candidates`` for [n_chunks, 256] int64 chunk
+    counts (C only: ``rans._choose_tables`` is the numpy twin)."""
+    return ext().choose_tables(np.ascontiguousarray(counts, dtype=np.int64),
+                               np.asarray(candidates, dtype=np.int64), prob_bits)
 
 
 def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, freqs: np.ndarray,
@@ -191,10 +199,20 @@ def head_histogram(bits: np.ndarray, shift: int, mask: int, numba: bool = False)
     return hist
 
 
+def block_head_histograms(bits: np.ndarray, shift: int, mask: int, block: int) -> np.ndarray:
+    """[n_blocks, mask + 1] uint32: the histogram of ``(bits >> shift) & mask`` over each block of
+    ``block`` values of [n] uint16/uint32 bits (C only; ``head_histogram`` per block)."""
+    n_blocks = -(-bits.size // block)
+    out = np.empty((n_blocks, mask + 1), dtype=np.uint32)
+    ext().block_head_histograms(bits, shift, mask, block, out, _threads_for(bits.size))
+    return out
+
+
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
-                numba: bool = False):
+                numba: bool = False, window: int = -1):
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
-    ``codecs._kernels.split_float``."""
+    ``codecs._kernels.split_float``. window: head values window..window+255 are looked up in
+    SIMD registers, the others one by one (-1: all one by one); the result is the same."""
     e = None if numba else ext()
     n = bits.size
     if e is None:
@@ -205,28 +223,48 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     tail = np.empty((n * tail_bits + 7) // 8, dtype=np.uint8)
     low = np.empty((low_planes, n), dtype=np.uint8)
     e.split_float(bits, shift, mask, np.ascontiguousarray(symbol_of, dtype=np.uint8), tail_shift, tail_mask,
-                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n))
+                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n), window)
     return head, tail, low
 
 
+def fuses_low_planes(head, coded) -> bool:
+    """True when ``decode_merge_float`` decodes these coded low planes (RansPlane or None each)
+    chunk by chunk inside the merge (the C extension, chunks as long as the head plane's)."""
+    return available() and all(pl is None or pl.chunk_size == head.chunk_size for pl in coded)
+
+
 def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits,
-                       placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False) -> np.ndarray:
+                       placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False,
+                       coded=()) -> tuple[np.ndarray, np.ndarray | None]:
     """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
-    writable contiguous buffer); returns the [n_chunks] int32 status of
-    ``codecs._kernels.decode_merge_float``. low: the low byte planes, () or (low1, low0), [n]
-    uint8 each (read in place: raw sections straight from the file)."""
+    writable contiguous buffer). Returns (the [n_chunks] int32 status of
+    ``codecs._kernels.decode_merge_float``, the [2, n_chunks] statuses of the coded low planes or
+    None). low: the low byte planes, () or (low1, low0), [n] uint8 each (read in place: raw
+    sections straight from the file), None where ``coded`` holds that plane as a validated
+    RansPlane instead (see ``fuses_low_planes``: decoded chunk by chunk, never whole)."""
     e = None if numba else ext()
     n = out.size
     n_chunks = -(-n // chunk_size)
+    coded = list(coded) + [None] * (len(low) - len(coded))
     if e is None:
+        if any(pl is not None for pl in coded):
+            raise ValueError("coded low planes need the C extension (see fuses_low_planes)")
         from .codecs import _kernels
         low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
         return _kernels.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
                                            prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
-                                           out, size=n if n_chunks > 1 else 0)
+                                           out, size=n if n_chunks > 1 else 0), None
     status = np.empty(n_chunks, dtype=np.int32)
     low1, low0 = low if len(low) else (None, None)
+    args = [None, None, None]
+    if any(pl is not None for pl in coded):
+        from . import rans
+        for k, pl in enumerate(coded):
+            if pl is not None:
+                lk, wk = rans.kernel_inputs(pl)
+                args[k] = (pl.states, pl.offsets, wk, lk, pl.chunks_per_table, pl.prob_bits)
+        args[2] = np.zeros((2, n_chunks), dtype=np.int32)
     e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
                          placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
-                         _threads_for(n))
-    return status
+                         _threads_for(n), *args)
+    return status, args[2]

@@ -1,6 +1,7 @@
 """The C extension (wcodec._cext) against numba and the pure-Python reference: same bits, same
 corruption reports, on every instruction set this CPU runs (scalar, AVX2, AVX-512)."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -212,7 +213,7 @@ def test_float_merge_statuses_like_numba(isa, lookups, dtype):
                 got.append(native.decode_merge_float(head.states, head.offsets, w, head.chunk_size,
                                                      head.chunks_per_table, lookup, head.prob_bits, placed,
                                                      parts.tail, parts.tail_bits, 8 * L, W - 1, low, out,
-                                                     numba=numba))
+                                                     numba=numba)[0])
             assert np.array_equal(got[0], got[1])
             if alphabet_size < parts.alphabet.size and w is words:
                 assert (got[1] == 4).any()
@@ -292,3 +293,179 @@ def test_random_streams_reported_like_numba(seed, n, chunk_steps, n_words, which
     finally:
         ext.set_isa(before)
         ext.set_soft_gather(old_soft)
+
+
+# ---- the encoder's decisions in C (issue 15): the same choices as their numpy twins ----------
+
+@needs_ext
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 2**32 - 1), st.sampled_from([11, 12]), st.sampled_from([32, 1024, 32768]))
+def test_choose_tables_native_equals_numpy(n_chunks, seed, prob_bits, chunk_size):
+    """Drifting symbol statistics (where finer tables pay) and flat ones (where one table wins)."""
+    rng = np.random.default_rng(seed)
+    drift = rng.random() < 0.5
+    p = rng.dirichlet(np.full(rng.integers(1, 257), 0.3))
+    counts = np.zeros((n_chunks, 256), np.int64)
+    for c in range(n_chunks):
+        q = np.roll(p, c * rng.integers(1, 4)) if drift else p
+        counts[c, :q.size] = rng.multinomial(chunk_size, q)
+    assert (rans._choose_tables(counts, chunk_size, prob_bits) ==
+            rans._choose_tables(counts, chunk_size, prob_bits, numba=True))
+
+
+@needs_ext
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([("BF16", 8, 8), ("F16", 5, 11), ("F32", 8, 8)]), st.integers(0, 2**32 - 1),
+       st.integers(0, 5000))
+def test_float_head_bits_native_equals_numpy(layout, seed, n):
+    _, E, tail0 = layout
+    rng = np.random.default_rng(seed)
+    hist = np.zeros(1 << (E + F.MAX_HEAD_BITS), np.int64)
+    where = rng.integers(0, hist.size, rng.integers(1, 600))
+    np.add.at(hist, where, rng.geometric(0.01, where.size) if n else 0)
+    got = ext.float_head_bits(hist, E, tail0, F.MAX_HEAD_BITS)
+    with native.disabled():
+        assert got == F.choose_head_bits(hist, E, tail0)
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_split_window_same_bits_as_scalar_lookups(isa, dtype):
+    """The SIMD split's register window (any start, values outside it included) = symbol_of."""
+    a = _float_inputs(dtype, 70_001, 5)
+    a.reshape(-1)[100:5000] = 0  # a far-away head value (zero) beside the weights' cluster
+    W, E, M, L = F.LAYOUT[dtype]
+    bits = a.reshape(-1).view(F.UINT[W])
+    j = 2
+    R, shift, mask = 1 + M - 8 * L - j, M - j, (1 << (E + j)) - 1
+    hist = native.head_histogram(bits, shift, mask)
+    alphabet = np.flatnonzero(hist).astype(np.uint16)
+    symbol_of = np.zeros(mask + 1, np.uint8)
+    symbol_of[alphabet] = np.arange(alphabet.size)
+    args = (bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1, W - 1, R, L)
+    ref = native.split_float(*args, numba=True)
+    for window in (-1, 0, int(alphabet[0]), int(alphabet[alphabet.size // 2]), int(alphabet[-1]),
+                   F._busiest_window(alphabet, hist[alphabet]), mask):
+        got = native.split_float(*args, window=window)
+        assert all(np.array_equal(x, y) for x, y in zip(got, ref)), window
+
+
+def test_every_bf16_pattern_native_equals_numba(isa):
+    """All 65536 bf16 bit patterns (NaN payloads, infinities, subnormals, -0.0), shuffled."""
+    a = np.random.default_rng(0).permutation(np.arange(1 << 16, dtype=np.uint32)).astype(np.uint16)
+    for head_bits in (None, 0):  # 0: <= 256 head values, so every pattern is codable
+        rec = encode_tensor(a, "BF16", head_bits=head_bits, chunk_steps=64)
+        with native.disabled():
+            ref = encode_tensor(a, "BF16", head_bits=head_bits, chunk_steps=64)
+            assert decode_tensor(rec).tobytes() == a.tobytes()
+        assert rec.params == ref.params
+        assert all(np.array_equal(rec.sections[k], ref.sections[k]) for k in rec.sections)
+        assert decode_tensor(rec).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 7, 33, 1023, 32_769, 70_001])
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_one_symbol_tables_odd_lengths(isa, n, dtype):
+    """Constant tensors (one head value: a table of one symbol) of odd lengths, native = numba."""
+    a = np.full(n, 0.375, np.float32)
+    a = _bf16(a) if dtype == "BF16" else a
+    for steps in (1, 5, None):
+        rec = encode_tensor(a, dtype, chunk_steps=steps)
+        with native.disabled():
+            ref = encode_tensor(a, dtype, chunk_steps=steps)
+        assert rec.params == ref.params
+        assert all(np.array_equal(rec.sections[k], ref.sections[k]) for k in rec.sections)
+        assert decode_tensor(rec).tobytes() == a.tobytes()
+
+
+def _coded_low_f32(n, seed):
+    """F32 weights with a few low mantissa bits (fp16 values widened): both low planes are coded."""
+    w = (np.random.default_rng(seed).standard_normal(n) * 0.05).astype(np.float16).astype(np.float32)
+    w[:4] = [np.nan, -np.inf, -0.0, 6e-8]
+    return w
+
+
+@pytest.mark.parametrize("steps", [None, 16, 64])
+@pytest.mark.parametrize("n", [5000, 40_001, 200_003])
+def test_f32_coded_low_planes_decoded_inside_the_merge(isa, lookups, n, steps):
+    a = _coded_low_f32(n, n)
+    rec = encode_tensor(a, "F32", chunk_steps=steps)
+    assert [lp["coded"] for lp in rec.params["low"]] == [True, True]
+    low = [rans.RansPlane.from_sections(rec.params["low"][k], rec.sections, name) for k, name in enumerate(("low1", "low0"))]
+    assert native.fuses_low_planes(F.parse(rec).head, low)
+    got = decode_tensor(rec)
+    with native.disabled():
+        assert decode_tensor(rec).tobytes() == a.tobytes()
+    assert got.tobytes() == a.tobytes()
+    out = np.empty(n, np.float32)  # into the caller's buffer as well
+    assert decode_tensor(rec, out=out).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("plane", ["low1", "low0"])
+def test_f32_corrupt_low_plane_named_like_numba(isa, plane):
+    a = _coded_low_f32(100_000, 7)
+    rec = encode_tensor(a, "F32", chunk_steps=8)
+    states = rec.sections[f"{plane}.states"].copy()
+    states[5::7] = 0x12345  # valid (>= 2**16) but not the encoder's: the chunks do not end right
+    bad = F.EncodedTensor(rec.codec, rec.dtype, rec.shape, rec.params, {**rec.sections, f"{plane}.states": states})
+    messages = []
+    for disabled in (False, True):
+        with native.disabled() if disabled else contextlib.nullcontext():
+            with pytest.raises(CorruptDataError) as e:
+                decode_tensor(bad)
+            messages.append(str(e.value))
+    assert f"{plane} plane" in messages[0] and messages[0] == messages[1]
+
+
+def test_f32_low_planes_with_other_chunks_decoded_apart():
+    """Low planes whose chunks differ from the head plane's (a valid file may say so) are decoded
+    whole first, then merged."""
+    a = _coded_low_f32(50_000, 3)
+    rec = encode_tensor(a, "F32", chunk_steps=8)
+    sections, params = dict(rec.sections), {**rec.params, "low": list(rec.params["low"])}
+    low1 = rans.encode(((a.view(np.uint32) >> 8) & 0xFF).astype(np.uint8), 12, chunk_steps=5)
+    params["low"][0] = {"coded": True, **low1.params()}
+    sections.update(low1.sections("low1"))
+    rec2 = F.EncodedTensor(rec.codec, rec.dtype, rec.shape, params, sections)
+    assert not native.fuses_low_planes(F.parse(rec2).head, [low1])
+    assert decode_tensor(rec2).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("backend", ["native", "numba"])
+@pytest.mark.parametrize("n,steps", [(100_000, None), (300_001, 16), (70_000, 7), (5_000, 2)])
+@pytest.mark.parametrize("tables", ["auto", 1, 64, 10**6])
+def test_encode_with_block_counts_is_the_same_plane(backend, n, steps, tables):
+    """Counts per block of table segments (what the float encoder gets from its one histogram
+    pass) give the plane that per-chunk counts give; wrong ones are refused."""
+    if backend == "native" and ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    sym = _symbols("skewed", n, n)
+    sym[n // 3:] = (sym[n // 3:] + 3) % 40  # drifting statistics: several tables pay
+    cs = 32 * (steps or rans.auto_chunk_steps(n))
+    block = rans.counts_block(n, cs)
+    per_chunk = native.chunk_histograms(sym, cs, numba=True)
+    blocks = np.add.reduceat(per_chunk, np.arange(0, per_chunk.shape[0], block), axis=0)
+    ref = rans.encode(sym, 12, steps, tables=tables, backend=backend)
+    assert _same(rans.encode(sym, 12, steps, tables=tables, backend=backend, block_counts=blocks), ref)
+    bad = blocks.copy()
+    bad[0, 0] += 1
+    if tables == "auto" or tables % block == 0 or tables >= per_chunk.shape[0]:
+        with pytest.raises(ValueError):
+            rans.encode(sym, 12, steps, tables=tables, backend=backend, block_counts=bad)
+
+
+@pytest.mark.parametrize("prob_bits", [11, 12])
+@pytest.mark.parametrize("seed", range(6))
+def test_encoder_quotients_exact_for_every_frequency(isa, prob_bits, seed):
+    """The SIMD encoders divide by estimates made exact: frequencies from 1 to nearly 2**prob_bits
+    (one dominant symbol, many rare ones), states across their whole range, native = numba."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(256, [0.02, 0.2, 1.0][seed % 3]))
+    p[rng.integers(0, 256)] += [0.0, 0.5, 5.0][seed // 2]
+    sym = rng.choice(256, size=200_003, p=p / p.sum()).astype(np.uint8)
+    for steps, tables in ((1024, 10**6), (37, 10**6), (64, 1)):  # one table; one per chunk
+        a = rans.encode(sym, prob_bits, steps, tables=tables, backend="native")
+        assert _same(a, rans.encode(sym, prob_bits, steps, tables=tables, backend="numba"))
+        if tables > 1:
+            freqs = a.freqs[a.freqs > 0]
+            assert freqs.min() < 16 and freqs.max() >= 128  # a wide spread of frequencies
+        assert np.array_equal(rans.decode(a, backend="native"), sym)

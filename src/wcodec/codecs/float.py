@@ -41,8 +41,12 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
     """Pick head_bits j minimising head entropy + raw tail bits, with an alphabet <= 256.
 
     hist_max: histogram of the head with MAX_HEAD_BITS mantissa bits ([2**(E+3)] counts); the
-    histograms of smaller j are sums over its trailing bits.
+    histograms of smaller j are sums over its trailing bits. The C extension runs the same rule
+    where it is built (``wcodec._cext.float_head_bits``).
     """
+    e = K.ext()
+    if e is not None:
+        return e.float_head_bits(np.ascontiguousarray(hist_max, dtype=np.int64), exp_bits, tail_bits0, MAX_HEAD_BITS)
     n = int(hist_max.sum())
     best = (np.inf, 0)
     for j in range(0, MAX_HEAD_BITS + 1):
@@ -56,6 +60,45 @@ def choose_head_bits(hist_max: np.ndarray, exp_bits: int, tail_bits0: int) -> in
         if cost < best[0] - 1e-9 * n:
             best = (cost, j)
     return best[1]
+
+
+def _busiest_window(alphabet: np.ndarray, counts: np.ndarray, width: int = 256) -> int:
+    """The start of the ``width`` consecutive head values that hold the most weights (the SIMD
+    split looks those up in registers); -1 for an empty alphabet."""
+    if not alphabet.size:
+        return -1
+    a = alphabet.astype(np.int64)
+    cum = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    inside = cum[np.searchsorted(a, a + width)] - cum[:-1]
+    return int(a[int(np.argmax(inside))])
+
+
+#: per-block head histograms are kept only where a block holds at least this many values (a
+#: block's histogram has up to 4096 bins)
+BLOCK_MIN = 1 << 15
+
+
+def _head_histograms_per_block(bits: np.ndarray, E: int, M: int, n: int, chunk_steps) -> np.ndarray | None:
+    """[n_blocks, 2**(E + MAX_HEAD_BITS)] uint32 head histograms per block of
+    ``rans.counts_block`` chunks (the head plane's chunks), or None (no C extension, odd chunks)."""
+    steps = rans.auto_chunk_steps(n) if chunk_steps is None else chunk_steps
+    if not (K.available() and n and isinstance(steps, (int, np.integer)) and 1 <= steps <= rans.MAX_CHUNK_STEPS):
+        return None
+    chunk = rans.LANES * int(steps)
+    block = rans.counts_block(n, chunk) * chunk
+    if block < BLOCK_MIN:
+        return None
+    return K.block_head_histograms(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1, block)
+
+
+def _symbol_counts(per_block: np.ndarray, hist_max: np.ndarray, symbol_of: np.ndarray, drop: int) -> np.ndarray:
+    """[n_blocks, 256] int64 head symbol counts per block from the per-block histograms of
+    ``_head_histograms_per_block`` (a bin's head value is its index >> drop)."""
+    present = np.flatnonzero(hist_max).astype(np.int64)
+    counts = np.empty((per_block.shape[0], 256), dtype=np.int64)
+    K.ext().block_symbol_counts(per_block, per_block.shape[1], present,
+                                np.ascontiguousarray(symbol_of[present >> drop]), counts)
+    return counts
 
 
 #: marks a head symbol outside the alphabet in the placed-value table (above any float's bits)
@@ -113,7 +156,13 @@ class FloatCodec(Codec):
         n = bits.size
         tail0 = 1 + M - 8 * L  # tail bits with head_bits = 0
         # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
-        hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
+        # With the C extension it is kept per block of table segments, and also gives the head
+        # symbols' counts per segment (no second histogram pass over the symbols).
+        per_block, block_counts = _head_histograms_per_block(bits, E, M, n, chunk_steps), None
+        if per_block is not None:
+            hist_max = per_block.sum(axis=0, dtype=np.int64)
+        else:
+            hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
         j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)
         R = tail0 - j
         shift, mask = M - j, (1 << (E + j)) - 1
@@ -123,9 +172,11 @@ class FloatCodec(Codec):
             raise ValueError(f"head_bits={j} gives {alphabet.size} head values (> 256)")
         symbol_of = np.zeros(mask + 1, dtype=np.uint8)
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
+        if per_block is not None:
+            block_counts = _symbol_counts(per_block, hist_max, symbol_of, MAX_HEAD_BITS - j)
         head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
-                                        W - 1, R, L)
-        plane = rans.encode(head, prob_bits, chunk_steps, tables)
+                                        W - 1, R, L, window=_busiest_window(alphabet, hist[alphabet]))
+        plane = rans.encode(head, prob_bits, chunk_steps, tables, block_counts=block_counts)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
         for k, name in enumerate(("low1", "low0")[:L]):
@@ -146,16 +197,24 @@ class FloatCodec(Codec):
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
-        low = []
-        for k, name in enumerate(("low1", "low0")[:L]):
+        head = parts.head  # validated by parse
+        names = ("low1", "low0")[:L]
+        low, coded = [], [None] * L  # per low plane: its raw bytes, or its coded plane
+        for k, name in enumerate(names):
             lp = p["low"][k]
             if lp.get("coded"):
                 lplane = rans.RansPlane.from_sections(lp, record.sections, name)
                 if lplane.n_symbols != n:
                     raise CorruptDataError(f"float codec: {name} plane has {lplane.n_symbols} symbols")
-                low.append(rans.decode(lplane, where=f"{name} plane"))
+                coded[k] = lplane
+                low.append(None)
             else:
                 low.append(np.ascontiguousarray(record.section(f"{name}.raw", np.uint8, n)))
+        if not K.fuses_low_planes(head, coded):  # decoded whole first, then merged
+            for k, lplane in enumerate(coded):
+                if lplane is not None:
+                    low[k] = rans.decode(lplane, where=f"{names[k]} plane")
+            coded = [None] * L
         if out is None:
             out = np.empty(n, dtype=UINT[W])
         else:
@@ -163,11 +222,14 @@ class FloatCodec(Codec):
                     and out.nbytes == n * W // 8):
                 raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
             out = out.reshape(-1).view(UINT[W])
-        head = parts.head  # validated by parse
         lookup, words = rans.kernel_inputs(head)
-        status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
-                                      head.chunks_per_table, lookup, head.prob_bits,
-                                      placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low, out)
+        status, low_status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
+                                                  head.chunks_per_table, lookup, head.prob_bits,
+                                                  placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low,
+                                                  out, coded=coded)
+        for k, lplane in enumerate(coded):
+            if lplane is not None:
+                rans.check_status(low_status[k], f"{names[k]} plane")
         rans.check_status(status, "head plane")
         return out.view(DTYPES[record.dtype]).reshape(record.shape)
 

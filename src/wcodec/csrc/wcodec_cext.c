@@ -6,8 +6,12 @@
  *   8-lane vectors, gathered lookup, the step's word reads compacted by movemask + popcount + a
  *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), the
  *   ISA picked at run time (__builtin_cpu_supports) so one binary runs everywhere;
- * - rANS encode, chunk histograms, frequency normalisation, the float split and the fused
- *   float decode + merge;
+ * - rANS encode (AVX-512: frequency tables held in registers, floor(x / f) from a float estimate
+ *   made exact, two chunks interleaved), chunk histograms, frequency normalisation, the encoder's choices of
+ *   tables per segment and of the float codec's head_bits (the numpy twins are
+ *   rans._choose_tables and codecs.float.choose_head_bits), the float split (AVX-512: head symbols
+ *   looked up in registers over a 256-value window) and the fused float decode + merge (F32's
+ *   coded low planes decoded chunk by chunk inside it);
  * - threads: each call runs its chunks on a few pthreads (work taken from an atomic counter),
  *   with the GIL released; a process-wide budget keeps concurrent calls (tensors decoded in
  *   pool threads) from oversubscribing the cores.
@@ -24,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
 #define WC_X86 1
@@ -180,13 +185,24 @@ static inline __m256i lut8(__m256i idx, const uint32_t *lut, int soft) {
 
 __attribute__((target("avx512f"), always_inline))
 static inline __m512i lut16(__m512i idx, const uint32_t *lut, int soft) {
-    if (soft) {
-        uint32_t sl[16], ev[16];
+    if (soft) { /* indices read and entries written two per 64-bit word: half the memory ops */
+        uint64_t sl[8], ev[8];
         _mm512_storeu_si512(sl, idx);
-        for (int k = 0; k < 16; k++) ev[k] = lut[sl[k]];
+        for (int k = 0; k < 8; k++) ev[k] = lut[(uint32_t)sl[k]] | (uint64_t)lut[sl[k] >> 32] << 32;
         return _mm512_loadu_si512(ev);
     }
     return _mm512_i32gather_epi32(idx, (const int *)lut, 4);
+}
+
+/* 256-entry word table lookup of 32 indices < 256 in 16-bit lanes (bits above 7 ignored) from eight registers:
+ * four vpermt2w (64 entries each) and three blends on the index's bits 6 and 7 */
+__attribute__((target("avx512f,avx512bw"), always_inline))
+static inline __m512i lut256w(__m512i idx, const __m512i *T) {
+    __m512i r0 = _mm512_permutex2var_epi16(T[0], idx, T[1]), r1 = _mm512_permutex2var_epi16(T[2], idx, T[3]);
+    __m512i r2 = _mm512_permutex2var_epi16(T[4], idx, T[5]), r3 = _mm512_permutex2var_epi16(T[6], idx, T[7]);
+    __mmask32 m6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+    __mmask32 m7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
+    return _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, r0, r1), _mm512_mask_blend_epi16(m6, r2, r3));
 }
 
 /* lane k of mask mk reads word popcount(mk & ((1 << k) - 1)) of the step's run */
@@ -384,7 +400,7 @@ static int decode_chunk(const plane_t *p, int64_t c, uint8_t *out) {
 /* argument helpers                                                                           */
 
 typedef struct {
-    Py_buffer b[16];
+    Py_buffer b[24];
     int k;
 } bufs_t;
 
@@ -395,6 +411,10 @@ static void bufs_release(bufs_t *bs) {
 
 /* a C-contiguous buffer of items of `itemsize` bytes (0: any); NULL with an exception if not */
 static void *get_buf(bufs_t *bs, PyObject *obj, int writable, int itemsize, int64_t *count, const char *what) {
+    if (bs->k >= (int)(sizeof bs->b / sizeof bs->b[0])) {
+        PyErr_SetString(PyExc_ValueError, "too many buffer arguments");
+        return NULL;
+    }
     Py_buffer *b = &bs->b[bs->k];
     if (PyObject_GetBuffer(obj, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
@@ -531,10 +551,16 @@ typedef struct {
     const uint8_t *tail;
     int64_t n_tail;
     int tail_bits, tail_shift, sign_shift, low_planes, out_bytes;
-    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each */
+    const uint8_t *low1, *low0; /* F32: bits 15..8 and 7..0, [n] each (raw planes) */
+    plane_t low_plane[2];       /* F32: the rANS-coded low planes, decoded chunk by chunk */
+    int low_coded[2];
+    int32_t *low_status;        /* [2, n_chunks]: the low planes' chunk statuses */
     void *out;
     int32_t *status;
 } merge_ctx;
+
+/* p + k, where p may be NULL (no low planes) */
+#define WC_AT(p, k) ((p) ? (p) + (k) : (p))
 
 /* the R-bit tail fields of values [i0, i0 + k) (k <= 8, i0 a multiple of 8) */
 static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk, int R, int k, uint64_t *f) {
@@ -559,14 +585,14 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
 }
 
 /* merge values [a, b) of the tensor (a a multiple of 8); sym[i - a] is the head symbol of value
- * i. Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
+ * i, low1[i - a] / low0[i - a] its low bytes (F32). Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
  * T: the output word, LP: low byte planes. */
 #define MERGE_RANGE(NAME, T, LP)                                                                   \
     static inline __attribute__((always_inline)) uint64_t NAME(const merge_ctx *ctx, const uint8_t *sym, \
+                                                                const uint8_t *low1, const uint8_t *low0, \
                                                                 int64_t a, int64_t b) {            \
         const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
         const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
-        const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;                                        \
         const uint64_t *placed = ctx->placed;                                                      \
         T *o = (T *)ctx->out;                                                                      \
         uint64_t seen = 0;                                                                         \
@@ -585,7 +611,7 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
                 uint64_t h = placed[sym[i0 - a + j]];                                              \
                 seen |= h;                                                                         \
                 uint64_t v = h | ((f[j] >> (R - 1)) << ssh) | ((f[j] & tmask) << tsh);             \
-                if (LP) v |= ((uint64_t)low1[i0 + j] << 8) | low0[i0 + j];                         \
+                if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];                 \
                 o[i0 + j] = (T)v;                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -596,13 +622,15 @@ MERGE_RANGE(merge32, uint32_t, 0)
 MERGE_RANGE(merge32_low, uint32_t, 1)
 
 static inline __attribute__((always_inline)) uint64_t merge_range(const merge_ctx *ctx, const uint8_t *sym,
+                                                                  const uint8_t *low1, const uint8_t *low0,
                                                                   int64_t a, int64_t b) {
-    if (ctx->out_bytes == 2) return merge16(ctx, sym, a, b);
-    return ctx->low_planes == 2 ? merge32_low(ctx, sym, a, b) : merge32(ctx, sym, a, b);
+    if (ctx->out_bytes == 2) return merge16(ctx, sym, low1, low0, a, b);
+    return ctx->low_planes == 2 ? merge32_low(ctx, sym, low1, low0, a, b) : merge32(ctx, sym, low1, low0, a, b);
 }
 
-static uint64_t merge_range_scalar(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
-    return merge_range(ctx, sym, a, b);
+static uint64_t merge_range_scalar(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                   const uint8_t *low0, int64_t a, int64_t b) {
+    return merge_range(ctx, sym, low1, low0, a, b);
 }
 
 #ifdef WC_X86
@@ -620,10 +648,11 @@ static void merge_simd_tables(int R, int k, uint8_t *ctl, uint32_t *shv) {
 }
 
 __attribute__((target("avx2,bmi2")))
-static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                 const uint8_t *low0, int64_t a, int64_t b) {
     const int soft = g_soft_gather;
     const int R = ctx->tail_bits;
-    if (R > 8) return merge_range(ctx, sym, a, b);
+    if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[32];
     uint32_t shv[8];
     merge_simd_tables(R, 8, ctl, shv);
@@ -631,7 +660,6 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
     const __m256i vfm = _mm256_set1_epi32((1 << R) - 1), vtm = _mm256_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
     for (; i0 + 8 <= b && (i0 / 8) * R + 8 <= ctx->n_tail; i0 += 8) {
@@ -652,8 +680,8 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
         } else {
             if (ctx->low_planes == 2) {
                 long long l1, l0;
-                memcpy(&l1, low1 + i0, 8);
-                memcpy(&l0, low0 + i0, 8);
+                memcpy(&l1, low1 + (i0 - a), 8);
+                memcpy(&l0, low0 + (i0 - a), 8);
                 v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l1)), 8));
                 v = _mm256_or_si256(v, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(l0)));
             }
@@ -665,14 +693,15 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, int64
     uint64_t seen = 0;
     for (int j = 0; j < 8; j++)
         if (m8[j] >= ctx->n_valid) seen = BAD_SYMBOL;
-    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 
 __attribute__((target("avx512f,avx512bw")))
-static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                   const uint8_t *low0, int64_t a, int64_t b) {
     const int soft = g_soft_gather;
     const int R = ctx->tail_bits;
-    if (R > 8) return merge_range(ctx, sym, a, b);
+    if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[64];
     uint32_t shv[16];
     merge_simd_tables(R, 16, ctl, shv);
@@ -680,7 +709,6 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
     const __m512i vfm = _mm512_set1_epi32((1 << R) - 1), vtm = _mm512_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
     const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     __m512i mx = _mm512_setzero_si512();
     int64_t i0 = a;
     for (; i0 + 16 <= b && (i0 / 8) * R + 16 <= ctx->n_tail; i0 += 16) {
@@ -696,14 +724,14 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
             _mm256_storeu_si256((__m256i *)((uint16_t *)ctx->out + i0), _mm512_cvtepi32_epi16(v));
         } else {
             if (ctx->low_planes == 2) {
-                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low1 + i0))), 8));
-                v = _mm512_or_si512(v, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low0 + i0))));
+                v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low1 + (i0 - a)))), 8));
+                v = _mm512_or_si512(v, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(low0 + (i0 - a)))));
             }
             _mm512_storeu_si512((uint32_t *)ctx->out + i0, v);
         }
     }
     uint64_t seen = _mm512_reduce_max_epu32(mx) >= ctx->n_valid ? BAD_SYMBOL : 0;
-    return seen | merge_range(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 
 /* 32 values per iteration, for BF16 and F32 with tails of <= 8 bits: everything in 16-bit lanes
@@ -711,7 +739,8 @@ static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, int
  * head lookup is a 256-entry word table in eight registers (four vpermt2w + three blends), the
  * tail fields come from one byte shuffle per block and a per-lane shift. */
 __attribute__((target("avx512f,avx512bw")))
-static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, int64_t a, int64_t b) {
+static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
+                                     const uint8_t *low0, int64_t a, int64_t b) {
     const int R = ctx->tail_bits;
     __m512i T[8];
     for (int k = 0; k < 8; k++) T[k] = _mm512_loadu_si512(ctx->placed16 + 32 * k);
@@ -729,7 +758,6 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
     const __m512i b6 = _mm512_set1_epi16(64), b7 = _mm512_set1_epi16(128);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1);
     const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi_idx = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-    const uint8_t *low1 = ctx->low1, *low0 = ctx->low0;
     const uint8_t *tail = ctx->tail;
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
@@ -752,8 +780,8 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
         if (ctx->out_bytes == 2) {
             _mm512_storeu_si512((uint16_t *)ctx->out + i0, u);
         } else {
-            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + i0)));
-            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + i0)));
+            __m512i l1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low1 + (i0 - a))));
+            __m512i l0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(low0 + (i0 - a))));
             __m512i lo16 = _mm512_or_si512(_mm512_slli_epi16(l1, 8), l0);
             __m512i A = _mm512_unpacklo_epi16(lo16, u), B = _mm512_unpackhi_epi16(lo16, u);
             _mm512_storeu_si512((uint32_t *)ctx->out + i0, _mm512_permutex2var_epi64(A, lo_idx, B));
@@ -765,33 +793,47 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, i
     uint64_t seen = 0;
     for (int j = 0; j < 32; j++)
         if (m32[j] >= ctx->n_valid) seen = BAD_SYMBOL;
-    return seen | merge_range_avx512(ctx, sym + (i0 - a), i0, b);
+    return seen | merge_range_avx512(ctx, sym + (i0 - a), WC_AT(low1, i0 - a), WC_AT(low0, i0 - a), i0, b);
 }
 #endif
 
+/* Decode head chunks 2t, 2t + 1 and merge them; coded low planes (F32) are decoded chunk by chunk
+ * into a buffer beside the head symbols, so no plane ever goes through memory whole. */
 static void merge_task(void *vctx, int64_t t) {
     merge_ctx *ctx = vctx;
     int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
     uint8_t stackbuf[65536];
-    uint8_t *buf = 2 * cs <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)(2 * cs));
+    int any_coded = ctx->low_coded[0] || ctx->low_coded[1];
+    /* head symbols of the two chunks, then (F32) each coded low plane's two chunks; malloc'd
+     * blocks of one size are reused by the allocator, so this costs no page faults per task */
+    int64_t need = (any_coded ? 6 : 2) * cs;
+    uint8_t *buf = need <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)need);
     if (!buf) {
         for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->status[c] = 5;
         return;
     }
-    int st[2] = {0, 0};
+    int st[2] = {0, 0}, lst[2][2] = {{0, 0}, {0, 0}};
     decode_two(&ctx->p, t, buf, buf + cs, st);
+    for (int k = 0; k < 2; k++)
+        if (ctx->low_coded[k]) {
+            decode_two(&ctx->low_plane[k], t, buf + (2 + 2 * k) * cs, buf + (3 + 2 * k) * cs, lst[k]);
+            for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->low_status[k * n_chunks + c] = lst[k][c - c0];
+        }
     for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) {
         int64_t start = c * cs, end = ctx->p.n < start + cs ? ctx->p.n : start + cs;
         const uint8_t *sym = buf + (c - c0) * cs;
-        if (st[c - c0] == 0) {
+        const uint8_t *low[2] = {WC_AT(ctx->low1, start), WC_AT(ctx->low0, start)};
+        for (int k = 0; k < 2; k++)
+            if (ctx->low_coded[k]) low[k] = buf + (2 + 2 * k + (c - c0)) * cs;
+        if (st[c - c0] == 0 && lst[0][c - c0] == 0 && lst[1][c - c0] == 0) {
             uint64_t seen;
 #ifdef WC_X86
-            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, start, end);
-            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, start, end);
-            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, start, end);
+            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, low[0], low[1], start, end);
+            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, low[0], low[1], start, end);
+            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, low[0], low[1], start, end);
             else
 #endif
-                seen = merge_range_scalar(ctx, sym, start, end);
+                seen = merge_range_scalar(ctx, sym, low[0], low[1], start, end);
             if (seen & BAD_SYMBOL) st[c - c0] = 4;
         }
         ctx->status[c] = st[c - c0];
@@ -799,19 +841,42 @@ static void merge_task(void *vctx, int64_t t) {
     if (buf != stackbuf) free(buf);
 }
 
+/* a coded low plane (states, offsets, words, lookup, chunks_per_table, prob_bits) of n symbols in
+ * chunks of cs into p; 0, or -1 with an exception */
+static int get_low_plane(bufs_t *bs, PyObject *o, int64_t n, int64_t cs, plane_t *p) {
+    PyObject *o_states, *o_offsets, *o_words, *o_lookup;
+    long long cpt;
+    int pb;
+    if (!PyArg_ParseTuple(o, "OOOOLi", &o_states, &o_offsets, &o_words, &o_lookup, &cpt, &pb)) return -1;
+    int64_t ns, no, nl;
+    if (!(p->states = get_buf(bs, o_states, 0, 4, &ns, "low states"))) return -1;
+    if (!(p->offsets = get_buf(bs, o_offsets, 0, 4, &no, "low offsets"))) return -1;
+    if (!(p->words = get_buf(bs, o_words, 0, 2, &p->words_len, "low words"))) return -1;
+    if (!(p->lookup = get_buf(bs, o_lookup, 0, 4, &nl, "low lookup"))) return -1;
+    p->n = n;
+    p->chunk_size = cs;
+    p->chunks_per_table = cpt;
+    p->prob_bits = pb;
+    return check_plane(p, ns, no, nl);
+}
+
 static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
+    PyObject *o_lowc1 = Py_None, *o_lowc0 = Py_None, *o_lowst = Py_None;
     long long n, cs, cpt;
     int pb, threads;
     merge_ctx ctx;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOO", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
                           &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
-                          &o_low0, &o_out, &o_status, &threads))
+                          &o_low0, &o_out, &o_status, &threads, &o_lowc1, &o_lowc0, &o_lowst))
         return NULL;
     bufs_t bs = {.k = 0};
-    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst;
-    ctx.low_planes = o_low1 != Py_None ? 2 : 0;
+    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
+    ctx.low_coded[0] = o_lowc1 != Py_None;
+    ctx.low_coded[1] = o_lowc0 != Py_None;
+    ctx.low_planes = (o_low1 != Py_None || ctx.low_coded[0]) ? 2 : 0;
     ctx.low1 = ctx.low0 = NULL;
+    ctx.low_status = NULL;
     ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
     if (!ctx.p.states) goto fail;
     ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
@@ -824,11 +889,26 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     if (!ctx.placed) goto fail;
     ctx.tail = get_buf(&bs, o_tail, 0, 1, &ctx.n_tail, "tail");
     if (!ctx.tail) goto fail;
+    /* each low plane: raw bytes (low1/low0) or coded (lowc1/lowc0, statuses to low_status) */
     if (ctx.low_planes) {
-        ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1");
-        if (!ctx.low1) goto fail;
-        ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0");
-        if (!ctx.low0) goto fail;
+        if (ctx.low_coded[0]) {
+            if (get_low_plane(&bs, o_lowc1, n, cs, &ctx.low_plane[0]) < 0) goto fail;
+            nlow = n;
+        } else if (!(ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1"))) {
+            goto fail;
+        }
+        if (ctx.low_coded[1]) {
+            if (get_low_plane(&bs, o_lowc0, n, cs, &ctx.low_plane[1]) < 0) goto fail;
+            nlow0 = n;
+        } else if (!(ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0"))) {
+            goto fail;
+        }
+        if (ctx.low_coded[0] || ctx.low_coded[1]) {
+            if (!(ctx.low_status = get_buf(&bs, o_lowst, 1, 4, &nlst, "low_status"))) goto fail;
+        }
+    } else if (ctx.low_coded[1] || o_low0 != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "decode_merge_float: low0 without low1");
+        goto fail;
     }
     ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out");
     if (!ctx.out) goto fail;
@@ -845,6 +925,7 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     if (np_ != 256 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4) ||
         R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 ||
         (ctx.low_planes && (nlow != n || nlow0 != n || ctx.out_bytes != 4)) ||
+        (ctx.low_status && nlst != 2 * (no - 1)) ||
         ctx.sign_shift < 0 || ctx.sign_shift >= 8 * ctx.out_bytes || ctx.tail_shift < 0 || ctx.tail_shift > 16) {
         PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
         goto fail;
@@ -1017,6 +1098,161 @@ fail:
     return NULL;
 }
 
+/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
+ * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
+ * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
+/* block_head_histograms(bits, shift, mask, block, out, threads): out[b, (x >> shift) & mask] =
+ * count over values [b * block, (b + 1) * block) of uint16/uint32 bits; out: [n_blocks, mask + 1]
+ * uint32. One pass gives the float encoder both the tensor's head histogram (the sum of the
+ * rows) and, once head_bits is chosen, the head symbols' counts per table segment (summed over
+ * each symbol's bins), which a second histogram of the symbols gave before. */
+typedef struct {
+    const void *bits;
+    int bytes, shift;
+    uint32_t mask;
+    int64_t n, block;
+    uint32_t *out;
+} bh_ctx;
+
+static void bh_task(void *vctx, int64_t blk) {
+    bh_ctx *ctx = vctx;
+    int64_t a = blk * ctx->block, b = ctx->n < a + ctx->block ? ctx->n : a + ctx->block;
+    int64_t nb = (int64_t)ctx->mask + 1;
+    uint32_t *row = ctx->out + blk * nb;
+    uint32_t *sub = calloc((size_t)(3 * nb), sizeof(uint32_t)); /* row is the fourth */
+    const int sh = ctx->shift;
+    const uint32_t msk = ctx->mask;
+    memset(row, 0, (size_t)nb * sizeof(uint32_t));
+    if (!sub) {
+        for (int64_t i = a; i < b; i++)
+            row[((ctx->bytes == 2 ? ((const uint16_t *)ctx->bits)[i] : ((const uint32_t *)ctx->bits)[i]) >> sh) & msk]++;
+        return;
+    }
+    uint32_t *h0 = row, *h1 = sub, *h2 = sub + nb, *h3 = sub + 2 * nb;
+    if (ctx->bytes == 2) HH_LOOP(uint16_t);
+    else HH_LOOP(uint32_t);
+    for (int64_t k = 0; k < nb; k++) row[k] += h1[k] + h2[k] + h3[k];
+    free(sub);
+}
+
+static PyObject *py_block_head_histograms(PyObject *self, PyObject *args) {
+    PyObject *o_bits, *o_out;
+    int shift, threads;
+    unsigned int mask;
+    long long block;
+    if (!PyArg_ParseTuple(args, "OiILOi", &o_bits, &shift, &mask, &block, &o_out, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    bh_ctx ctx;
+    int64_t no;
+    ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
+    if (!ctx.bits) goto fail;
+    ctx.bytes = (int)bs.b[0].itemsize;
+    ctx.out = get_buf(&bs, o_out, 1, 4, &no, "out");
+    if (!ctx.out) goto fail;
+    int64_t n_blocks = block > 0 ? (ctx.n + block - 1) / block : 0;
+    if ((ctx.bytes != 2 && ctx.bytes != 4) || shift < 0 || shift >= 32 || mask > (1u << 16) || block < 1 ||
+        block > ((int64_t)1 << 32) - 1 || no != n_blocks * ((int64_t)mask + 1)) {
+        PyErr_SetString(PyExc_ValueError, "block_head_histograms: bad arguments");
+        goto fail;
+    }
+    ctx.shift = shift;
+    ctx.mask = mask;
+    ctx.block = block;
+    threads = pick_threads(threads, n_blocks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(bh_task, &ctx, n_blocks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* block_symbol_counts(per_block [n_blocks, bins] uint32, bins_present [P] int64, symbol [P]
+ * uint8, out [n_blocks, 256] int64): out[b, symbol[k]] += per_block[b, bins_present[k]] */
+static PyObject *py_block_symbol_counts(PyObject *self, PyObject *args) {
+    PyObject *o_pb, *o_present, *o_sym, *o_out;
+    long long bins;
+    if (!PyArg_ParseTuple(args, "OLOOO", &o_pb, &bins, &o_present, &o_sym, &o_out)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t npb, np_, nsym, nout;
+    const uint32_t *pb = get_buf(&bs, o_pb, 0, 4, &npb, "per_block");
+    if (!pb) goto fail;
+    const int64_t *present = get_buf(&bs, o_present, 0, 8, &np_, "bins_present");
+    if (!present) goto fail;
+    const uint8_t *sym = get_buf(&bs, o_sym, 0, 1, &nsym, "symbol");
+    if (!sym) goto fail;
+    int64_t *out = get_buf(&bs, o_out, 1, 8, &nout, "out");
+    if (!out) goto fail;
+    if (bins < 1 || npb % bins || nsym != np_ || nout != npb / bins * 256) {
+        PyErr_SetString(PyExc_ValueError, "block_symbol_counts: bad sizes");
+        goto fail;
+    }
+    for (int64_t k = 0; k < np_; k++)
+        if (present[k] < 0 || present[k] >= bins) {
+            PyErr_SetString(PyExc_ValueError, "block_symbol_counts: bin out of range");
+            goto fail;
+        }
+    memset(out, 0, (size_t)nout * sizeof(int64_t));
+    for (int64_t b = 0; b < npb / bins; b++)
+        for (int64_t k = 0; k < np_; k++) out[b * 256 + sym[k]] += pb[b * bins + present[k]];
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+static void normalize_row(const int64_t *cr, int pb, int64_t *f, int alphabet) {
+    /* cr[s] = 0 for s >= alphabet */
+    const int64_t total_prob = (int64_t)1 << pb;
+    int64_t total = 0;
+    int best = 0;
+    for (int s = 0; s < alphabet; s++) {
+        total += cr[s];
+        if (cr[s] > cr[best]) best = s;
+    }
+    memset(f, 0, 256 * sizeof(int64_t));
+    if (total == 0) {
+        f[0] = total_prob;
+        return;
+    }
+    int64_t acc = 0;
+    const double rt = 1.0 / (double)total;
+    for (int s = 0; s < alphabet; s++)
+        if (cr[s] > 0) {
+            /* floor(cr * 2**pb / total): a double estimate (cr * 2**pb < 2**53 is exact, the
+             * estimate is off by at most one), corrected exactly (an int64 division is slow) */
+            int64_t a = cr[s] * total_prob, v = (int64_t)((double)a * rt);
+            v -= v * total > a;
+            v += (v + 1) * total <= a;
+            f[s] = v > 1 ? v : 1;
+            acc += f[s];
+        }
+    int64_t diff = total_prob - acc;
+    if (diff > 0) f[best] += diff;
+    while (diff < 0) {
+        /* the symbols with f > 1 by frequency descending, ties by symbol (a stable argsort of -f
+         * cut where f <= 1, where the numba loop stops): keys f << 8 | (255 - s), descending */
+        int64_t key[256];
+        int k = 0;
+        for (int s = 0; s < 256; s++)
+            if (f[s] > 1) key[k++] = f[s] << 8 | (255 - s);
+        qsort(key, (size_t)k, sizeof key[0], cmp_desc);
+        for (int i = 0; i < k && diff < 0; i++) {
+            f[255 - (key[i] & 255)]--;
+            diff++;
+        }
+        if (k == 0) break; /* cannot happen for 256 symbols and 2**pb >= 256; never loop */
+    }
+}
+
 /* normalize_rows(counts [T*256] int64, prob_bits, out [T*256] uint16): as rans/_normalize.py */
 static PyObject *py_normalize_rows(PyObject *self, PyObject *args) {
     PyObject *o_counts, *o_out;
@@ -1032,52 +1268,119 @@ static PyObject *py_normalize_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "normalize_rows: bad sizes");
         goto fail;
     }
-    const int64_t total_prob = 1 << pb;
     for (int64_t r = 0; r < nc / 256; r++) {
-        const int64_t *cr = counts + r * 256;
-        int64_t f[256], total = 0;
-        int best = 0;
-        for (int s = 0; s < 256; s++) {
-            total += cr[s];
-            if (cr[s] > cr[best]) best = s;
-        }
-        memset(f, 0, sizeof f);
-        if (total == 0) {
-            f[0] = total_prob;
-        } else {
-            int64_t acc = 0;
-            for (int s = 0; s < 256; s++)
-                if (cr[s] > 0) {
-                    int64_t v = cr[s] * total_prob / total;
-                    f[s] = v > 1 ? v : 1;
-                    acc += f[s];
-                }
-            int64_t diff = total_prob - acc;
-            if (diff > 0) f[best] += diff;
-            while (diff < 0) {
-                /* symbols by frequency descending, ties by symbol (a stable argsort of -f) */
-                int order[256];
-                for (int s = 0; s < 256; s++) order[s] = s;
-                for (int i = 1; i < 256; i++) { /* insertion sort: stable */
-                    int s = order[i], j = i - 1;
-                    while (j >= 0 && f[order[j]] < f[s]) {
-                        order[j + 1] = order[j];
-                        j--;
-                    }
-                    order[j + 1] = s;
-                }
-                for (int i = 0; i < 256; i++) {
-                    int s = order[i];
-                    if (diff == 0 || f[s] <= 1) break;
-                    f[s]--;
-                    diff++;
-                }
-            }
-        }
+        int64_t f[256];
+        normalize_row(counts + r * 256, pb, f, 256);
         for (int s = 0; s < 256; s++) out[r * 256 + s] = (uint16_t)f[s];
     }
     bufs_release(&bs);
     Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* choose_tables(counts [n_chunks*256] int64, candidates [k] int64, prob_bits) -> index of the
+ * candidate chunks_per_table with the smallest ideal coded size + packed table storage, as
+ * rans._choose_tables (which runs where the extension does not): a later (finer) candidate wins
+ * only by more than 1e-9 bits per symbol, so float rounding differences between the two never
+ * flip a choice. Runs with the GIL released (it was a per-tensor Python cost of the encoder). */
+static double g_log2[4097]; /* log2(f) of every frequency (log2(1) for 0: never used) */
+
+static PyObject *py_choose_tables(PyObject *self, PyObject *args) {
+    PyObject *o_counts, *o_cand;
+    int pb;
+    if (!PyArg_ParseTuple(args, "OOi", &o_counts, &o_cand, &pb)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nc, nk;
+    const int64_t *counts = get_buf(&bs, o_counts, 0, 8, &nc, "counts");
+    if (!counts) goto fail;
+    const int64_t *cand = get_buf(&bs, o_cand, 0, 8, &nk, "candidates");
+    if (!cand) goto fail;
+    if (nc % 256 || nc == 0 || nk < 1 || (pb != 11 && pb != 12)) {
+        PyErr_SetString(PyExc_ValueError, "choose_tables: bad sizes");
+        goto fail;
+    }
+    for (int64_t k = 0; k < nk; k++)
+        if (cand[k] < 1) {
+            PyErr_SetString(PyExc_ValueError, "choose_tables: candidates must be >= 1");
+            goto fail;
+        }
+    int64_t n_chunks = nc / 256, best_k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t n_sym = 0, alphabet = 1;
+    for (int64_t i = 0; i < nc; i++) {
+        n_sym += counts[i];
+        if (counts[i] && (i & 255) + 1 > alphabet) alphabet = (i & 255) + 1;
+    }
+    double best = 0;
+    for (int64_t k = 0; k < nk; k++) {
+        double cost = 0;
+        for (int64_t g0 = 0; g0 < n_chunks; g0 += cand[k]) {
+            int64_t g[256], f[256];
+            memset(g, 0, sizeof g);
+            for (int64_t c = g0; c < n_chunks && c < g0 + cand[k]; c++) {
+                const int64_t *restrict row = counts + c * 256;
+                for (int s = 0; s < alphabet; s++) g[s] += row[s];
+            }
+            normalize_row(g, pb, f, (int)alphabet);
+            for (int s = 0; s < alphabet; s++) {
+                if (g[s]) cost += (double)g[s] * (pb - g_log2[f[s] > 0 ? f[s] : 1]);
+                cost += f[s] >= 255 ? 24.0 : 8.0; /* pack_freqs: a byte, + 2 for an escape */
+            }
+        }
+        if (k == 0 || cost < best - 1e-9 * (double)n_sym) {
+            best = cost;
+            best_k = k;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    return PyLong_FromLongLong(best_k);
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+/* float_head_bits(hist_max [2**(exp_bits + max_j)] int64, exp_bits, tail_bits0, max_j) -> head_bits:
+ * as codecs.float.choose_head_bits (its numpy twin; a larger j must win by 1e-9 bits per value,
+ * so the two agree despite summing in other orders) */
+static PyObject *py_float_head_bits(PyObject *self, PyObject *args) {
+    PyObject *o_hist;
+    int E, tail0, max_j;
+    if (!PyArg_ParseTuple(args, "Oiii", &o_hist, &E, &tail0, &max_j)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t nh;
+    const int64_t *hist = get_buf(&bs, o_hist, 0, 8, &nh, "hist");
+    if (!hist) goto fail;
+    if (E < 1 || max_j < 0 || E + max_j > 20 || nh != (int64_t)1 << (E + max_j)) {
+        PyErr_SetString(PyExc_ValueError, "float_head_bits: bad sizes");
+        goto fail;
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < nh; i++) n += hist[i];
+    double best = 0;
+    int best_j = 0;
+    for (int j = 0; j <= max_j && tail0 - j >= 1; j++) {
+        int64_t group = (int64_t)1 << (max_j - j), distinct = 0;
+        double ent = 0;
+        for (int64_t b = 0; b < nh; b += group) {
+            int64_t c = 0;
+            for (int64_t k = b; k < b + group; k++) c += hist[k];
+            if (c) {
+                distinct++;
+                ent += (double)c * (log2((double)n) - log2((double)c));
+            }
+        }
+        if (distinct > 256) break;
+        double cost = ent + (double)n * (tail0 - j) + 32.0 * distinct;
+        if (j == 0 || cost < best - 1e-9 * (double)n) {
+            best = cost;
+            best_j = j;
+        }
+    }
+    bufs_release(&bs);
+    return PyLong_FromLong(best_j);
 fail:
     bufs_release(&bs);
     return NULL;
@@ -1093,6 +1396,8 @@ typedef struct {
     uint32_t mask, tail_mask;
     const uint8_t *symbol_of;
     uint8_t *head, *tail, *low;
+    int64_t base;         /* head values base..base+255 are looked up in registers (-1: none) */
+    uint16_t window[256]; /* symbol_of[base + k] */
 } split_ctx;
 
 #define SPLIT_BLOCKS 4096 /* blocks of 8 values per task */
@@ -1202,6 +1507,10 @@ static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
     const uint64_t pmask = 0x0101010101010101ull * ((1u << R) - 1);
     const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;
     uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;
+    const int win = ctx->base >= 0;
+    const __m512i vbase = _mm512_set1_epi16((short)(win ? ctx->base : 0)), v256 = _mm512_set1_epi16(256);
+    __m512i TW[8];
+    for (int k = 0; k < 8; k++) TW[k] = _mm512_loadu_si512(ctx->window + 32 * k);
     int64_t blk = b0;
     for (; (blk + 4) * 8 <= ctx->n && (blk + 3) * R + 8 <= lim; blk += 4) {
         int64_t i0 = blk * 8;
@@ -1219,8 +1528,22 @@ static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
             u = _mm512_loadu_si512((const uint16_t *)ctx->bits + i0);
         }
         uint16_t idx[32];
-        _mm512_storeu_si512(idx, _mm512_and_si512(_mm512_srl_epi16(u, shv), msk));
-        for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        __m512i iv = _mm512_and_si512(_mm512_srl_epi16(u, shv), msk);
+        if (win) { /* in-window head values from registers, the rare others one by one */
+            __m512i rel = _mm512_sub_epi16(iv, vbase);
+            __mmask32 out = _mm512_cmpge_epu16_mask(rel, v256);
+            _mm256_storeu_si256((__m256i *)(ctx->head + i0), _mm512_cvtepi16_epi8(lut256w(rel, TW)));
+            if (out) {
+                _mm512_storeu_si512(idx, iv);
+                for (uint32_t o = out; o; o &= o - 1) {
+                    int k = __builtin_ctz(o);
+                    ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+                }
+            }
+        } else {
+            _mm512_storeu_si512(idx, iv);
+            for (int k = 0; k < 32; k++) ctx->head[i0 + k] = ctx->symbol_of[idx[k]];
+        }
         __m512i t = _mm512_or_si512(_mm512_sll_epi16(_mm512_srli_epi16(u, 15), rv), _mm512_and_si512(u, tmsk));
         uint64_t tb[4];
         _mm256_storeu_si256((__m256i *)tb, _mm512_cvtepi16_epi8(t));
@@ -1241,8 +1564,9 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     PyObject *o_bits, *o_symof, *o_head, *o_tail, *o_low;
     int shift, tail_shift, sign_shift, R, low_planes, threads;
     unsigned int mask, tail_mask;
-    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
-                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads))
+    long long base = -1;
+    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi|L", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
+                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads, &base))
         return NULL;
     bufs_t bs = {.k = 0};
     split_ctx ctx;
@@ -1272,6 +1596,9 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     ctx.sign_shift = sign_shift;
     ctx.R = R;
     ctx.low_planes = low_planes;
+    ctx.base = base >= 0 && base <= (long long)mask ? base : -1;
+    for (int k = 0; k < 256; k++)
+        ctx.window[k] = ctx.base >= 0 && ctx.base + k <= (int64_t)mask ? ctx.symbol_of[ctx.base + k] : 0;
     int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
     threads = pick_threads(threads, n_tasks);
     Py_BEGIN_ALLOW_THREADS
@@ -1305,6 +1632,7 @@ typedef struct {
     int64_t n, chunk_size, chunks_per_table;
     const enc_sym *tab; /* [T * 256] */
     const uint32_t *packed; /* [T * 256]: freq | cum << 13 (the SIMD encoder's table) */
+    const uint16_t *f16, *c16; /* [T * 256]: freq and cum (the AVX-512 encoder's register tables) */
     int pb;
     uint32_t *states;
     int64_t *counts;
@@ -1437,18 +1765,62 @@ static void enc_task_avx2(void *vctx, int64_t c) {
     if (absent || _mm256_movemask_ps(_mm256_castsi256_ps(zero_f))) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
 }
 
+/* one step (32 symbols from sym, lanes 31..16 then 15..0) of the register-table encoder below */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt"), always_inline))
+static inline void enc_step32(__m512i *xv, const uint8_t *sym, const __m512i *TF, const __m512i *TC, int pb,
+                              uint16_t **wp, __mmask32 *zero_f) {
+    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
+    uint16_t *w = *wp;
+    __m512i idx = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)sym));
+    __m512i F = lut256w(idx, TF), C = lut256w(idx, TC);
+    *zero_f |= _mm512_cmpeq_epi16_mask(F, _mm512_setzero_si512());
+    for (int v = 1; v >= 0; v--) {
+        __m512i x = xv[v];
+        __m512i f = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(F, 1) : _mm512_castsi512_si256(F));
+        __m512i cum = _mm512_cvtepu16_epi32(v ? _mm512_extracti64x4_epi64(C, 1) : _mm512_castsi512_si256(C));
+        /* 1/f in float: rcp14 and one Newton step, off the states' chain */
+        __m512 ff = _mm512_cvtepu32_ps(f), r = _mm512_rcp14_ps(ff);
+        r = _mm512_mul_ps(r, _mm512_fnmadd_ps(ff, r, _mm512_set1_ps(2.0f)));
+        __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
+        int cnt = __builtin_popcount((unsigned)emit);
+        __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+        w -= cnt;
+        _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
+        x = _mm512_mask_srli_epi32(x, emit, x, 16);
+        /* q = x / f estimated in float, then made exact: x < f * 2**(32 - pb) <= f * 2**21, so
+         * q < 2**21; x, 1/f (rcp14 + Newton, ~2**-23) and the product each round by <= 2**-23,
+         * so the estimate is off by < 2**21 * 2**-22 = 0.5 and its truncation by at most one,
+         * which one step each way corrects on the remainder x - q*f (in (-f, 2f): int32) */
+        __m512i q = _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_cvtepu32_ps(x), r));
+        __m512i rem = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f));
+        __mmask16 neg = _mm512_cmplt_epi32_mask(rem, _mm512_setzero_si512());
+        q = _mm512_mask_sub_epi32(q, neg, q, _mm512_set1_epi32(1));
+        rem = _mm512_mask_add_epi32(rem, neg, rem, f);
+        __mmask16 big = _mm512_cmpge_epi32_mask(rem, f);
+        q = _mm512_mask_add_epi32(q, big, q, _mm512_set1_epi32(1));
+        rem = _mm512_mask_sub_epi32(rem, big, rem, f);
+        xv[v] = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb), rem), cum);
+    }
+    *wp = w;
+}
+
 /* AVX-512 encoder: the 32 lanes as two 16-lane vectors, steps in reverse, the high vector first
  * (lanes 31..0 in reverse is the spec's order). A vector's emitted words are its lanes' low 16 bits
  * in ascending lane order, placed just below the words already written: a compress + a masked
- * store. floor(x / f) is a double division (exact: the quotient is below 2**21, so its rounding
- * never reaches the next integer). The partial last step runs first, scalar. */
+ * store. The partial last step runs first, scalar. Every table lookup is in registers: freq and
+ * cum of a step's 32 symbols from two 256-entry word tables held in sixteen registers
+ * (lut256w); floor(x / f) is a float estimate made exact (see enc_step32). This removes the 32
+ * scalar loads and stores per 16 lanes, and the division, that bounded the loop on AMD. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
 static void enc_task_avx512(void *vctx, int64_t c) {
     enc_ctx *ctx = vctx;
-    const int soft = g_soft_gather;
     const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
     const enc_sym *tab = ctx->tab + tab_i;
-    const uint32_t *packed = ctx->packed + tab_i;
+    __m512i TF[8], TC[8];
+    for (int k = 0; k < 8; k++) {
+        TF[k] = _mm512_loadu_si512(ctx->f16 + tab_i + 32 * k);
+        TC[k] = _mm512_loadu_si512(ctx->c16 + tab_i + 32 * k);
+    }
     int64_t start = c * ctx->chunk_size;
     int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
     const uint8_t *sym = ctx->sym + start;
@@ -1471,37 +1843,47 @@ static void enc_task_avx512(void *vctx, int64_t c) {
         X[lane] = (q << pb) + (x - q * e->freq) + e->cum;
     }
     __m512i xv[2] = {_mm512_loadu_si512(X), _mm512_loadu_si512(X + 16)};
-    const __m512i fmask = _mm512_set1_epi32(0x1FFF);
-    const __m128i shift_hi = _mm_cvtsi32_si128(32 - pb), shift_pb = _mm_cvtsi32_si128(pb);
-    __mmask16 zero_f = 0;
-    for (int64_t t = full - 1; t >= 0; t--) {
-        for (int v = 1; v >= 0; v--) {
-            __m512i x = xv[v];
-            __m512i s32 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sym + t * LANES + 16 * v)));
-            __m512i e = lut16(s32, packed, soft);
-            __m512i f = _mm512_and_si512(e, fmask);
-            zero_f |= _mm512_cmpeq_epi32_mask(f, _mm512_setzero_si512());
-            __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(x, shift_hi), f);
-            int cnt = __builtin_popcount((unsigned)emit);
-            __m256i wv = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
-            w -= cnt;
-            _mm256_mask_storeu_epi16(w, (__mmask16)((1u << cnt) - 1), wv);
-            x = _mm512_mask_srli_epi32(x, emit, x, 16);
-            __m512d q0 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_castsi512_si256(x)),
-                                       _mm512_cvtepu32_pd(_mm512_castsi512_si256(f)));
-            __m512d q1 = _mm512_div_pd(_mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1)),
-                                       _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(f, 1)));
-            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(q0)), _mm512_cvttpd_epu32(q1), 1);
-            x = _mm512_add_epi32(_mm512_add_epi32(_mm512_sll_epi32(q, shift_pb),
-                                                  _mm512_sub_epi32(x, _mm512_mullo_epi32(q, f))),
-                                 _mm512_srli_epi32(e, 13));
-            xv[v] = x;
-        }
-    }
+    __mmask32 zero_f = 0;
+    for (int64_t t = full - 1; t >= 0; t--) enc_step32(xv, sym + t * LANES, TF, TC, pb, &w, &zero_f);
     _mm512_storeu_si512(ctx->states + c * LANES, xv[0]);
     _mm512_storeu_si512(ctx->states + c * LANES + 16, xv[1]);
     ctx->counts[c] = (ctx->scratch + start + m) - w;
     if (absent || zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
+/* chunks 2t and 2t + 1 interleaved (four independent state chains hide the latency of one
+ * chunk's two) where both are whole chunks of one table; else one after the other */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,popcnt")))
+static void enc_pair_avx512(void *vctx, int64_t t) {
+    enc_ctx *ctx = vctx;
+    int64_t c = 2 * t, cs = ctx->chunk_size;
+    if ((c + 2) * cs > ctx->n || c / ctx->chunks_per_table != (c + 1) / ctx->chunks_per_table) {
+        enc_task_avx512(vctx, c);
+        if ((c + 1) * cs < ctx->n) enc_task_avx512(vctx, c + 1);
+        return;
+    }
+    const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
+    __m512i TF[8], TC[8];
+    for (int k = 0; k < 8; k++) {
+        TF[k] = _mm512_loadu_si512(ctx->f16 + tab_i + 32 * k);
+        TC[k] = _mm512_loadu_si512(ctx->c16 + tab_i + 32 * k);
+    }
+    const uint8_t *sa = ctx->sym + c * cs, *sb = sa + cs;
+    uint16_t *wa = ctx->scratch + (c + 1) * cs, *wb = wa + cs;
+    const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
+    __m512i xa[2] = {lower, lower}, xb[2] = {lower, lower};
+    __mmask32 zero_f = 0;
+    for (int64_t s = cs / LANES - 1; s >= 0; s--) {
+        enc_step32(xa, sa + s * LANES, TF, TC, ctx->pb, &wa, &zero_f);
+        enc_step32(xb, sb + s * LANES, TF, TC, ctx->pb, &wb, &zero_f);
+    }
+    _mm512_storeu_si512(ctx->states + c * LANES, xa[0]);
+    _mm512_storeu_si512(ctx->states + c * LANES + 16, xa[1]);
+    _mm512_storeu_si512(ctx->states + (c + 1) * LANES, xb[0]);
+    _mm512_storeu_si512(ctx->states + (c + 1) * LANES + 16, xb[1]);
+    ctx->counts[c] = (ctx->scratch + (c + 1) * cs) - wa;
+    ctx->counts[c + 1] = (ctx->scratch + (c + 2) * cs) - wb;
+    if (zero_f) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
 }
 #endif
 
@@ -1559,14 +1941,28 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (int64_t k = 0; k < n_tables * 256; k++) packed[k] = tab[k].freq | tab[k].cum << 13;
+    uint16_t *f16 = malloc((size_t)(n_tables * 256 + 1) * 2 * sizeof(uint16_t));
+    if (!f16) {
+        free(tab);
+        free(packed);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    uint16_t *c16 = f16 + n_tables * 256;
+    for (int64_t k = 0; k < n_tables * 256; k++) {
+        packed[k] = tab[k].freq | tab[k].cum << 13;
+        f16[k] = (uint16_t)tab[k].freq;
+        c16[k] = (uint16_t)tab[k].cum;
+    }
     ctx.tab = tab;
     ctx.packed = packed;
+    ctx.f16 = f16;
+    ctx.c16 = c16;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
-    if (g_isa == ISA_AVX512) run_parallel(enc_task_avx512, &ctx, n_chunks, threads);
+    if (g_isa == ISA_AVX512) run_parallel(enc_pair_avx512, &ctx, (n_chunks + 1) / 2, pick_threads(threads, (n_chunks + 1) / 2));
     else if (g_isa == ISA_AVX2) run_parallel(enc_task_avx2, &ctx, n_chunks, threads);
     else
 #endif
@@ -1574,6 +1970,7 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(tab);
     free(packed);
+    free(f16);
     if (ctx.bad) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
@@ -1698,7 +2095,11 @@ static PyMethodDef methods[] = {
     {"decode_merge_float", py_decode_merge_float, METH_VARARGS, "fused rANS decode + float merge"},
     {"chunk_histograms", py_chunk_histograms, METH_VARARGS, "per-chunk symbol histograms"},
     {"head_histogram", py_head_histogram, METH_VARARGS, "histogram of (bits >> shift) & mask"},
+    {"block_head_histograms", py_block_head_histograms, METH_VARARGS, "head histograms per block of values"},
+    {"block_symbol_counts", py_block_symbol_counts, METH_VARARGS, "symbol counts per block from bin counts"},
     {"normalize_rows", py_normalize_rows, METH_VARARGS, "frequency normalisation of count rows"},
+    {"choose_tables", py_choose_tables, METH_VARARGS, "index of the cheapest chunks_per_table candidate"},
+    {"float_head_bits", py_float_head_bits, METH_VARARGS, "head_bits of the float codec by measured cost"},
     {"split_float", py_split_float, METH_VARARGS, "float split into head symbols, tail bits, low bytes"},
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
     {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
@@ -1724,6 +2125,8 @@ PyMODINIT_FUNC PyInit__cext(void) {
     init_perm8();
 #endif
     g_isa = g_isa_max;
+    g_log2[0] = 0.0;
+    for (int f = 1; f <= 4096; f++) g_log2[f] = log2((double)f);
     g_threads_default = 1;
     g_spare = 0;
     return PyModule_Create(&moduledef);
