@@ -122,8 +122,7 @@ class Prepared:
                      for k, (td, progs, _) in plan.int8.items()}
         self.transform = None
         if plan.transform.shape[0]:
-            from .transform_kernels import ROT
-            self.transform = (nb(plan.transform).to(device), nb(ROT).to(device), plan.transform.shape[0])
+            self.transform = (nb(plan.transform).to(device), plan.transform.shape[0])
         self.status = {}  # per-launch chunk status, allocated by the first run()
         self._pair_ok = {}  # (key, W) -> _pair_fits, computed on first use
 
@@ -168,8 +167,8 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
         status[key] = st
     if prep.transform is not None:  # transform tiles: inverted in place in the residual scratch
         from .transform_kernels import int8_transform_kernel
-        bt, rot, nblk = prep.transform
-        int8_transform_kernel[(-(-nblk // TRANSFORM_BLK),)](bt, nblk, buf, rot, BLK=TRANSFORM_BLK)
+        bt, nblk = prep.transform
+        int8_transform_kernel[(-(-nblk // TRANSFORM_BLK),)](bt, nblk, buf, BLK=TRANSFORM_BLK)
     for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
         o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
                                                   torch.float32 if kind == K.OUT_F32 else torch.int16)

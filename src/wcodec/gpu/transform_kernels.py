@@ -16,7 +16,6 @@ int32 (the CPU decoder refuses a record with illegal ones).
 
 from __future__ import annotations
 
-import numpy as np
 import triton
 import triton.language as tl
 
@@ -26,16 +25,14 @@ SHIFT: tl.constexpr = tl.constexpr(T.SHIFT)
 HALF: tl.constexpr = tl.constexpr(T.HALF)
 HI_MIN: tl.constexpr = tl.constexpr(T.HI_MIN)
 HI_MAX: tl.constexpr = tl.constexpr(T.HI_MAX)
-#: [kind, rotation, (T, S)] int32: the rotation constants in ROTATIONS order
-ROT = np.array([[(t, s) for _, t, s in T.ROTATIONS[k]] for k in sorted(T.KINDS)], dtype=np.int32)
-assert T.PAIRS == (6, 5, 4, 3, 2, 1, 0, 6, 5, 4, 3, 2, 1, 6, 5, 4, 3, 2, 6, 5, 4, 3, 6, 5, 4, 6, 5, 6)
 
 
 @triton.jit
-def _r(a, b, rp, i: tl.constexpr):
-    """Undo rotation i (three lifting steps in reverse, subtracting)."""
-    t = tl.load(rp + 2 * i)
-    s = tl.load(rp + 2 * i + 1)
+def _r(a, b, adst, TD: tl.constexpr, SD: tl.constexpr, TA: tl.constexpr, SA: tl.constexpr):
+    """Undo one rotation (three lifting steps in reverse, subtracting); its constants are
+    compile-time (DCT's or ADST's, chosen per block by ``adst``), so no per-element loads."""
+    t = tl.where(adst, TA, TD)
+    s = tl.where(adst, SA, SD)
     a -= (t * b + HALF) >> SHIFT
     b -= (s * a + HALF) >> SHIFT
     a -= (t * b + HALF) >> SHIFT
@@ -43,37 +40,37 @@ def _r(a, b, rp, i: tl.constexpr):
 
 
 @triton.jit
-def _inv8(v0, v1, v2, v3, v4, v5, v6, v7, rp):
-    """Inverse 1-D transform of 8 same-shape int32 tensors; rp: pointers to the kind's constants.
-    The pairs follow transform.PAIRS (asserted at import)."""
-    v6, v7 = _r(v6, v7, rp, 0)
-    v5, v6 = _r(v5, v6, rp, 1)
-    v4, v5 = _r(v4, v5, rp, 2)
-    v3, v4 = _r(v3, v4, rp, 3)
-    v2, v3 = _r(v2, v3, rp, 4)
-    v1, v2 = _r(v1, v2, rp, 5)
-    v0, v1 = _r(v0, v1, rp, 6)
-    v6, v7 = _r(v6, v7, rp, 7)
-    v5, v6 = _r(v5, v6, rp, 8)
-    v4, v5 = _r(v4, v5, rp, 9)
-    v3, v4 = _r(v3, v4, rp, 10)
-    v2, v3 = _r(v2, v3, rp, 11)
-    v1, v2 = _r(v1, v2, rp, 12)
-    v6, v7 = _r(v6, v7, rp, 13)
-    v5, v6 = _r(v5, v6, rp, 14)
-    v4, v5 = _r(v4, v5, rp, 15)
-    v3, v4 = _r(v3, v4, rp, 16)
-    v2, v3 = _r(v2, v3, rp, 17)
-    v6, v7 = _r(v6, v7, rp, 18)
-    v5, v6 = _r(v5, v6, rp, 19)
-    v4, v5 = _r(v4, v5, rp, 20)
-    v3, v4 = _r(v3, v4, rp, 21)
-    v6, v7 = _r(v6, v7, rp, 22)
-    v5, v6 = _r(v5, v6, rp, 23)
-    v4, v5 = _r(v4, v5, rp, 24)
-    v6, v7 = _r(v6, v7, rp, 25)
-    v5, v6 = _r(v5, v6, rp, 26)
-    v6, v7 = _r(v6, v7, rp, 27)
+def _inv8(v0, v1, v2, v3, v4, v5, v6, v7, adst):
+    """Inverse 1-D transform of 8 same-shape int32 tensors; adst: per-element kind (True: ADST).
+    The pairs and constants are transform.ROTATIONS' (DCT's, then ADST's), written out."""
+    v6, v7 = _r(v6, v7, adst, -984, 1860, -1738, 2946)
+    v5, v6 = _r(v5, v6, adst, -1399, 2505, -2229, 3440)
+    v4, v5 = _r(v4, v5, adst, -1688, 2886, -2568, 3687)
+    v3, v4 = _r(v3, v4, adst, -1917, 3145, -2858, 3844)
+    v2, v3 = _r(v2, v3, adst, -2112, 3337, -3138, 3955)
+    v1, v2 = _r(v1, v2, adst, -2288, 3488, -3429, 4032)
+    v0, v1 = _r(v0, v1, adst, -2831, 3831, -3746, 4080)
+    v6, v7 = _r(v6, v7, adst, -602, 1178, -764, 1476)
+    v5, v6 = _r(v5, v6, adst, -975, 1846, -1203, 2215)
+    v4, v5 = _r(v4, v5, adst, -1306, 2371, -1593, 2768)
+    v3, v4 = _r(v3, v4, adst, -1635, 2821, -2001, 3230)
+    v2, v3 = _r(v2, v3, adst, -1996, 3226, -2489, 3636)
+    v1, v2 = _r(v1, v2, adst, -2752, 3792, -3151, 3959)
+    v6, v7 = _r(v6, v7, adst, -488, 963, -554, 1089)
+    v5, v6 = _r(v5, v6, adst, -859, 1646, -957, 1815)
+    v4, v5 = _r(v4, v5, adst, -1249, 2285, -1375, 2471)
+    v3, v4 = _r(v3, v4, adst, -1719, 2924, -1889, 3115)
+    v2, v3 = _r(v2, v3, adst, -2655, 3739, -2675, 3750)
+    v6, v7 = _r(v6, v7, adst, -470, 927, -494, 973)
+    v5, v6 = _r(v5, v6, adst, -895, 1708, -919, 1750)
+    v4, v5 = _r(v4, v5, adst, -1437, 2559, -1440, 2564)
+    v3, v4 = _r(v3, v4, adst, -2531, 3664, -2272, 3475)
+    v6, v7 = _r(v6, v7, adst, -529, 1040, -513, 1009)
+    v5, v6 = _r(v5, v6, adst, -1123, 2089, -1043, 1959)
+    v4, v5 = _r(v4, v5, adst, -2365, 3547, -1900, 3127)
+    v6, v7 = _r(v6, v7, adst, -731, 1418, -630, 1230)
+    v5, v6 = _r(v5, v6, adst, -2120, 3344, -1511, 2660)
+    v6, v7 = _r(v6, v7, adst, -1697, 2896, -1029, 1936)
     return v0, -v1, v2, -v3, v4, -v5, v6, -v7  # SIGNS
 
 
@@ -83,10 +80,10 @@ def _col(r, jj, j: tl.constexpr):
 
 
 @triton.jit
-def _row_inv(r, jj, rp):
+def _row_inv(r, jj, adst):
     """Inverse 1-D transform along axis 1 of r [BLK, 8]."""
     c0, c1, c2, c3, c4, c5, c6, c7 = _inv8(_col(r, jj, 0), _col(r, jj, 1), _col(r, jj, 2), _col(r, jj, 3),
-                                           _col(r, jj, 4), _col(r, jj, 5), _col(r, jj, 6), _col(r, jj, 7), rp)
+                                           _col(r, jj, 4), _col(r, jj, 5), _col(r, jj, 6), _col(r, jj, 7), adst)
     out = tl.where(jj == 0, c0[:, None], c1[:, None])
     out = tl.where(jj == 2, c2[:, None], out)
     out = tl.where(jj == 3, c3[:, None], out)
@@ -111,17 +108,16 @@ def _store_row(buf8_ptr, res, stride, u: tl.constexpr, jj, m, r):
 
 
 @triton.jit
-def int8_transform_kernel(bt_ptr, n_blocks, buf8_ptr, rot_ptr, BLK: tl.constexpr):
+def int8_transform_kernel(bt_ptr, n_blocks, buf8_ptr, BLK: tl.constexpr):
     """Invert BLK blocks per program, in place. bt_ptr: int64[n_blocks, 4] block table (module
-    docstring); buf8_ptr: the uint8 device buffer; rot_ptr: int32 ROT ([2, 28, 2])."""
+    docstring); buf8_ptr: the uint8 device buffer."""
     b = tl.program_id(0) * BLK + tl.arange(0, BLK)
     bm = b < n_blocks
     res = tl.load(bt_ptr + b * 4, mask=bm, other=0)[:, None]
     hi = tl.load(bt_ptr + b * 4 + 1, mask=bm, other=0)[:, None]
     stride = tl.load(bt_ptr + b * 4 + 2, mask=bm, other=0)[:, None]
     kind = tl.load(bt_ptr + b * 4 + 3, mask=bm, other=0).to(tl.int32)
-    kind = tl.minimum(tl.maximum(kind, 0), 1)
-    rp = rot_ptr + kind * 56
+    adst = kind == 1
     jj = tl.arange(0, 8)[None, :]
     m = bm[:, None] & (jj < 8)
     r0 = _load_row(buf8_ptr, res, hi, stride, 0, jj, m)
@@ -133,13 +129,12 @@ def int8_transform_kernel(bt_ptr, n_blocks, buf8_ptr, rot_ptr, BLK: tl.constexpr
     r6 = _load_row(buf8_ptr, res, hi, stride, 6, jj, m)
     r7 = _load_row(buf8_ptr, res, hi, stride, 7, jj, m)
     # columns: the 1-D inverse along u, elementwise over the row tensors
-    r0, r1, r2, r3, r4, r5, r6, r7 = _inv8(r0, r1, r2, r3, r4, r5, r6, r7, rp[:, None])
-    _store_row(buf8_ptr, res, stride, 0, jj, m, _row_inv(r0, jj, rp))
-    _store_row(buf8_ptr, res, stride, 1, jj, m, _row_inv(r1, jj, rp))
-    _store_row(buf8_ptr, res, stride, 2, jj, m, _row_inv(r2, jj, rp))
-    _store_row(buf8_ptr, res, stride, 3, jj, m, _row_inv(r3, jj, rp))
-    _store_row(buf8_ptr, res, stride, 4, jj, m, _row_inv(r4, jj, rp))
-    _store_row(buf8_ptr, res, stride, 5, jj, m, _row_inv(r5, jj, rp))
-    _store_row(buf8_ptr, res, stride, 6, jj, m, _row_inv(r6, jj, rp))
-    _store_row(buf8_ptr, res, stride, 7, jj, m, _row_inv(r7, jj, rp))
-
+    r0, r1, r2, r3, r4, r5, r6, r7 = _inv8(r0, r1, r2, r3, r4, r5, r6, r7, adst[:, None])
+    _store_row(buf8_ptr, res, stride, 0, jj, m, _row_inv(r0, jj, adst))
+    _store_row(buf8_ptr, res, stride, 1, jj, m, _row_inv(r1, jj, adst))
+    _store_row(buf8_ptr, res, stride, 2, jj, m, _row_inv(r2, jj, adst))
+    _store_row(buf8_ptr, res, stride, 3, jj, m, _row_inv(r3, jj, adst))
+    _store_row(buf8_ptr, res, stride, 4, jj, m, _row_inv(r4, jj, adst))
+    _store_row(buf8_ptr, res, stride, 5, jj, m, _row_inv(r5, jj, adst))
+    _store_row(buf8_ptr, res, stride, 6, jj, m, _row_inv(r6, jj, adst))
+    _store_row(buf8_ptr, res, stride, 7, jj, m, _row_inv(r7, jj, adst))
