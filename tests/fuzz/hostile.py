@@ -114,6 +114,26 @@ DTYPE = {"f32": "F32", "bf16": "BF16", "f16": "F16", "i8": "I8", "i8.smooth": "I
          "i64": "I64", "scalar": "F32", "empty": "F16"}
 
 
+def newer_codec_records(t: dict) -> dict:
+    """Records of the fixed-rate, fp8 and lossy codecs and an int8 record whose tiles use every
+    mode, transform tiles (DCT / ADST, with their "hi" plane) included."""
+    from wcodec.codecs import encode_tensor
+    from wcodec.codecs.int8 import Int8Codec
+
+    rng = np.random.default_rng(1)
+    yy, xx = np.mgrid[0:64, 0:96]
+    smooth = (np.sin(yy / 7.0) * 60 + np.cos(xx / 5.0) * 50 + rng.integers(-2, 3, yy.shape)).astype(np.int8)
+    modes = (np.arange(6) % 7).astype(np.uint8)  # 2 x 3 tiles of 32: NONE..PLANAR, DCT
+    modes[-1] = 6  # ... and ADST
+    modes[-2] = 5
+    tiles = Int8Codec()._pack("I8", smooth.shape, smooth.astype(np.int16), 32, 32, modes, 12, None, "auto", True)
+    assert "hi.words" in tiles.sections
+    return {"i8.tiles": tiles,
+            "bf16.fixed": encode_tensor(t["bf16"], "BF16", codec="fixed"),
+            "fp8": encode_tensor(rng.integers(0, 256, (40, 24), dtype=np.uint8), "F8_E4M3"),
+            "f32.lossy": encode_tensor(t["f32"], "F32", "lossy:qp=20")}
+
+
 def make_seeds(folder) -> dict:
     """Write the valid seed files into ``folder``; returns {kind: path}."""
     from wcodec.codecs import encode_tensor
@@ -131,6 +151,8 @@ def make_seeds(folder) -> dict:
         q = encode_tensor(t["f32"], "F32", "int8", "q")
         from wcodec.codecs import decode_tensor
         w.add_record("f32.q", q, spec.crc32(decode_tensor(q)))
+        for name, rec in newer_codec_records(t).items():  # the layouts added after the first fuzz runs
+            w.add_record(name, rec, spec.crc32(decode_tensor(rec)))
         w.add_alias("tied", "f32")
     out["container"] = cont
     shard_dir = folder / "sharded"

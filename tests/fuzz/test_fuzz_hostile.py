@@ -43,7 +43,8 @@ def test_params_mutations_cover_every_codec(fuzzer):
     """The seed container holds records of every built-in codec, so params mutations reach each."""
     _, header = hostile.split_container(fuzzer.data["container"])
     codecs = {e.get("codec") for e in header["tensors"].values() if "alias_of" not in e}
-    assert codecs >= {"float", "int8", "int8-quant", "raw"}, codecs
+    assert codecs >= {"float", "int8", "int8-quant", "raw", "fixed", "fp8"}, codecs
+    assert any("hi" in e.get("params", {}) for e in header["tensors"].values())  # transform tiles
     dtypes = {e.get("dtype") for e in header["tensors"].values() if e.get("codec") == "float"}
     assert dtypes == {"BF16", "F16", "F32"}
     assert len(set(fuzzer.index["weight_map"].values())) >= 2  # the sharded seed has several shards
