@@ -91,8 +91,11 @@ class Codec:
         """array: numpy array holding the tensor (bfloat16 as uint16 bits), never modified."""
         raise NotImplementedError
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
-        """Returns the tensor as a numpy array of the record's dtype and shape (bf16 as uint16)."""
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """Returns the tensor as a numpy array of the record's dtype and shape (bf16 as uint16).
+
+        out: None, or a flat writable C-contiguous array of the tensor's numpy dtype and numel
+        (checked by ``codecs.check_out``) to decode into; the result is then a view of it."""
         raise NotImplementedError
 
 
