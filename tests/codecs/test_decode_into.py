@@ -31,6 +31,11 @@ def _smooth_i8() -> np.ndarray:  # prediction pays: LEFT/PLANAR tiles, a residua
     return np.cumsum(_rng.integers(-2, 3, (ROWS, COLS)), axis=1).astype(np.int8)
 
 
+def _cosine_basis() -> np.ndarray:
+    n, k = np.mgrid[0:128, 0:256]
+    return np.round(120 * np.cos(2 * np.pi * n * (k + 0.5) / 2048)).astype(np.int8).reshape(128, 1, 256)
+
+
 # (case id, factory of (array, dtype, encode options), bound of the peak with out=, in bytes per
 # weight beyond the output: None = no bound claimed)
 CASES = {
@@ -39,6 +44,9 @@ CASES = {
     "float-F32": (lambda: (_weights("F32"), "F32", {}), 0.2),
     # predicted int8 keeps its residual plane (1 byte/weight, tile-major) for the inverse prediction
     "int8-predicted": (lambda: (_smooth_i8(), "I8", {}), 1.2),
+    # DCT/ADST tiles (a cosine basis, 3-D): the inverse transform overwrites its tiles of out;
+    # residual and hi planes (1 byte/weight each at most) and lookup tables stay
+    "int8-transform": (lambda: (_cosine_basis(), "I8", {}), 2.5),  # + the hi plane, small tensor
     "int8-one-row": (lambda: (_rng.integers(-128, 128, ROWS * COLS).astype(np.int8), "I8", {}), 0.2),
     # int8-quant: the int8 plane and the residual plane (1 byte/weight each), float32 blocks
     "int8-quant-BF16": (lambda: (_weights("BF16"), "BF16", {"mode": "int8"}), 2.3),
@@ -71,6 +79,8 @@ def _peak(fn) -> int:
 @pytest.mark.parametrize("dest", ["numpy", "torch", "memmap", "bytes"])
 def test_decode_into_every_codec(cid, dest, tmp_path):
     array, rec = _case(cid)
+    if cid == "int8-transform":
+        assert {"DCT", "ADST"} & set(rec.info["modes"]) and "hi" in rec.params
     want = decode_tensor(rec)
     if rec.codec in ("float", "raw", "fixed", "fp8") or rec.dtype == "I8":
         assert want.tobytes() == np.ascontiguousarray(array).tobytes()  # lossless codecs
