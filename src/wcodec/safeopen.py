@@ -67,11 +67,24 @@ class safe_open:  # noqa: N801  (the safetensors name)
         """The str -> str metadata saved with the tensors, or None when none was saved."""
         return self._open().metadata() or None
 
-    def get_tensor(self, name: str, device=None):
+    def get_tensor(self, name: str, device=None, out=None):
         """Decode one tensor (torch or numpy per ``framework``) onto ``device`` (default: the
-        handle's). Raises TensorNotFoundError, ClosedError, CorruptDataError naming the tensor."""
+        handle's). Raises TensorNotFoundError, ClosedError, CorruptDataError naming the tensor.
+
+        out (wcodec extra): a CPU destination to decode straight into, with no full-size copy:
+        a numpy array, or a contiguous CPU torch tensor (pinned memory for a GPU upload, a
+        model's parameter storage), of the tensor's shape (or flat) and width (bf16 may be given
+        as int16/uint16 or torch.bfloat16), or bytes. Returns ``out`` itself. Raises
+        InvalidInputError (before writing) for an ``out`` of the wrong dtype, shape, layout or
+        device; on corrupt data ``out`` may be partly written.
+        """
         from .api import _load
         r = self._check_name(name)
+        if out is not None:
+            if device is not None and str(device) != "cpu":
+                raise InvalidInputError("get_tensor(out=...) decodes on the CPU: device must be 'cpu'")
+            r.get_numpy(r.alias_of(name) or name, verify=self.verify, out=numpy_view(out))
+            return out
         return _load(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
 
     def get_tensors(self, names=None, device=None) -> dict:
@@ -181,3 +194,27 @@ class Slice:
         dev, post = placement(self._h.device)
         t = _to_torch(arr, self.dtype)
         return t.to(dev) if post is None else (post(t, "cpu") if post(t, "cpu") is not None else t)
+
+
+def numpy_view(out):
+    """A numpy array sharing ``out``'s memory: ``out`` itself for numpy, ``.numpy()`` of a
+    contiguous CPU torch tensor (dtypes numpy lacks, such as bfloat16 or float8, as the unsigned
+    integers of their width). Raises InvalidInputError for other objects, other devices and
+    non-contiguous tensors."""
+    if isinstance(out, np.ndarray):
+        return out
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(out, torch.Tensor):
+        raise InvalidInputError(f"out must be a numpy array or a torch tensor, got {type(out).__name__}")
+    if out.device.type != "cpu":
+        raise InvalidInputError(f"out must be in CPU memory (pinned for a GPU upload), got {out.device}")
+    if not out.is_contiguous():
+        raise InvalidInputError("out must be a contiguous torch tensor")
+    t = out.detach()
+    try:
+        return t.numpy()
+    except TypeError:  # no numpy dtype: same-width integers
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        return t.view(ints[t.element_size()]).numpy()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CorruptDataError, UnsupportedError, WcodecError
+from ..errors import CorruptDataError, InvalidInputError, UnsupportedError, WcodecError
 from .base import DTYPES, FLOAT_DTYPES, FP8_DTYPES, REGISTRY, Codec, EncodedTensor, get_codec, register
 from . import raw  # noqa: F401  (registers "raw")
 
@@ -17,13 +17,31 @@ MODES = ("lossless", "int8")
 MIN_CODED_NUMEL = 256
 
 __all__ = ["EncodedTensor", "Codec", "encode_tensor", "decode_tensor", "get_codec", "register",
-           "REGISTRY", "DTYPES", "MODES", "PREFERABLE", "choose_codec"]
+           "REGISTRY", "DTYPES", "MODES", "PREFERABLE", "choose_codec", "check_out"]
+
+
+_loaded = False
+_check_params = None  # format.params.check_params, bound at the first decode
 
 
 def _load_all() -> None:
-    # Imported lazily: these modules compile numba kernels on first use.
+    # Imported lazily: these modules compile numba kernels on first use. Once: the import
+    # statements cost ~5 us per decoded tensor (MiniLM has 25 tensors of 147K weights).
+    global _loaded
+    if _loaded:
+        return
     from . import float as _f, int8 as _i, quant as _q, fixed as _x  # noqa: F401
     from . import fp8 as _f8  # noqa: F401
+    _loaded = True
+
+
+def _checker():
+    global _check_params
+    if _check_params is None:
+        from ..format.params import check_params
+
+        _check_params = check_params
+    return _check_params
 
 
 #: codecs a caller may prefer (``save_file(..., codec=...)``): id -> which tensors it can take;
@@ -79,34 +97,54 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     return get_codec(codec_id).encode(array, dtype, **options)
 
 
+def check_out(record: EncodedTensor, out, name: str = "") -> np.ndarray:
+    """``out`` checked as a destination for ``record``; returns it flat, viewed as the tensor's
+    numpy dtype (BF16 as uint16). Accepted: a writable C-contiguous numpy array (a view of a torch
+    tensor, pinned memory, an np.memmap) whose elements are either the tensor's width (any dtype
+    of that itemsize: bf16 as uint16/int16, shape the tensor's or flat [numel]) or bytes (uint8 /
+    int8, shape [raw_nbytes]). Raises InvalidInputError (a ValueError) naming the tensor and the
+    mismatch; ``out`` is not touched then.
+    """
+    want = np.dtype(DTYPES[record.dtype])
+    if not isinstance(out, np.ndarray):
+        raise InvalidInputError(f"tensor '{name}': out must be a numpy array, got {type(out).__name__}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise InvalidInputError(f"tensor '{name}': out must be writable and C-contiguous")
+    if out.dtype.itemsize == want.itemsize and out.dtype.kind in "uifbc":
+        shapes = (tuple(record.shape), (record.numel,))
+    elif out.dtype in (np.uint8, np.int8):
+        shapes = ((record.raw_nbytes,),)
+    else:
+        raise InvalidInputError(f"tensor '{name}': out has dtype {out.dtype}, the tensor is {record.dtype} "
+                                f"(give an array of its width or of bytes)")
+    if out.shape not in shapes:
+        raise InvalidInputError(f"tensor '{name}': out has shape {list(out.shape)}, expected "
+                                + " or ".join(str(list(s)) for s in shapes))
+    return out.reshape(-1).view(want)
+
+
 def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None = None) -> np.ndarray:
     """Decode one record to a numpy array (bfloat16 as uint16 bits).
 
-    out: optional writable C-contiguous array of the tensor's byte size (a view of a torch
-    tensor, pinned memory, an mmap); the float codec decodes straight into it, other codecs copy
-    their result in. Returns the decoded array (a view of ``out`` when given).
+    out: optional destination (see :func:`check_out` for what is accepted; a bad one raises
+    InvalidInputError, a ValueError, before anything is written). Every codec decodes straight
+    into it, with no full-size copy of the result: float, fp8 and int8 without prediction
+    (one tile column) write from their rANS decoder; int8 with prediction keeps its residual plane
+    (1 byte/weight, tile-major) and writes the inverse prediction; int8-quant dequantizes block
+    by block into it; raw copies its section once; fixed writes its last step into it. Returns
+    the decoded tensor as a view of ``out`` (the tensor's dtype and shape). On a corrupt record
+    the error is raised and ``out`` may be partly written: treat its contents as undefined then.
     Raises a WcodecError subclass naming the tensor when the record is corrupt.
     """
-    if out is not None and not (isinstance(out, np.ndarray) and out.flags.c_contiguous
-                                and out.flags.writeable and out.nbytes == record.raw_nbytes):
-        raise ValueError(f"tensor '{name}': out must be a writable C-contiguous array of {record.raw_nbytes} bytes")
+    if out is not None:
+        out = check_out(record, out, name)
     if record.codec != "raw":
         _load_all()
-    from ..format.params import check_params
-
     try:
-        check_params(record.codec, record.dtype, record.shape, record.params)
+        (_check_params or _checker())(record.codec, record.dtype, record.shape, record.params)
         codec = get_codec(record.codec)
-        if out is not None and record.codec == "float":
-            return codec.decode(record, out=out)
-        res = codec.decode(record)
-        if out is not None:
-            dst = out.reshape(-1).view(np.uint8)
-            dst[...] = np.ascontiguousarray(res).reshape(-1).view(np.uint8)
-            return out.view(res.dtype).reshape(res.shape)
-        out = res
+        return codec.decode(record) if out is None else codec.decode(record, out=out)
     except WcodecError as e:
         raise type(e)(f"tensor '{name}': {e}") from None
     except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError) as e:  # malformed params
         raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
-    return out

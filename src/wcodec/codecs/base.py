@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,10 @@ class EncodedTensor:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        n = math.prod(self.shape)  # ~20x cheaper than np.prod on a short tuple (per-tensor cost)
+        if type(n) is int and 0 <= n < 1 << 63:
+            return n
+        return int(np.prod(self.shape, dtype=np.int64))  # overflowing or odd shapes: as before
 
     @property
     def nbytes(self) -> int:
@@ -91,8 +95,11 @@ class Codec:
         """array: numpy array holding the tensor (bfloat16 as uint16 bits), never modified."""
         raise NotImplementedError
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
-        """Returns the tensor as a numpy array of the record's dtype and shape (bf16 as uint16)."""
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """Returns the tensor as a numpy array of the record's dtype and shape (bf16 as uint16).
+
+        out: None, or a flat writable C-contiguous array of the tensor's numpy dtype and numel
+        (checked by ``codecs.check_out``) to decode into; the result is then a view of it."""
         raise NotImplementedError
 
 

@@ -96,8 +96,10 @@ def encode_bits(bits: np.ndarray, rows: int, cols: int) -> tuple[dict, dict]:
     return params, sections
 
 
-def decode_bits(params: dict, sections: dict, rows: int, cols: int) -> np.ndarray:
-    """(params, sections) -> uint16 [rows*cols] bf16 bits. Raises CorruptDataError."""
+def decode_bits(params: dict, sections: dict, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
+    """(params, sections) -> uint16 [rows*cols] bf16 bits, written into ``out`` (writable
+    C-contiguous uint16 [rows*cols]) when given. Raises CorruptDataError (before ``out`` is
+    touched: the checks come first)."""
     base, kpad, n_esc, col_bits = _check_params(params, rows, cols)
     lo = _sec(sections, "lo", np.uint8, rows * kpad).reshape(rows, kpad)
     nib_b = _sec(sections, "nib", np.uint8, rows * kpad // 2).reshape(rows, kpad // 2)
@@ -112,7 +114,10 @@ def decode_bits(params: dict, sections: dict, rows: int, cols: int) -> np.ndarra
     v = (hi << 8) | lo
     er = escape_rows(ptr, col, n_esc, cols)
     v[er, col.astype(np.int64)] = val
-    return np.ascontiguousarray(v[:, :cols]).reshape(-1)
+    if out is None:
+        return np.ascontiguousarray(v[:, :cols]).reshape(-1)
+    out.reshape(rows, cols)[...] = v[:, :cols]
+    return out
 
 
 def escape_rows(ptr: np.ndarray, col: np.ndarray, n_esc: int, cols: int) -> np.ndarray:
@@ -197,11 +202,13 @@ class FixedCodec(Codec):
         return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
                              info={"escape_fraction": params["n_escapes"] / max(1, bits.size)})
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: see Codec.decode; the numpy decode's last step writes into it (its
+        temporaries are padded [rows, kpad] planes, the layout the fused GPU kernels read)."""
         if record.dtype != "BF16":
             raise CorruptDataError(f"codec fixed: dtype must be BF16, got {record.dtype}")
         rows, cols = view_2d(tuple(record.shape))
-        bits = decode_bits(record.params, record.sections, rows, cols)
+        bits = decode_bits(record.params, record.sections, rows, cols, out=out)
         return bits.reshape(record.shape)
 
 

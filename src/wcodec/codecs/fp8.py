@@ -48,9 +48,11 @@ class Fp8Codec(Codec):
         return EncodedTensor(self.id, dtype, tuple(array.shape), {"data": plane.params()},
                              plane.sections("data"))
 
-    def decode(self, record: EncodedTensor, backend: str = "numba") -> np.ndarray:
-        """Returns uint8 bit patterns of the record's shape."""
-        return rans.decode(parse(record), backend=backend, where="fp8 data plane").reshape(record.shape)
+    def decode(self, record: EncodedTensor, backend: str = "numba", out: np.ndarray | None = None) -> np.ndarray:
+        """Returns uint8 bit patterns of the record's shape. out: see Codec.decode (the rANS
+        decoder writes into it)."""
+        dst = None if out is None else out.view(np.uint8)
+        return rans.decode(parse(record), backend=backend, out=dst, where="fp8 data plane").reshape(record.shape)
 
 
 register(Fp8Codec())

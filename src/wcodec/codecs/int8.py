@@ -155,14 +155,20 @@ class Int8Codec(Codec):
         info = {"modes": {MODE_NAMES[m]: int(used[m]) for m in range(len(MODE_NAMES)) if used[m]}}
         return EncodedTensor(self.id, dtype, tuple(shape), params, sections, info=info)
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
-        return decode_int8(record, record.params).view(DTYPES[record.dtype]).reshape(record.shape)
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: see Codec.decode (written by the rANS decoder or the inverse prediction)."""
+        dst = None if out is None else out.view(np.uint8)
+        return decode_int8(record, record.params, out=dst).view(DTYPES[record.dtype]).reshape(record.shape)
 
 
-def decode_int8(record: EncodedTensor, p: dict) -> np.ndarray:
+def decode_int8(record: EncodedTensor, p: dict, out: np.ndarray | None = None) -> np.ndarray:
     """Decode the int8 layout described by params ``p`` from ``record``'s sections.
 
-    Returns [rows * cols] uint8 (two's-complement bytes for signed data).
+    Returns [rows * cols] uint8 (two's-complement bytes for signed data), written into ``out``
+    (writable C-contiguous uint8 [rows * cols]) when given: by the rANS decoder when there is
+    nothing to predict and tile-major order is row-major (one tile
+    column or one row), else by the inverse prediction from a
+    residual plane of rows * cols bytes (the rANS output in tile-major order).
     """
     rows, cols, th, tw = (int(p[k]) for k in ("rows", "cols", "tile_h", "tile_w"))
     if rows < 0 or cols < 0 or rows * cols != record.numel or th < 1 or tw < 1:
@@ -185,11 +191,13 @@ def decode_int8(record: EncodedTensor, p: dict) -> np.ndarray:
         hplane = rans.RansPlane.from_sections(p["hi"], record.sections, "hi")
         if hplane.n_symbols != n_hi:
             raise CorruptDataError(f"int8 codec: hi plane has {hplane.n_symbols} symbols, transform tiles {n_hi}")
+    if p["all_none"] and (cols <= tw or rows == 1):
+        # nothing to predict, and one tile column or one row: tile-major order is row-major
+        return rans.decode(plane, out=out, where="residual plane")
     res = rans.decode(plane, where="residual plane")
-    if p["all_none"] and cols <= tw:
-        return res  # one tile column and nothing to predict: tile-major order is row-major
     pmodes = np.where(modes >= N_PRED, 0, modes).astype(np.uint8) if has_tr else modes
-    out = P.reconstruct(res, rows, cols, th, tw, pmodes, bool(p["signed"]), size=rows * cols).reshape(rows, cols)
+    out = P.reconstruct(res, rows, cols, th, tw, pmodes, bool(p["signed"]), size=rows * cols,
+                        out=None if out is None else out.reshape(rows, cols)).reshape(rows, cols)
     if has_tr:
         from . import _transform as TR
 

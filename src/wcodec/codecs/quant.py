@@ -48,6 +48,22 @@ def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.n
     return from_f32(x.reshape(-1), dtype)
 
 
+#: rows of a dequantization block are chosen so that a block holds about this many weights
+#: (its float32 temporary stays small and in cache)
+BLOCK_WEIGHTS = 1 << 14
+
+
+def dequantize_into(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str, out: np.ndarray) -> None:
+    """:func:`dequantize` written into ``out`` ([rows*cols] of dtype's numpy dtype), a block of
+    rows at a time: the same float32 products and rounding, element by element, so bit-identical."""
+    cols = q.size // rows if rows else 0
+    q2, o2 = q.reshape(rows, cols), out.reshape(rows, cols)
+    step = max(1, BLOCK_WEIGHTS // max(cols, 1))
+    for r0 in range(0, rows, step):
+        o2[r0:r0 + step] = dequantize(q2[r0:r0 + step].reshape(-1), scales[r0:r0 + step],
+                                      min(step, rows - r0), dtype).reshape(-1, cols)
+
+
 class QuantCodec(Codec):
     id = "int8-quant"
 
@@ -90,13 +106,18 @@ class QuantCodec(Codec):
         return EncodedTensor(self.id, dtype, tuple(array.shape), {"q": inner.params},
                              {**inner.sections, "scales": scales}, info=info)
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: see Codec.decode; dequantized into it block by block (no full-size float32
+        temporary: the int8 plane and the residual plane, 1 byte/weight each, are the only ones)."""
         if record.dtype not in ("BF16", "F16", "F32"):
             raise CorruptDataError(f"int8-quant codec: dtype {record.dtype} not supported")
-        rows, _ = view_2d(record.shape)
+        rows, cols = view_2d(record.shape)
         scales = record.section("scales", np.float32, rows)
         q = decode_int8(record, record.params["q"]).view(np.int8)
-        return dequantize(q, scales, rows, record.dtype).view(DTYPES[record.dtype]).reshape(record.shape)
+        if out is None:
+            out = np.empty(record.numel, DTYPES[record.dtype])
+        dequantize_into(q, scales, rows, record.dtype, out.view(DTYPES[record.dtype]))
+        return out.reshape(record.shape)
 
 
 register(QuantCodec())

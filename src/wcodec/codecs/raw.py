@@ -17,12 +17,17 @@ class RawCodec(Codec):
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).copy()
         return EncodedTensor(self.id, dtype, tuple(array.shape), {}, {"data": data})
 
-    def decode(self, record: EncodedTensor) -> np.ndarray:
+    def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
+        """out: see Codec.decode; the section is copied into it once."""
         data = record.section("data", np.uint8, record.numel * itemsize(record.dtype))
         try:
-            return data.view(DTYPES[record.dtype]).reshape(record.shape).copy()
+            view = data.view(DTYPES[record.dtype]).reshape(record.shape)
         except (KeyError, ValueError) as e:
             raise CorruptDataError(f"raw codec: cannot view data as {record.dtype}{list(record.shape)}: {e}") from None
+        if out is None:
+            return view.copy()
+        out.view(np.uint8)[...] = data
+        return out.reshape(record.shape)
 
 
 register(RawCodec())

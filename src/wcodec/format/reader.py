@@ -174,16 +174,19 @@ class Reader:
         return EncodedTensor(e["codec"], e["dtype"], tuple(e["shape"]), e.get("params", {}), sections,
                              dict(e.get("info", {})))
 
-    def get_numpy(self, name: str, verify: bool = True) -> np.ndarray:
+    def get_numpy(self, name: str, verify: bool = True, out: np.ndarray | None = None) -> np.ndarray:
         """Decode ``name`` on the CPU to a new numpy array of its dtype and shape (BF16 as uint16).
 
         verify: check the section checksums and the crc32 of the decoded bytes.
-        Raises a WcodecError subclass naming the tensor on corrupt data.
+        out: optional destination (a view of a torch tensor, pinned memory, an np.memmap; what
+        ``codecs.check_out`` accepts): decoded straight into it and returned as a view of it.
+        Raises a WcodecError subclass naming the tensor on corrupt data (``out`` may then be
+        partly written), InvalidInputError for an ``out`` of the wrong dtype, shape or layout.
         """
         from ..codecs import decode_tensor
 
         rec = self.record(name, verify=verify)
-        out = decode_tensor(rec, name)
+        out = decode_tensor(rec, name, out=out)
         if out.shape != rec.shape or out.dtype.itemsize != spec.TENSOR_ITEMSIZE[rec.dtype]:
             raise CorruptDataError(f"tensor '{name}': decoded {out.dtype}{list(out.shape)}, "
                                    f"expected {rec.dtype}{list(rec.shape)}")

@@ -23,7 +23,7 @@ from . import reference
 from .tables import (
     ALPHABET,
     PROB_BITS_ALLOWED,
-    check_tables,
+    check_table_sums,
     coded_cost_bits,
     decode_lookup,
     normalize_freqs,
@@ -78,6 +78,9 @@ RATIO_SLACK = 1 << 20
 
 __all__ = ["RansPlane", "encode", "decode", "normalize_freqs", "decode_lookup", "pack_freqs",
            "unpack_freqs", "auto_chunk_steps", "LANES"]
+
+
+_U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)  # dtype objects compare faster than types
 
 
 @dataclass(frozen=True)
@@ -198,19 +201,24 @@ class RansPlane:
             raise CorruptDataError(f"{where}: alphabet_size {self.alphabet_size} not in [1, 256]")
         if not isinstance(self.freqs, np.ndarray) or self.freqs.size != self.n_tables * self.alphabet_size:
             raise CorruptDataError(f"{where}: frequency tables must be uint16[{self.n_tables} * {self.alphabet_size}]")
-        check_tables(self.full_tables(), self.prob_bits, where)
+        if self.freqs.dtype != _U16:  # as full_tables, which the sums no longer need
+            raise CorruptDataError("frequency tables must be uint16")
+        # the stored [n_tables, alphabet_size] entries: the widened tables' sums, without widening
+        check_table_sums(self.freqs.reshape(-1, self.alphabet_size), self.prob_bits, where)
+        n_chunks = self.n_chunks
         for name, arr, dtype, size in (
-            ("states", self.states, np.uint32, self.n_chunks * LANES),
-            ("offsets", self.offsets, np.uint32, self.n_chunks + 1),
-            ("words", self.words, np.uint16, None),
+            ("states", self.states, _U32, n_chunks * LANES),
+            ("offsets", self.offsets, _U32, n_chunks + 1),
+            ("words", self.words, _U16, None),
         ):
             if arr.dtype != dtype or arr.ndim != 1 or (size is not None and arr.size != size):
-                raise CorruptDataError(f"{where}: {name} must be {np.dtype(dtype).name}[{size}], got {arr.dtype}{list(arr.shape)}")
+                raise CorruptDataError(f"{where}: {name} must be {dtype.name}[{size}], got {arr.dtype}{list(arr.shape)}")
         offs = self.offsets.astype(np.int64)
         if offs[0] != 0 or offs[-1] != self.words.size:
             raise CorruptDataError(f"{where}: word offsets do not span the {self.words.size} words")
         per_chunk = np.diff(offs)
-        if np.any(per_chunk < 0) or np.any(per_chunk > self.chunk_size):
+        # one min and one max: the same checks as any(< 0) and any(> chunk_size)
+        if per_chunk.size and (per_chunk.min() < 0 or per_chunk.max() > self.chunk_size):
             raise CorruptDataError(f"{where}: word offsets are not monotone or exceed a chunk")
 
 
@@ -229,10 +237,12 @@ def unpack_freqs(small: np.ndarray, big: np.ndarray, where: str = "rANS plane") 
             and isinstance(big, np.ndarray) and big.dtype == np.uint16 and big.ndim == 1):
         raise CorruptDataError(f"{where}: frequency sections must be uint8[k] and uint16[m]")
     escaped = small == 255
-    if int(escaped.sum()) != big.size:
-        raise CorruptDataError(f"{where}: {int(escaped.sum())} escaped frequencies but {big.size} stored")
+    n_escaped = int(np.count_nonzero(escaped))
+    if n_escaped != big.size:
+        raise CorruptDataError(f"{where}: {n_escaped} escaped frequencies but {big.size} stored")
     freqs = small.astype(np.uint16)
-    freqs[escaped] = big
+    if n_escaped:
+        freqs[escaped] = big
     return freqs
 
 

@@ -57,13 +57,21 @@ def check_tables(freqs: np.ndarray, prob_bits: int, where: str = "rANS stream") 
     if freqs.dtype != np.uint16 or freqs.ndim != 1 or freqs.size % ALPHABET:
         raise CorruptDataError(f"{where}: frequency tables must be uint16[n*256]")
     tables = freqs.reshape(-1, ALPHABET)
-    sums = tables.astype(np.int64).sum(axis=1)
-    if np.any(sums != (1 << prob_bits)):
+    check_table_sums(tables, prob_bits, where)
+    return tables
+
+
+def check_table_sums(tables: np.ndarray, prob_bits: int, where: str = "rANS stream") -> None:
+    """Each row of ``tables`` ([n_tables, k] uint16, k <= 256: the stored entries; absent
+    symbols count 0) sums to ``2**prob_bits``. Raises CorruptDataError naming ``where``."""
+    if prob_bits not in PROB_BITS_ALLOWED:
+        raise CorruptDataError(f"{where}: prob_bits {prob_bits} not in {PROB_BITS_ALLOWED}")
+    sums = tables.sum(axis=1, dtype=np.int64)
+    if (sums != (1 << prob_bits)).any():
         bad = int(np.argmax(sums != (1 << prob_bits)))
         raise CorruptDataError(
             f"{where}: frequency table {bad} sums to {int(sums[bad])}, expected {1 << prob_bits}"
         )
-    return tables
 
 
 def decode_lookup(freqs: np.ndarray, prob_bits: int) -> np.ndarray:

@@ -46,6 +46,10 @@ class _NumbaDecoder:
         """Write the decoded tensor's bytes (stored dtype) at the start of out (uint8)."""
         from ..codecs import decode_tensor
 
+        n = self.record.raw_nbytes
+        if out.device.type == "cpu" and out.is_contiguous():  # straight into it, no copy
+            decode_tensor(self.record, self.name, out=out[:n].numpy())
+            return
         arr = np.ascontiguousarray(decode_tensor(self.record, self.name)).reshape(-1)
         out[:arr.nbytes].copy_(torch.from_numpy(arr.view(np.uint8)))
 
