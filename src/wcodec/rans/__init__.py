@@ -171,7 +171,7 @@ class RansPlane:
     def full_tables(self) -> np.ndarray:
         """The frequency tables widened to [n_tables, 256] uint16 (absent symbols 0)."""
         if self.freqs.dtype != np.uint16:
-            raise CorruptDataError("frequency tables must be uint16")
+            raise CorruptDataError(f"{where}: frequency tables must be uint16")
         full = np.zeros((self.freqs.size // self.alphabet_size, ALPHABET), dtype=np.uint16)
         full[:, :self.alphabet_size] = self.freqs.reshape(-1, self.alphabet_size)
         return full.reshape(-1)
@@ -202,7 +202,7 @@ class RansPlane:
         if not isinstance(self.freqs, np.ndarray) or self.freqs.size != self.n_tables * self.alphabet_size:
             raise CorruptDataError(f"{where}: frequency tables must be uint16[{self.n_tables} * {self.alphabet_size}]")
         if self.freqs.dtype != _U16:  # as full_tables, which the sums no longer need
-            raise CorruptDataError("frequency tables must be uint16")
+            raise CorruptDataError(f"{where}: frequency tables must be uint16")
         # the stored [n_tables, alphabet_size] entries: the widened tables' sums, without widening
         check_table_sums(self.freqs.reshape(-1, self.alphabet_size), self.prob_bits, where)
         n_chunks = self.n_chunks
