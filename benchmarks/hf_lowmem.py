@@ -169,13 +169,13 @@ def compiled(row: dict, model, new_tokens: int) -> None:
         row["compiled_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
-def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512, checkpointing: bool = False) -> dict:
-    """Median time and peak memory of one LoRA training step (forward, backward, AdamW); with
-    ``checkpointing``, activations are recomputed in the backward (non-reentrant)."""
+def lora_setup(model, batch: int = 4, seq: int = 512, checkpointing: bool = False):
+    """peft LoRA (r=16 on q/k/v/o/gate/up/down; around fused CompressedLinear layers too) on
+    ``model``, in training mode with AdamW. Returns (peft model, step): step() runs one training
+    step (forward, backward, optimizer) on a fixed batch [batch, seq] and returns the loss tensor.
+    With ``checkpointing``, activations are recomputed in the backward (non-reentrant)."""
     import peft
 
-    _reset()
-    model = load()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = peft.LoraConfig(r=16, lora_alpha=32,
@@ -188,22 +188,34 @@ def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512, c
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.randint(3, 32000, (batch, seq), generator=torch.Generator().manual_seed(2)).to(DEV)
+
+    def step():
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return model, step
+
+
+def lora_step(name: str, load, steps: int = 3, batch: int = 4, seq: int = 512, checkpointing: bool = False) -> dict:
+    """Median time and peak memory of one LoRA training step (:func:`lora_setup`)."""
+    _reset()
+    model, step = lora_setup(load(), batch, seq, checkpointing)
     _reset_peak()
     times, losses = [], []
     for i in range(steps + 1):
         _sync()
         t = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = step()
         _sync()
         if i:
             times.append(time.perf_counter() - t)
         losses.append(loss.item())
     row = {"variant": name, "step_s": sorted(times)[len(times) // 2],
            "peak_gb": _peak_gb(), "losses": losses}
-    del model, opt
+    del model, step
     return row
 
 

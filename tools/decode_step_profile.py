@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from hf_lowmem import llama7b_config, write_synthetic  # noqa: E402
+from hf_lowmem import llama7b_config, lora_setup, write_synthetic  # noqa: E402
 
 
 def _kernels(prof) -> dict:
@@ -59,27 +59,9 @@ def run(name, model, new_tokens: int, batch: int, out_dir: Path | None) -> dict:
 
 
 def lora(name, model, out_dir: Path | None, checkpointing: bool = False) -> dict:
-    """One LoRA step (batch 4 x 512, r=16 on every projection) profiled after a warm-up step."""
-    import peft
-
-    cfg = peft.LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                                                "gate_proj", "up_proj", "down_proj"])
-    if name != "bf16":
-        from wcodec.hf.lora import register
-
-        register(cfg)
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = peft.get_peft_model(model, cfg)
-    model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    ids = torch.randint(3, 32000, (4, 512), generator=torch.Generator().manual_seed(2)).cuda()
-
-    def step():
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    """One LoRA step (hf_lowmem.lora_setup: batch 4 x 512, r=16 on every projection) profiled
+    after a warm-up step."""
+    model, step = lora_setup(model, checkpointing=checkpointing)
     step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
