@@ -1098,9 +1098,6 @@ fail:
     return NULL;
 }
 
-/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
- * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
- * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
 /* block_head_histograms(bits, shift, mask, block, out, threads): out[b, (x >> shift) & mask] =
  * count over values [b * block, (b + 1) * block) of uint16/uint32 bits; out: [n_blocks, mask + 1]
  * uint32. One pass gives the float encoder both the tensor's head histogram (the sum of the
@@ -1209,6 +1206,9 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
+ * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
+ * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
 static void normalize_row(const int64_t *cr, int pb, int64_t *f, int alphabet) {
     /* cr[s] = 0 for s >= alphabet */
     const int64_t total_prob = (int64_t)1 << pb;
