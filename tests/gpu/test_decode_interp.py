@@ -178,6 +178,36 @@ def test_int8_avg_tall_tiles():
     _check(items)
 
 
+def test_int8_all_none_straight_to_output():
+    """All-NONE int8 / int8-quant planes of 32-wide tiles over whole tile columns decode straight
+    to their row-major place (MODE_TILED): chunks that cross tile and band edges, a short last
+    band, every output kind; other tilings keep the residual plane + tile kernel."""
+    from wcodec.gpu import layout as K
+    from wcodec.gpu.decode import build_plan
+    rng = np.random.default_rng(13)
+    w = (rng.standard_normal((70, 64)) * 0.02).astype(np.float32)
+    items = [("q32", encode_tensor(w, "F32", mode="int8", chunk_steps=3)),
+             ("q16", encode_tensor(w.astype(np.float16), "F16", mode="int8", chunk_steps=5)),
+             ("qbf", encode_tensor((w.view(np.uint32) >> 16).astype(np.uint16), "BF16", mode="int8",
+                                   chunk_steps=7)),
+             ("u8", Int8Codec().encode(rng.integers(0, 256, (45, 96)).astype(np.uint8), "U8",
+                                       predict=False, chunk_steps=2)),
+             ("i8", Int8Codec().encode(rng.integers(-128, 128, (33, 32)).astype(np.int8), "I8",
+                                       predict=False, chunk_steps=4)),
+             ("t8", encode_tensor(w, "F32", mode="int8", tile=8, chunk_steps=3))]
+    assert all(r.params.get("q", r.params)["all_none"] for _, r in items)
+    plan = build_plan(items)
+    tiled = {plan.outputs[o].name for k, own in plan.owner.items() if k[0] == K.MODE_TILED for o in own}
+    assert tiled == {"q32", "q16", "qbf", "u8", "i8"}
+    _check(items)
+    bad = items[2][1]
+    words = bad.sections["res.words"].copy()
+    words[len(words) // 2] ^= 0x5A5A
+    with pytest.raises(CorruptDataError, match="qbf"):
+        decode_records([("qbf", type(bad)(bad.codec, bad.dtype, bad.shape, bad.params,
+                                          {**bad.sections, "res.words": words}))], DEVICE)
+
+
 def test_auto_chunk_steps_rule():
     from wcodec.rans import auto_chunk_steps
     assert auto_chunk_steps(384 * 1536) == 1024  # MiniLM-sized planes keep the long chunks

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import CorruptDataError
 from . import layout as K
-from .plan import LUT_STRIDE, Plan
+from .plan import LUT_STRIDE, TILE_BLOCK, Plan
 
 STATUS = {K.ST_READ_PAST: "reads past the end of its words",
           K.ST_FINAL: "does not end in the initial state (words left or states wrong)",
@@ -21,7 +21,8 @@ STATUS = {K.ST_READ_PAST: "reads past the end of its words",
 
 #: (warps per program = chunks per program, decode steps per loop iteration) of the rANS kernel,
 #: by mode (measured on an H200; benchmarks/RESULTS.md)
-CONFIG = {K.MODE_BYTES: (16, 4), K.MODE_F16BITS: (16, 4), K.MODE_F32BITS: (16, 4)}
+CONFIG = {K.MODE_BYTES: (16, 4), K.MODE_F16BITS: (16, 4), K.MODE_F32BITS: (16, 4),
+          K.MODE_TILED: (16, 4)}
 
 #: inline PTX (ballot/popc prefix count, funnel shift) on the GPU; the interpreter has no asm
 ASM = True
@@ -29,7 +30,7 @@ ASM = True
 #: generic loads, 2 read with ld.shared where all of a program's chunks use it (kernels.py)
 SMEM = 2
 #: prefetch the word (and tail) streams into L1 ahead of use (needs ASM), by mode
-PF = {K.MODE_BYTES: True, K.MODE_F16BITS: True, K.MODE_F32BITS: True}
+PF = {K.MODE_BYTES: True, K.MODE_F16BITS: True, K.MODE_F32BITS: True, K.MODE_TILED: True}
 #: register cap of the rANS kernel by mode (absent: the compiler's choice). 32 lets 4 programs of
 #: 16 warps (64 warps) share an SM; the F16 loop fits without spills, the F32 one would not
 MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
@@ -118,8 +119,10 @@ class Prepared:
         self.lut = build_luts(nb(plan.freqs.astype(np.int32)).to(device), nb(plan.prob_bits).to(device),
                               nb(plan.vals.astype(np.int64)).to(device))
         self.desc = {k: nb(d).to(device) for k, d in plan.desc.items() if d.shape[0]}
-        self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size)
-                     for k, (td, progs, _) in plan.int8.items()}
+        self.int8 = {k: (nb(td).to(device), nb(progs).to(device), progs.size,
+                         nb(avg).to(device), avg.shape[0], skew)
+                     for k, (td, progs, _, avg, skew) in plan.int8.items()}
+        self.tiled = nb(plan.tiled).to(device)
         self.transform = None
         if plan.transform.shape[0]:
             self.transform = (nb(plan.transform).to(device), plan.transform.shape[0])
@@ -143,6 +146,8 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
     buf16, buf32, bufF = buf.view(torch.int16), buf.view(torch.int32), buf.view(torch.float32)
     status = {}
     views = {K.MODE_BYTES: buf, K.MODE_F16BITS: out.view(torch.int16), K.MODE_F32BITS: out.view(torch.int32)}
+    kinds = {K.OUT_I8: out, K.OUT_BF16: out.view(torch.int16), K.OUT_F16: out.view(torch.float16),
+             K.OUT_F32: out.view(torch.float32)}
     # keys sort byte planes first: F32 low planes decode into scratch before the F32 launch
     for key, dd in prep.desc.items():
         mode, R, pb = key
@@ -159,7 +164,8 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
         if st is None:  # reused by later runs of this plan (each run rewrites all of it)
             st = prep.status[key] = torch.empty(n, dtype=torch.int32, device=buf.device)
         KK.rans_chunks_kernel[(-(-n // (2 * W if pair else W)),)](dd, n, buf, buf16, buf32, prep.lut, prep.lut.data_ptr(),
-                                             views[mode], st, MODE=mode, R=R, PB=pb, W=W, S=S,
+                                             kinds[R] if mode == K.MODE_TILED else views[mode], st,
+                                             prep.tiled, bufF, MODE=mode, R=R, PB=pb, W=W, S=S,
                                              NFIELDS=K.NF, ASM=prep.asm,
                                              SMEM=int(SMEM) if prep.asm and W > 1 else 0,
                                              PF=prep.asm and bool(PF.get(mode)), PAIR=pair, num_warps=W,
@@ -169,11 +175,14 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
         from .transform_kernels import int8_transform_kernel
         bt, nblk = prep.transform
         int8_transform_kernel[(-(-nblk // TRANSFORM_BLK),)](bt, nblk, buf, BLK=TRANSFORM_BLK)
-    for (bh, bw, kind), (td, progs, n_progs) in prep.int8.items():
-        o = out if kind == K.OUT_I8 else out.view(torch.float16 if kind == K.OUT_F16 else
-                                                  torch.float32 if kind == K.OUT_F32 else torch.int16)
-        KK.int8_tiles_kernel[(n_progs,)](td, progs, buf, bufF, o, BH=bh, BW=bw, OUT=kind,
-                                         NTF=K.NT, num_warps=4 if bh * bw >= 1024 else 1)
+    for (bh, bw, kind, pred), (td, progs, n_progs, avg, n_avg, skew) in prep.int8.items():
+        g = max(1, TILE_BLOCK // (bh * bw))
+        KK.int8_tiles_kernel[(n_progs,)](td, progs, buf, bufF, kinds[kind], BH=bh, BW=bw, G=g,
+                                         OUT=kind, PRED=pred, NTF=K.NT,
+                                         num_warps=max(1, min(8, g * bh * bw // 1024)))
+        if n_avg:
+            KK.int8_avg_kernel[(n_avg,)](td, avg, n_avg, skew, buf, bufF, kinds[kind], BH=bh, BW=bw,
+                                         OUT=kind, NTF=K.NT, ASM=prep.asm, num_warps=1)
     for src, dst, n in plan.raw:
         out[dst:dst + n].copy_(buf[src:src + n])
     return status
@@ -188,7 +197,7 @@ def check(plan: Plan, status: dict) -> None:
             i = int(bad[0])
             oi = int(plan.owner[key][i])
             first = int(np.flatnonzero(plan.owner[key] == oi)[0])
-            what = "residual/low byte plane" if key[0] == K.MODE_BYTES else "head plane"
+            what = "head plane" if key[0] in (K.MODE_F16BITS, K.MODE_F32BITS) else "residual/low byte plane"
             raise CorruptDataError(f"tensor '{plan.outputs[oi].name}': {what} chunk {i - first} "
                                    f"{STATUS.get(int(s[i]), 'is corrupt')}")
 

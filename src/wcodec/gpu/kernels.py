@@ -26,9 +26,12 @@ from . import layout as _L
 
 # layout constants as compile-time constants (jit functions read only constexpr globals)
 _NAMES = ("D_OUT", "D_N", "D_STATES", "D_WBEG", "D_WEND", "D_LUT", "D_TAILW", "D_LOW1", "D_LOW0",
-          "ST_READ_PAST", "ST_FINAL", "ST_INIT", "ST_SYMBOL")
+          "ST_READ_PAST", "ST_FINAL", "ST_INIT", "ST_SYMBOL", "T_COLS", "T_ROWS", "T_TH", "T_SIGNED",
+          "T_SCALES")
 (D_OUT, D_N, D_STATES, D_WBEG, D_WEND, D_LUT, D_TAILW, D_LOW1, D_LOW0,
- ST_READ_PAST, ST_FINAL, ST_INIT, ST_SYMBOL) = (tl.constexpr(getattr(_L, n)) for n in _NAMES)
+ ST_READ_PAST, ST_FINAL, ST_INIT, ST_SYMBOL, T_COLS, T_ROWS, T_TH, T_SIGNED,
+ T_SCALES) = (tl.constexpr(getattr(_L, n)) for n in _NAMES)
+T_NF = tl.constexpr(_L.NT)
 
 
 @triton.jit
@@ -171,7 +174,7 @@ def _prefetch(it, pos, words_row, wlast, tail_lane, toff, MODE: tl.constexpr, R:
     """Pull the word and tail lines a few steps ahead into L1: their first touch is otherwise an
     L2 round trip inside the state-update chain (ncu: 66% of stalls on L1TEX)."""
     wp = words_row + tl.minimum(pos + 128, wlast)
-    if MODE == 0:  # byte planes have no tail stream
+    if MODE == 0 or MODE == 3:  # byte planes have no tail stream
         tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l",
                                   [wp.to(tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
     else:
@@ -249,6 +252,109 @@ def _chunk_loop2(xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, l
 
 
 @triton.jit
+def _put_values(ptr, x, m, signed, s, OUT: tl.constexpr):
+    """Store bytes x (int32 in [0, 256)) at ptr under mask m (None: all): as uint8 (OUT_I8), or
+    dequantised, ``float32(q) * s`` rounded to the output dtype (round to nearest even), q the
+    byte read as int8 when ``signed``."""
+    if OUT == 0:
+        tl.store(ptr, x.to(tl.uint8), mask=m)
+    else:
+        q = tl.where((x >= 128) & (signed != 0), x - 256, x).to(tl.float32)
+        v = q * s
+        if OUT == 1:
+            # round to nearest even by integer ops (as wcodec.codecs.quant.f32_to_bf16; NaN
+            # stays NaN), the same on every backend
+            u = v.to(tl.uint32, bitcast=True)
+            b = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            b = tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, b)
+            tl.store(ptr, b.to(tl.uint16).to(tl.int16, bitcast=True), mask=m)
+        elif OUT == 2:
+            tl.store(ptr, v.to(tl.float16), mask=m)
+        else:
+            tl.store(ptr, v, mask=m)
+
+
+@triton.jit
+def _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row, tbase, words_row, wlast, out_row,
+           scl, cols, rows, th, sg, OUT: tl.constexpr, PB: tl.constexpr, W: tl.constexpr,
+           MASKED: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr):
+    """MODE_TILED step t: 32 symbols, one row of a 32-wide tile (row r of the tile at column tc
+    of the band starting at row br, of height h), written to their row-major place; then the
+    place of the next step (next row; next tile at the tile's end; next band at the band's
+    end). Counters past the tensor's end (rows padded with steps of other chunks) are harmless:
+    those lanes are inactive and the scale row is clamped."""
+    idx = t * 32 + lanes
+    e = _tab(x, lut_row, tbase, PB, SMEM)
+    x, pos, bad, val, act = _renorm(e, x, pos, bad, idx, n, lt, words_row, wlast, PB, W, MASKED, ASM)
+    row = br + r
+    s = 1.0
+    if OUT != 0:
+        s = tl.load(scl + tl.minimum(row, rows - 1))
+    _put_values(out_row + (row * cols + tc + lanes), val.to(tl.int32), act if MASKED else None,
+                sg, s, OUT)
+    r1 = r + 1
+    nt = r1 == h
+    r = tl.where(nt, 0, r1)
+    tc1 = tl.where(nt, tc + 32, tc)
+    nb = tc1 == cols
+    tc = tl.where(nb, 0, tc1)
+    br = tl.where(nb, br + th, br)
+    h = tl.where(nb, tl.minimum(th, rows - br), h)
+    return x, pos, bad, r, tc, br, h
+
+
+@triton.jit
+def _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_row, wlast, out_row,
+                tiled, OUT: tl.constexpr, PB: tl.constexpr, W: tl.constexpr, S: tl.constexpr,
+                ASM: tl.constexpr, SMEM: tl.constexpr, PF: tl.constexpr):
+    """_chunk_loop of MODE_TILED (tiled: _tiled_rows)."""
+    r, tc, br, h, scl, cols, rows, th, sg = tiled
+    for it in range(0, full):
+        if PF:
+            _prefetch(it, pos, words_row, wlast, words_row, 0, 3, 0, S)
+        for s in tl.static_range(S):
+            x, pos, bad, r, tc, br, h = _tstep(it * S + s, x, pos, bad, r, tc, br, h, lanes, n, lt,
+                                               lut_row, tbase, words_row, wlast, out_row, scl, cols,
+                                               rows, th, sg, OUT, PB, W, False, ASM, SMEM)
+    for t in range(full * S, n_steps):
+        x, pos, bad, r, tc, br, h = _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row,
+                                           tbase, words_row, wlast, out_row, scl, cols, rows, th,
+                                           sg, OUT, PB, W, True, ASM, SMEM)
+    return x, pos, bad
+
+
+@triton.jit
+def _loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_lane,
+          tsh, out_row, low1_row, low0_row, tiled, MODE: tl.constexpr, R: tl.constexpr,
+          PB: tl.constexpr, W: tl.constexpr, S: tl.constexpr, ASM: tl.constexpr,
+          SMEM: tl.constexpr, PF: tl.constexpr):
+    """One chunk per warp: _chunk_loop, or _tiled_loop for MODE_TILED (R: its OUT kind)."""
+    if MODE == 3:
+        x, pos, bad = _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
+                                  words_row, wlast, out_row, tiled, R, PB, W, S, ASM, SMEM, PF)
+    else:
+        x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
+                                  words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
+                                  MODE, R, PB, W, S, ASM, SMEM, PF)
+    return x, pos, bad
+
+
+@triton.jit
+def _tiled_rows(desc_ptr, row, tdesc_ptr, scales_ptr, NFIELDS: tl.constexpr, NTF: tl.constexpr):
+    """MODE_TILED per-lane fields of each row's chunk (layout.py): its starting place (r, tc,
+    br, h), the scales base, and its tensor's cols, rows, tile_h and signedness (int32)."""
+    d = desc_ptr + row.to(tl.int64) * NFIELDS
+    a = tl.load(d + D_LOW1)
+    b = tl.load(d + D_LOW0)
+    td = tdesc_ptr + tl.load(d + D_TAILW) * NTF
+    scl = scales_ptr + tl.maximum(tl.load(td + T_SCALES), 0)
+    return ((a & 0x7FFFFFFF).to(tl.int32), (b >> 32).to(tl.int32), (b & 0x7FFFFFFF).to(tl.int32),
+            (a >> 32).to(tl.int32), scl, tl.load(td + T_COLS).to(tl.int32),
+            tl.load(td + T_ROWS).to(tl.int32), tl.load(td + T_TH).to(tl.int32),
+            tl.load(td + T_SIGNED).to(tl.int32))
+
+
+@triton.jit
 def _chunk_rows(desc_ptr, row, lanes, buf8_ptr, buf16_ptr, buf32_ptr, out_ptr, MODE: tl.constexpr,
                 R: tl.constexpr, NFIELDS: tl.constexpr):
     """Per-lane fields of the chunk of each row (row: int32 [W * 32], already clamped).
@@ -265,7 +371,7 @@ def _chunk_rows(desc_ptr, row, lanes, buf8_ptr, buf16_ptr, buf32_ptr, out_ptr, M
     words_row = buf16_ptr + wbeg
     oo = tl.load(d + D_OUT)
     out_row = out_ptr + oo
-    if MODE != 0:
+    if MODE == 1 or MODE == 2:
         tw = tl.load(d + D_TAILW)
         tail_lane = buf32_ptr + tw + ((lanes * R) >> 5)
     else:
@@ -300,7 +406,7 @@ def _chunk_status(init_bad, x, pos, wlen, bad, W: tl.constexpr):
 
 @triton.jit
 def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_ptr, lut_addr,
-                       out_ptr, status_ptr, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
+                       out_ptr, status_ptr, tdesc_ptr, scales_ptr, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
                        W: tl.constexpr, S: tl.constexpr, NFIELDS: tl.constexpr,
                        ASM: tl.constexpr = False, SMEM: tl.constexpr = False,
                        PF: tl.constexpr = False, PAIR: tl.constexpr = False):
@@ -321,7 +427,9 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
 
     desc_ptr: int64[n_items, NFIELDS] chunk descriptors (layout.py). lut_ptr: int64 decode
     tables, lut_addr: the same as an integer address (SMEM). out_ptr: uint8 (MODE_BYTES), int16 (MODE_F16BITS) or int32 (MODE_F32BITS) output
-    view. status_ptr: int32[n_items]. R: tail bits (float modes), PB: prob_bits. Per-chunk 64-bit
+    view; for MODE_TILED the view of its OUT kind (R), tdesc_ptr its int8 tensor table
+    (int64[k, T fields]) and scales_ptr the float32 view of buf (scales of int8-quant). status_ptr:
+    int32[n_items]. R: tail bits (float modes), PB: prob_bits. Per-chunk 64-bit
     bases are formed once; the loop works on 32-bit chunk-relative offsets.
     """
     pid = tl.program_id(0)
@@ -336,6 +444,10 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
         desc_ptr, tl.minimum(rowa, n_items - 1), lanes, buf8_ptr, buf16_ptr, buf32_ptr, out_ptr,
         MODE, R, NFIELDS)
     init_ba = _init_bad(xa, W)
+    tiled = (na, na, na, na, scales_ptr, na, na, na, na)  # MODE_TILED's fields; unused otherwise
+    if MODE == 3:
+        tiled = _tiled_rows(desc_ptr, tl.minimum(rowa, n_items - 1), tdesc_ptr, scales_ptr,
+                            NFIELDS, T_NF)
     if PAIR:
         nb, wlenb, wlastb, xb, lutb_off, _wrb, _orb, _tlb, l1b, l0b, wbb, oob, twb = _chunk_rows(
             desc_ptr, tl.minimum(rowa + W, n_items - 1), lanes, buf8_ptr, buf16_ptr, buf32_ptr,
@@ -419,17 +531,17 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
         # ld.shared; else the generic loads above. uni was reduced before the fill (the
         # reduction's scratch is the table's).
         if uni:
-            xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, sbase32,
-                                         wra, wlasta, tla, tsh, ora, l1a, l0a,
-                                         MODE, R, PB, W, S, ASM, 2, PF)
+            xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, sbase32,
+                                   wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
+                                   MODE, R, PB, W, S, ASM, 2, PF)
         else:
-            xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
-                                         wra, wlasta, tla, tsh, ora, l1a, l0a,
-                                         MODE, R, PB, W, S, ASM, 1, PF)
+            xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
+                                   wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
+                                   MODE, R, PB, W, S, ASM, 1, PF)
     else:
-        xa, posa, bada = _chunk_loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
-                                     wra, wlasta, tla, tsh, ora, l1a, l0a,
-                                     MODE, R, PB, W, S, ASM, SMEM, PF)
+        xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
+                               wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
+                               MODE, R, PB, W, S, ASM, SMEM, PF)
 
     status = _chunk_status(init_ba, xa, posa, wlena, bada, W)
     if SMEM:
@@ -443,90 +555,131 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
 
 
 @triton.jit
-def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
-                      BH: tl.constexpr, BW: tl.constexpr, OUT: tl.constexpr, NTF: tl.constexpr):
-    """Inverse intra prediction of one tile per program, optionally dequantised.
+def _tile_geom(d, local):
+    """Place of tile ``local`` (int32, tile-major) of the tensor at descriptor d: first row
+    (int64), first column, height and width (int32), and the buf8 index of its residuals (int64;
+    tiles of band ti have its height). Offsets inside a tile are int32 from here on: 64-bit
+    index math doubled the registers and instructions of the tile kernels (ncu)."""
+    cols = tl.load(d + 0)
+    ntw = tl.load(d + 4).to(tl.int32)
+    th = tl.load(d + 2).to(tl.int32)
+    tw = tl.load(d + 3).to(tl.int32)
+    ti = local // ntw
+    c0 = (local - ti * ntw) * tw
+    r0 = ti.to(tl.int64) * th
+    h = tl.minimum(tl.load(d + 1) - r0, th).to(tl.int32)
+    w = tl.minimum(cols.to(tl.int32) - c0, tw)
+    return r0, c0, h, w, tl.load(d + 5) + r0 * cols + c0 * h
 
-    prog_tensor_ptr: int32[n_programs], the tensor (row of tdesc) of each program's tile. The
-    residual plane is reconstructed in place (AVG needs already reconstructed neighbours), then
-    written to out (uint8 view for OUT_I8, else the float view) as ``float32(q) * scale[row]``
-    rounded to the output dtype (round to nearest even).
+
+@triton.jit
+def _tile_out(d, out_ptr, buf32f_ptr, r0, c0, rr, cc, x, m, signed, OUT: tl.constexpr):
+    """Write reconstructed bytes x of the tile at (r0, c0) of the tensor at descriptor d, its
+    rows rr and columns cc (int32, broadcastable), to out, dequantised with each row's scale
+    for int8-quant."""
+    cols = tl.load(d + 0)
+    s = 1.0
+    if OUT != 0:
+        sp = buf32f_ptr + tl.load(d + 9) + r0
+        s = tl.load(sp + tl.minimum(rr, (tl.load(d + 10) - 1 - r0).to(tl.int32)), mask=m, other=0.0)
+    _put_values(out_ptr + (tl.load(d + 6) + r0 * cols + c0) + (rr * cols.to(tl.int32) + cc), x, m,
+                signed, s, OUT)
+
+
+@triton.jit
+def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
+                      BH: tl.constexpr, BW: tl.constexpr, G: tl.constexpr, OUT: tl.constexpr,
+                      PRED: tl.constexpr, NTF: tl.constexpr):
+    """Inverse intra prediction of G consecutive tiles of one tensor per program, as a [G, BH, BW]
+    block, optionally dequantised; AVG tiles are left to ``int8_avg_kernel``.
+
+    prog_tensor_ptr: int32[n_programs], the tensor (row of tdesc) of each program; the tensor's
+    T_TILE0 is its first program. The modes' inverses are prefix sums, computed for the whole
+    block and selected per tile (no branch on data): LEFT along rows, TOP along columns, PLANAR
+    both (PRED False: a tensor whose tiles are all NONE, nothing computed). Written to out
+    (uint8 view for OUT_I8, else the float view) as ``float32(q) * scale[row]`` rounded to the
+    output dtype (round to nearest even).
     """
     pid = tl.program_id(0)
     tsr = tl.load(prog_tensor_ptr + pid).to(tl.int64)
     d = tdesc_ptr + tsr * NTF
-    cols = tl.load(d + 0)
-    rows = tl.load(d + 1)
-    th = tl.load(d + 2)
-    tw = tl.load(d + 3)
-    ntw = tl.load(d + 4)
-    local = pid - tl.load(d + 11)
-    ti = local // ntw
-    tj = local % ntw
-    r0 = ti * th
-    c0 = tj * tw
-    h = tl.minimum(th, rows - r0)
-    w = tl.minimum(tw, cols - c0)
-    res = buf8_ptr + tl.load(d + 5) + r0 * cols + c0 * h  # tiles of band ti have height h
-    modes_off = tl.load(d + 7)
-    mode = 0
-    if modes_off >= 0:
-        mode = tl.load(buf8_ptr + modes_off + local).to(tl.int32)
-    signed = tl.load(d + 8)
+    n_tiles = (tl.cdiv(tl.load(d + 1), tl.load(d + 2)) * tl.load(d + 4)).to(tl.int32)
+    local = (pid - tl.load(d + 11).to(tl.int32)) * G + tl.arange(0, G)[:, None, None]
+    ok = local < n_tiles
+    r0, c0, h, w, res = _tile_geom(d, tl.minimum(local, n_tiles - 1))
+    mode = tl.zeros([G, 1, 1], tl.int32)
+    if PRED:  # the plan sets PRED only for tensors with a modes section
+        mode = tl.load(buf8_ptr + tl.load(d + 7) + local, mask=ok, other=0).to(tl.int32)
+    signed = tl.load(d + 8).to(tl.int32)
+    rr = tl.arange(0, BH)[None, :, None]
+    cc = tl.arange(0, BW)[None, None, :]
+    m = (rr < h) & (cc < w) & ok
+    r = tl.load(buf8_ptr + res + (rr * w + cc), mask=m, other=0).to(tl.int32)
+    x = r
+    if PRED:
+        # each prefix sum only where a tile of the program needs it (scalar branches: the row
+        # sum is the costly one, a warp shuffle per step)
+        if tl.max(((mode == 1) | (mode == 4)).to(tl.int32)) > 0:
+            left = tl.cumsum(r, axis=2)
+            x = tl.where(mode == 1, left, x)
+            if tl.max((mode == 4).to(tl.int32)) > 0:
+                x = tl.where(mode == 4, tl.cumsum(left, axis=1), x)
+        if tl.max((mode == 2).to(tl.int32)) > 0:
+            x = tl.where(mode == 2, tl.cumsum(r, axis=1), x)
+        m = m & (mode != 3)
+    _tile_out(d, out_ptr, buf32f_ptr, r0, c0, rr, cc, x & 0xFF, m, signed, OUT)
 
-    rr = tl.arange(0, BH)[:, None]
+
+@triton.jit
+def int8_avg_kernel(tdesc_ptr, avg_ptr, n_avg, skew, buf8_ptr, buf32f_ptr, out_ptr,
+                    BH: tl.constexpr, BW: tl.constexpr, OUT: tl.constexpr, NTF: tl.constexpr,
+                    ASM: tl.constexpr):
+    """Inverse AVG prediction of one tile per program (one warp), optionally dequantised.
+
+    AVG, ``x = res + ((left + top) >> 1)``, is a nonlinear recurrence: a wavefront over the
+    anti-diagonals k = row + col, each row one lane that holds its last value (the next step's
+    left); top is the row above's value of the step before, moved one lane down (tl.gather
+    along the rows: a warp shuffle). The tile's residuals are prefetched into L1 first and each
+    diagonal is loaded a step ahead (a miss would stall the whole chain). Each step's diagonal
+    goes to a skewed scratch row (one 32-byte line per step, at skew + tile * (BH + BW) * BH +
+    k * BH; storing it straight to the output would touch a line per element), read back as a
+    tile at the end. avg_ptr: int64[n_avg, 2] (tensor row of tdesc, tile index). (Several tiles
+    per program made Triton convert layouts through shared memory at every step.)
+    """
+    pid = tl.program_id(0)
+    d = tdesc_ptr + tl.load(avg_ptr + 2 * pid) * NTF
+    r0, c0, h, w, res = _tile_geom(d, tl.load(avg_ptr + 2 * pid + 1).to(tl.int32))
+    signed = tl.load(d + 8).to(tl.int32)
+    base = buf8_ptr + res
+    rv = tl.arange(0, BH)
+    if ASM:
+        tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l",
+                                  [(base + tl.minimum(rv, h - 1) * w).to(tl.int64)],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    up = tl.maximum(rv - 1, 0)
+    sk = buf8_ptr + skew + pid.to(tl.int64) * ((BH + BW) * BH)
+    cur = tl.zeros([BH], tl.int32)
+    live = rv < h
+    rk = tl.load(base + rv * 0, mask=live & (rv == 0), other=0).to(tl.int32)  # diagonal 0: (0, 0)
+    for k in range(0, h + w - 1):
+        c = k - rv
+        on = (c >= 0) & (c < w) & live
+        # the next diagonal's residuals, loaded a step ahead: the load is off the chain
+        cn = c + 1
+        rn = tl.load(base + (rv * w + cn), mask=(cn >= 0) & (cn < w) & live, other=0).to(tl.int32)
+        top = tl.where(rv > 0, tl.gather(cur, up, 0), 0)
+        lf = tl.where(c > 0, cur, 0)
+        if signed != 0:
+            top = tl.where(top >= 128, top - 256, top)
+            lf = tl.where(lf >= 128, lf - 256, lf)
+        cur = tl.where(on, (rk + ((lf + top) >> 1)) & 0xFF, cur)
+        tl.store(sk + (k * BH + rv), cur.to(tl.uint8), mask=on)
+        rk = rn
+    tl.debug_barrier()
     cc = tl.arange(0, BW)[None, :]
-    m = (rr < h) & (cc < w)
-    r = tl.load(res + rr * w + cc, mask=m, other=0).to(tl.int32)
-    if mode == 1:
-        x = tl.cumsum(r, axis=1)
-    elif mode == 2:
-        x = tl.cumsum(r, axis=0)
-    elif mode == 4:
-        x = tl.cumsum(tl.cumsum(r, axis=1), axis=0)
-    elif mode == 3:
-        # AVG is a nonlinear recurrence: a wavefront over anti-diagonals k = row + col, one
-        # element per row per step.
-        rv = tl.arange(0, BH)
-        left = tl.zeros([BH], tl.int32)
-        # the top neighbour is re-read from the reconstructed plane. (A lane-shuffle version,
-        # row r on lane r, top = shfl.up of `left`, did not finish on the H200 in 90 s: reverted;
-        # benchmarks/RESULTS.md)
-        for k in range(0, h + w - 1):
-            c = k - rv
-            on = (c >= 0) & (c < w) & (rv < h)
-            p = res + rv * w + c
-            rk = tl.load(p, mask=on, other=0).to(tl.int32)
-            top = tl.load(p - w, mask=on & (rv > 0), other=0).to(tl.int32)
-            lf = tl.where(c > 0, left, 0)
-            if signed != 0:
-                top = tl.where(top >= 128, top - 256, top)
-                lf = tl.where(lf >= 128, lf - 256, lf)
-            xv = (rk + ((lf + top) >> 1)) & 0xFF
-            tl.store(p, xv.to(tl.uint8), mask=on)
-            left = tl.where(on, xv, left)
-            tl.debug_barrier()
-        x = tl.load(res + rr * w + cc, mask=m, other=0).to(tl.int32)
-    else:
-        x = r
-    x = x & 0xFF
-    grow = r0 + rr
-    o = tl.load(d + 6) + grow * cols + c0 + cc
-    if OUT == 0:
-        tl.store(out_ptr + o, x.to(tl.uint8), mask=m)
-    else:
-        q = tl.where((x >= 128) & (signed != 0), x - 256, x).to(tl.float32)
-        sidx = tl.minimum(grow, tl.load(d + 10) - 1)
-        s = tl.load(buf32f_ptr + tl.load(d + 9) + sidx, mask=m, other=0.0)
-        v = q * s
-        if OUT == 1:
-            # round to nearest even by integer ops (as wcodec.codecs.quant.f32_to_bf16; NaN
-            # stays NaN), the same on every backend
-            u = v.to(tl.uint32, bitcast=True)
-            b = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-            b = tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, b)
-            tl.store(out_ptr + o, b.to(tl.uint16).to(tl.int16, bitcast=True), mask=m)
-        elif OUT == 2:
-            tl.store(out_ptr + o, v.to(tl.float16), mask=m)
-        else:
-            tl.store(out_ptr + o, v, mask=m)
+    RB: tl.constexpr = min(BH, max(1, 1024 // BW))  # rows per pass: ~32 values per thread
+    for rb in tl.static_range(0, BH, RB):
+        rr = rb + tl.arange(0, RB)[:, None]
+        m = (rr < h) & (cc < w)
+        x = tl.load(sk + ((rr + cc) * BH + rr), mask=m, other=0).to(tl.int32)
+        _tile_out(d, out_ptr, buf32f_ptr, r0, c0, rr, cc, x, m, signed, OUT)

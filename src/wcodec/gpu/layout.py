@@ -27,6 +27,12 @@ LUT_BAD = 1 << 31
 MODE_BYTES = 0    # rANS symbols -> uint8 (int8 residuals, F32 low planes)
 MODE_F16BITS = 1  # BF16 / F16: head + tail -> 16-bit patterns
 MODE_F32BITS = 2  # F32: head + tail + two low bytes -> 32-bit patterns
+# int8 / int8-quant with every tile NONE, 32-wide tiles and whole tile columns: rANS symbols
+# (tile-major) go straight to their row-major place in the output, dequantised for int8-quant.
+# The key's R is the OUT_* kind; D_TAILW is the tensor's row in the plan's int8 tensor table and
+# D_LOW1 / D_LOW0 the chunk's starting place: row within its tile | band height << 32, and
+# band's first row | tile's first column << 32 (the chunk's first symbol starts a tile row).
+MODE_TILED = 3
 
 # Status codes, per chunk (0 = ok); names in wcodec.gpu.decode.STATUS.
 ST_READ_PAST = 1

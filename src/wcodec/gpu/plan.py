@@ -25,6 +25,11 @@ SECTION_ALIGN = 16
 OUT_ALIGN = 256
 LUT_STRIDE = 1 << 12  # entries per decode table slot (prob_bits <= 12)
 MAX_TILE = 128  # int8 tiles decode as one [BH, BW] block per program
+TILE_BLOCK = 4096  # int8 tile kernel: tiles per program = TILE_BLOCK // (BH * BW), at least 1
+AVG = 3  # the int8 codec's AVG mode (codecs._predict_reference), inverted by its own kernel
+#: decode all-NONE int8 planes of 32-wide tiles straight to the output (MODE_TILED) rather than
+#: into scratch + the tile kernel
+TILED = True
 TB = 4  # transform block table fields
 OUT_KIND = {"BF16": K.OUT_BF16, "F16": K.OUT_F16, "F32": K.OUT_F32}
 
@@ -74,9 +79,12 @@ class Plan:
     word of the decode table entries, layout.py). desc: (MODE, R, PB) -> int64[n_chunks, NF] chunk
     descriptors (R: tail bits of float modes, 0 for bytes; PB: prob_bits), one launch per key, in
     key order (byte planes first: F32 low planes and int8 residuals are decoded into scratch
-    before their consumers run); owner: same keys -> int32[n_chunks] index into outputs. int8: (BH, BW, OUT) -> (int64[k, NT] tensor
-    descriptors, int32[n_tiles] program->tensor row, int32[k] index into outputs). raw: (buffer byte
-    offset, output byte offset, nbytes) copies.
+    before their consumers run); owner: same keys -> int32[n_chunks] index into outputs. int8:
+    (BH, BW, OUT, PRED) -> (int64[k, NT] tensor descriptors, int32[n_programs] program -> tensor
+    row, int32[k] index into outputs, int64[n_avg, 2] AVG tiles (tensor row, tile), buf8 index of
+    their skew scratch) for the tile kernels; tiled: int64[k, NT] descriptors of the int8 tensors
+    decoded by MODE_TILED launches (no tile kernel). raw: (buffer byte offset, output byte offset,
+    nbytes) copies.
     """
 
     outputs: list = field(default_factory=list)
@@ -90,6 +98,7 @@ class Plan:
     desc: dict = field(default_factory=dict)
     owner: dict = field(default_factory=dict)
     int8: dict = field(default_factory=dict)
+    tiled: list = field(default_factory=list)
     raw: list = field(default_factory=list)
     #: int64[n_blocks, TB] 8x8 blocks of the int8 transform tiles, inverted before the tile kernel
     transform: list = field(default_factory=list)
@@ -265,22 +274,52 @@ class Plan:
             kind, o = K.OUT_I8, out.offset
         if n == 0:
             return
+        signed = bool(p["signed"])
+        if TILED and p["all_none"] and tw == 32 and cols % 32 == 0:
+            self._tiled_plane(plane, rec, oi, rows, cols, th, kind, o, signed, scales, n_scales)
+            return
         res = self._byte_plane(plane, "res", rec, oi)
         if has_tr:  # scratch-relative indices, fixed in finish()
             self.transform.append(transform_blocks(rows, cols, th, tw, ms, res, self._byte_plane(hplane, "hi", rec, oi)))
-        signed = bool(p["signed"])
         bh, bw = 1 << max(0, (th - 1).bit_length()), 1 << max(0, (tw - 1).bit_length())
-        key = (bh, bw, kind)
-        rowsd, progs, owners = self.int8.setdefault(key, ([], [], []))
+        pred = bool(ms.size) and bool(np.any((ms > 0) & (ms < TR.DCT)))
+        key = (bh, bw, kind, pred)
+        rowsd, progs, owners, avg = self.int8.setdefault(key, ([], [], [], []))
         t0 = sum(len(g) for g in progs)
+        d = self._tensor_row(cols, rows, th, tw, n_tw, res, o, modes, signed, scales, n_scales, t0)
+        self._int8_res.append((key, len(rowsd)))
+        rowsd.append(d)
+        g = max(1, TILE_BLOCK // (bh * bw))
+        progs.append(np.full(-(-n_th * n_tw // g), len(rowsd) - 1, dtype=np.int32))
+        owners.append(oi)
+        t = np.flatnonzero(ms == AVG)
+        avg.append(np.stack([np.full(t.size, len(rowsd) - 1), t], axis=1).astype(np.int64))
+
+    @staticmethod
+    def _tensor_row(cols, rows, th, tw, n_tw, res, o, modes, signed, scales, n_scales, t0) -> np.ndarray:
         d = np.zeros(K.NT, dtype=np.int64)
         d[[K.T_COLS, K.T_ROWS, K.T_TH, K.T_TW, K.T_NTW, K.T_RES, K.T_OUT, K.T_MODES, K.T_SIGNED,
            K.T_SCALES, K.T_NSCALES, K.T_TILE0]] = [cols, rows, th, tw, n_tw, res, o, modes,
                                                    int(signed), scales, n_scales, t0]
-        self._int8_res.append((key, len(rowsd)))
-        rowsd.append(d)
-        progs.append(np.full(n_th * n_tw, len(rowsd) - 1, dtype=np.int32))
-        owners.append(oi)
+        return d
+
+    def _tiled_plane(self, plane, rec, oi, rows, cols, th, kind, o, signed, scales, n_scales) -> None:
+        """Queue a MODE_TILED decode (layout.py): an all-NONE int8 plane of 32-wide tiles over
+        whole tile columns, its symbols written straight to their row-major place in the output.
+        Each chunk starts on a tile row (chunks hold 32 * steps symbols); its descriptor carries
+        that place, from which the kernel steps on row by row, tile by tile, band by band."""
+        c, n, st, wb, we, lut, pb = self._plane(plane, "res", rec)
+        g = c * (plane.chunk_size // 32)  # the chunk's first tile row, counted tile-major
+        per_band = th * (cols // 32)
+        br = (g // per_band) * th
+        h = np.minimum(th, rows - br)
+        j = g - (br // th) * per_band
+        r, tc = j % h, (j // h) * 32
+        ti = len(self.tiled)
+        self.tiled.append(self._tensor_row(cols, rows, th, 32, cols // 32, 0, o, -1, signed, scales,
+                                           n_scales, 0))
+        self._rows((K.MODE_TILED, kind, int(pb)), c.size, oi, OUT=o, N=n, STATES=st, WBEG=wb,
+                   WEND=we, LUT=lut, TAILW=ti, LOW1=r | (h << 32), LOW0=br | (tc << 32))
 
     def finish(self) -> "Plan":
         """Fix scratch-relative offsets to buf8 indices and stack the tables."""
@@ -296,8 +335,14 @@ class Plan:
         self.transform = np.concatenate(self.transform) if self.transform else np.zeros((0, TB), np.int64)
         self.transform[:, :2] += base
         for key in list(self.int8):
-            rowsd, progs, owners = self.int8[key]
-            self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32))
+            rowsd, progs, owners, avg = self.int8[key]
+            avg = np.concatenate(avg)
+            bh, bw = key[:2]
+            skew = self.buf_nbytes  # each AVG tile's skewed diagonals (int8_avg_kernel)
+            self.buf_nbytes = _align(skew + avg.shape[0] * (bh + bw) * bh, SECTION_ALIGN)
+            self.int8[key] = (np.stack(rowsd), np.concatenate(progs), np.asarray(owners, np.int32),
+                              avg, skew)
+        self.tiled = np.stack(self.tiled) if self.tiled else np.zeros((1, K.NT), np.int64)
         self.freqs = np.stack(self.freqs) if self.freqs else np.zeros((0, 256), np.uint16)
         self.prob_bits = np.asarray(self.prob_bits, dtype=np.int64)
         self.vals = np.stack(self.vals) if self.vals else np.zeros((0, 256), np.uint32)
