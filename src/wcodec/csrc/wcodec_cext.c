@@ -181,25 +181,41 @@ typedef struct {
     int prob_bits;
 } plane_t;
 
+/* one scalar step of lane `lane` for symbol i (see decode_tail) */
+#define WC_STEP1(lane, i, PB)                                                                      \
+    do {                                                                                       \
+        uint32_t x = X[lane];                                                                  \
+        uint32_t e = lut[x & ((1u << (PB)) - 1)];                                              \
+        out[i] = (uint8_t)e;                                                                   \
+        x = (((e >> 8) & 0xFFF) + 1) * (x >> (PB)) + (e >> 20);                                \
+        uint32_t need = x < STATE_LOWER;                                                       \
+        uint32_t w = words[pos < last ? pos : last];                                           \
+        x = (x << (16 * need)) | (w & (0u - need));                                            \
+        pos += need;                                                                           \
+        X[lane] = x;                                                                           \
+    } while (0)
+
 /* Scalar steps for symbols [i0, m) of a chunk from the lane states X; the word index is clamped
- * to [0, last] so corrupt data never reads out of bounds (the count pos is what is checked). */
+ * to [0, last] so corrupt data never reads out of bounds (the count pos is what is checked).
+ * Whole steps of 32 lanes unrolled, prob_bits a constant in each copy. */
+static inline __attribute__((always_inline)) int64_t decode_tail_pb(
+    uint32_t *restrict X, int64_t i0, int64_t m, const uint32_t *restrict lut, const int PB,
+    const uint16_t *restrict words, int64_t pos, int64_t last, uint8_t *restrict out) {
+    int64_t i = i0;
+    if (!(i & (LANES - 1)))
+        for (; i + LANES <= m; i += LANES) {
+#pragma GCC unroll 32
+            for (int l = 0; l < LANES; l++) WC_STEP1(l, i + l, PB);
+        }
+    for (; i < m; i++) WC_STEP1((int)(i & (LANES - 1)), i, PB);
+    return pos;
+}
+#undef WC_STEP1
+
 static inline int64_t decode_tail(uint32_t *X, int64_t i0, int64_t m, const uint32_t *lut, int pb,
                                   const uint16_t *words, int64_t pos, int64_t last, uint8_t *out) {
-    const uint32_t mask = (1u << pb) - 1;
-    for (int64_t i = i0; i < m; i++) {
-        int lane = (int)(i & (LANES - 1));
-        uint32_t x = X[lane];
-        uint32_t e = lut[x & mask];
-        out[i] = (uint8_t)e;
-        x = (((e >> 8) & 0xFFF) + 1) * (x >> pb) + (e >> 20);
-        /* branchless renormalisation (the branch is unpredictable) */
-        uint32_t need = x < STATE_LOWER;
-        uint32_t w = words[pos < last ? pos : last];
-        x = (x << (16 * need)) | (w & (0u - need));
-        pos += need;
-        X[lane] = x;
-    }
-    return pos;
+    if (pb == 12) return decode_tail_pb(X, i0, m, lut, 12, words, pos, last, out);
+    return decode_tail_pb(X, i0, m, lut, 11, words, pos, last, out);
 }
 
 static inline int finish_chunk(const uint32_t *X, int64_t pos, int64_t end) {
@@ -656,20 +672,28 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
                                                                 int64_t a, int64_t b) {            \
         const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
         const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
-        const uint64_t *placed = ctx->placed;                                                      \
-        T *o = (T *)ctx->out;                                                                      \
+        const uint64_t *restrict placed = ctx->placed;                                             \
+        const uint8_t *restrict tail = ctx->tail;                                                  \
+        T *restrict o = (T *)ctx->out;                                                             \
+        const int64_t n_tail = ctx->n_tail;                                                        \
         uint64_t seen = 0;                                                                         \
         uint64_t f[8];                                                                             \
         for (int64_t i0 = a; i0 < b; i0 += 8) {                                                    \
             int k = (int)(b - i0 < 8 ? b - i0 : 8);                                                \
             int64_t base = (i0 / 8) * R;                                                           \
-            if (R <= 8 && k == 8 && base + 8 <= ctx->n_tail) { /* no branches per value */        \
+            if (R <= 8 && k == 8 && base + 8 <= n_tail) { /* no branches per value */             \
                 uint64_t word;                                                                     \
-                memcpy(&word, ctx->tail + base, 8);                                                \
-                for (int j = 0; j < 8; j++) f[j] = (word >> (j * R)) & fm;                         \
-            } else {                                                                               \
-                tail_fields(ctx->tail, ctx->n_tail, i0 / 8, R, k, f);                              \
+                memcpy(&word, tail + base, 8);                                                     \
+                for (int j = 0; j < 8; j++) {                                                      \
+                    uint64_t fj = (word >> (j * R)) & fm, h = placed[sym[i0 - a + j]];             \
+                    seen |= h;                                                                     \
+                    uint64_t v = h | ((fj >> (R - 1)) << ssh) | ((fj & tmask) << tsh);             \
+                    if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];             \
+                    o[i0 + j] = (T)v;                                                              \
+                }                                                                                  \
+                continue;                                                                          \
             }                                                                                      \
+            tail_fields(tail, n_tail, i0 / 8, R, k, f);                                            \
             for (int j = 0; j < k; j++) {                                                          \
                 uint64_t h = placed[sym[i0 - a + j]];                                              \
                 seen |= h;                                                                         \
