@@ -7,7 +7,7 @@
    all-MiniLM-L6-v2 token embedding's head plane (11.7M symbols), one thread, process CPU time,
    on every instruction set this CPU runs (scalar, AVX2, AVX-512; AMD: scalar-load lookups).
 2. ``threads``: the fixed cost of one multi-threaded call (a 256-chunk plane of 32-symbol chunks
-   decoded on 1 and 2 threads): what handing chunks to helper threads costs per call.
+   decoded on each of ``--threads``): what handing chunks to helper threads costs per call.
 3. ``f32-low``: F32 MiniLM decoded whole (tensors in a pool of N workers, as benchmarks/codec_cpu.py)
    as the encoder stores it (each low byte plane rANS-coded where smaller) and with every low plane
    stored raw (the format allows both), beside ZipNN in the same rounds: what the coded low planes
@@ -82,17 +82,17 @@ def kernels(tensors: dict, rounds: int) -> None:
         print(f"| {isa} | {_median(v[:, 0])} | {_median(v[:, 1])} |")
 
 
-def threads(rounds: int) -> None:
+def threads(rounds: int, counts: list) -> None:
     e = native.ext()
     sym = (np.arange(32 * 256) % 7).astype(np.uint8)
     plane = rans.encode(sym, 12, 1)
     lookup, words = rans.kernel_inputs(plane)
     out, status = np.empty(plane.n_symbols, np.uint8), np.empty(plane.n_chunks, np.int32)
-    before, res = native.threads(), {1: [], 2: []}
-    native.set_threads(2)
+    before, res = native.threads(), {th: [] for th in counts}
+    native.set_threads(max(counts))
     try:
         for _ in range(rounds):
-            for th in (1, 2):
+            for th in counts:
                 t = time.perf_counter()
                 for _ in range(500):
                     e.decode_chunks(plane.states, plane.offsets, words, plane.n_symbols, plane.chunk_size,
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--threads", default="1,2", help="thread counts of the f32-low table")
+    ap.add_argument("--threads", default="1,2", help="thread counts of the threads and f32-low tables")
     ap.add_argument("--only", choices=("kernels", "threads", "f32-low"), action="append")
     args = ap.parse_args(argv)
     if not native.available():
@@ -180,10 +180,11 @@ def main(argv=None) -> int:
           f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}")
     if "kernels" in only:
         kernels(tensors, args.rounds)
+    counts = [int(t) for t in args.threads.split(",")]
     if "threads" in only:
-        threads(args.rounds)
+        threads(args.rounds, counts)
     if "f32-low" in only:
-        f32_low(tensors, args.rounds, [int(t) for t in args.threads.split(",")])
+        f32_low(tensors, args.rounds, counts)
     return 0
 
 
