@@ -104,6 +104,72 @@ def test_normalize_native_equals_numba(counts, prob_bits):
                           native.normalize_rows(counts, prob_bits, numba=True))
 
 
+@contextlib.contextmanager
+def _threads(n):
+    before = native.threads()
+    native.set_threads(n)
+    try:
+        yield
+    finally:
+        native.set_threads(before)
+
+
+@needs_ext
+def test_helper_threads_shared_by_concurrent_calls():
+    """The kept helper threads serve calls from many Python threads at once (decode and encode,
+    each asking for 4 threads): every result right, no call left waiting."""
+    from concurrent.futures import ThreadPoolExecutor
+    planes = [(s, rans.encode(s, 12, 4)) for s in (_symbols(k, 40_000 + 32 * i, i)
+                                                   for i, k in enumerate(["skewed", "uniform", "two"] * 4))]
+
+    def job(k):
+        sym, plane = planes[k % len(planes)]
+        ok = True
+        for _ in range(5):
+            out = np.empty(plane.n_symbols, np.uint8)
+            lookup, words = rans.kernel_inputs(plane)
+            st_ = native.decode_chunks(plane.states, plane.offsets, words, plane.n_symbols, plane.chunk_size,
+                                       plane.chunks_per_table, lookup, plane.prob_bits, out)
+            ok &= not st_.any() and np.array_equal(out, sym)
+            ok &= _same(rans.encode(sym, 12, 4, backend="native"), plane)
+        return ok
+
+    with _threads(4), ThreadPoolExecutor(8) as ex:
+        assert all(ex.map(job, range(48)))
+
+
+@needs_ext
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_helper_threads_after_fork():
+    """A forked child (a DataLoader worker) has none of the parent's helper threads: its
+    multi-threaded calls still finish, with the right symbols (the caller drains every task no
+    helper takes; the child starts its own helpers)."""
+    sym = _symbols("skewed", 200_000)
+    plane = rans.encode(sym, 12, 4)
+    with _threads(2):
+        assert np.array_equal(rans.decode(plane, backend="native"), sym)  # helpers now exist
+        pid = os.fork()
+        if pid == 0:  # child: exit code 0 if the decode is right
+            ok = False
+            try:
+                ok = np.array_equal(rans.decode(plane, backend="native"), sym)
+            finally:
+                os._exit(0 if ok else 1)
+        import signal
+        import time
+        deadline = time.monotonic() + 120
+        while True:  # a child stuck waiting for the parent's helpers would hang here: bounded
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert done, "the forked child's decode did not finish"
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def test_decode_into_callers_buffer(isa):
     """out= may be a view of a torch tensor or an mmap: the decoder writes into it in place."""
     torch = pytest.importorskip("torch")

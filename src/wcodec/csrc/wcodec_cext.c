@@ -4,17 +4,19 @@
  *
  * - interleaved rANS decode of a plane (32 lanes per chunk, 16-bit words): scalar, AVX2 (four
  *   8-lane vectors, gathered lookup, the step's word reads compacted by movemask + popcount + a
- *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), the
- *   ISA picked at run time (__builtin_cpu_supports) so one binary runs everywhere;
+ *   permutation table) and AVX-512 (two 16-lane vectors, vpexpandd does the compaction), both
+ *   SIMD paths two chunks at a time, the ISA picked at run time (__builtin_cpu_supports) so one
+ *   binary runs everywhere;
  * - rANS encode (AVX-512: frequency tables held in registers, floor(x / f) from a float estimate
  *   made exact, two chunks interleaved), chunk histograms, frequency normalisation, the encoder's choices of
  *   tables per segment and of the float codec's head_bits (the numpy twins are
  *   rans._choose_tables and codecs.float.choose_head_bits), the float split (AVX-512: head symbols
  *   looked up in registers over a 256-value window) and the fused float decode + merge (F32's
  *   coded low planes decoded chunk by chunk inside it);
- * - threads: each call runs its chunks on a few pthreads (work taken from an atomic counter),
- *   with the GIL released; a process-wide budget keeps concurrent calls (tensors decoded in
- *   pool threads) from oversubscribing the cores.
+ * - threads: each call runs its chunks on its own thread plus a few helper pthreads (work taken
+ *   from an atomic counter), with the GIL released; the helpers are kept asleep between calls; a
+ *   process-wide budget keeps concurrent calls (tensors decoded in pool threads) from
+ *   oversubscribing the cores.
  *
  * Build with -DWCODEC_NO_SIMD to get the portable path only (what ARM and other CPUs compile).
  *
@@ -52,11 +54,13 @@ static int g_soft_gather = 0;      /* SIMD table lookups by scalar loads (see lu
 /* threads                                                                                    */
 
 typedef void (*task_fn)(void *ctx, int64_t task);
-typedef struct {
+typedef struct job {
     task_fn fn;
     void *ctx;
     int64_t n;
     int64_t next;
+    int want, active;  /* helpers still wanted / working on it (under g_mu) */
+    struct job *qnext; /* the queue of jobs wanting helpers */
 } job_t;
 
 static void job_drain(job_t *job) {
@@ -67,15 +71,10 @@ static void job_drain(job_t *job) {
     }
 }
 
-#ifdef WC_THREADS
-static void *job_worker(void *p) {
-    job_drain((job_t *)p);
-    return NULL;
-}
-#endif
-
-/* extra threads (beyond the callers' own) that may run at once, over all concurrent calls */
+/* extra threads (beyond the callers' own) that may run at once, over all concurrent calls: the
+ * default threads per call, less one */
 static int g_spare = 0;
+static int g_threads_default = 1;
 
 static int reserve_threads(int want) {
     int cur = __atomic_load_n(&g_spare, __ATOMIC_RELAXED);
@@ -87,20 +86,80 @@ static int reserve_threads(int want) {
     }
 }
 
-/* Run fn(ctx, 0..n-1) on the caller's thread plus up to threads-1 more. */
+#ifdef WC_THREADS
+/* Helper threads are kept (asleep on a condition variable) between calls: creating and joining
+ * a thread per call measured 50 us per call on this 2-vCPU VM (a 256-chunk decode: 18 us on one
+ * thread, 70 us on two), which MiniLM's 13 multi-threaded tensors paid at every decode. There
+ * are never more of them than the most extra threads reserved at once (the budget above). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_work = PTHREAD_COND_INITIALIZER, g_done = PTHREAD_COND_INITIALIZER;
+static job_t *g_queue = NULL;      /* jobs wanting helpers */
+static int g_workers = 0, g_demand = 0; /* helper threads alive / reserved by running calls */
+
+static void *pool_worker(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&g_mu);
+    for (;;) {
+        while (!g_queue) pthread_cond_wait(&g_work, &g_mu);
+        job_t *job = g_queue;
+        job->active++;
+        if (--job->want == 0) g_queue = job->qnext;
+        pthread_mutex_unlock(&g_mu);
+        job_drain(job);
+        pthread_mutex_lock(&g_mu);
+        if (--job->active == 0) pthread_cond_broadcast(&g_done);
+    }
+    return NULL;
+}
+
+/* a forked child has none of the parent's threads, and no call in flight: start over (the lock
+ * is the child's now, the budget whole again) */
+static void pool_after_fork(void) {
+    pthread_mutex_init(&g_mu, NULL);
+    pthread_cond_init(&g_work, NULL);
+    pthread_cond_init(&g_done, NULL);
+    g_queue = NULL;
+    g_workers = g_demand = 0;
+    g_spare = g_threads_default - 1;
+}
+#endif
+
+/* Run fn(ctx, 0..n-1) on the caller's thread plus up to threads-1 helpers. */
 static void run_parallel(task_fn fn, void *ctx, int64_t n, int threads) {
-    job_t job = {fn, ctx, n, 0};
+    job_t job = {fn, ctx, n, 0, 0, 0, NULL};
     if (threads > n) threads = (int)n;
 #ifdef WC_THREADS
-    if (threads > 1) {
-        int extra = reserve_threads(threads - 1);
-        pthread_t tid[256];
-        int started = 0;
-        if (extra > 256) extra = 256;
-        for (int t = 0; t < extra; t++)
-            if (pthread_create(&tid[started], NULL, job_worker, &job) == 0) started++;
+    int extra = threads > 1 ? reserve_threads(threads - 1) : 0;
+    if (extra > 0) {
+        pthread_mutex_lock(&g_mu);
+        g_demand += extra;
+        while (g_workers < g_demand) {
+            pthread_t tid;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            int rc = pthread_create(&tid, &attr, pool_worker, NULL);
+            pthread_attr_destroy(&attr);
+            if (rc != 0) break; /* fewer helpers: the caller drains what they do not */
+            g_workers++;
+        }
+        job.want = extra;
+        job.qnext = g_queue;
+        g_queue = &job;
+        if (extra == 1) pthread_cond_signal(&g_work);
+        else pthread_cond_broadcast(&g_work);
+        pthread_mutex_unlock(&g_mu);
         job_drain(&job);
-        for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+        pthread_mutex_lock(&g_mu);
+        if (job.want > 0) { /* helpers that never came: take the job out of the queue */
+            job_t **q = &g_queue;
+            while (*q != &job) q = &(*q)->qnext;
+            *q = job.qnext;
+            job.want = 0;
+        }
+        while (job.active > 0) pthread_cond_wait(&g_done, &g_mu);
+        g_demand -= extra;
+        pthread_mutex_unlock(&g_mu);
         __atomic_fetch_add(&g_spare, extra, __ATOMIC_RELAXED);
         return;
     }
@@ -124,25 +183,41 @@ typedef struct {
     int prob_bits;
 } plane_t;
 
+/* one scalar step of lane `lane` for symbol i (see decode_tail) */
+#define WC_STEP1(lane, i, PB)                                                                      \
+    do {                                                                                       \
+        uint32_t x = X[lane];                                                                  \
+        uint32_t e = lut[x & ((1u << (PB)) - 1)];                                              \
+        out[i] = (uint8_t)e;                                                                   \
+        x = (((e >> 8) & 0xFFF) + 1) * (x >> (PB)) + (e >> 20);                                \
+        uint32_t need = x < STATE_LOWER;                                                       \
+        uint32_t w = words[pos < last ? pos : last];                                           \
+        x = (x << (16 * need)) | (w & (0u - need));                                            \
+        pos += need;                                                                           \
+        X[lane] = x;                                                                           \
+    } while (0)
+
 /* Scalar steps for symbols [i0, m) of a chunk from the lane states X; the word index is clamped
- * to [0, last] so corrupt data never reads out of bounds (the count pos is what is checked). */
+ * to [0, last] so corrupt data never reads out of bounds (the count pos is what is checked).
+ * Whole steps of 32 lanes unrolled, prob_bits a constant in each copy. */
+static inline __attribute__((always_inline)) int64_t decode_tail_pb(
+    uint32_t *restrict X, int64_t i0, int64_t m, const uint32_t *restrict lut, const int PB,
+    const uint16_t *restrict words, int64_t pos, int64_t last, uint8_t *restrict out) {
+    int64_t i = i0;
+    if (!(i & (LANES - 1)))
+        for (; i + LANES <= m; i += LANES) {
+#pragma GCC unroll 32
+            for (int l = 0; l < LANES; l++) WC_STEP1(l, i + l, PB);
+        }
+    for (; i < m; i++) WC_STEP1((int)(i & (LANES - 1)), i, PB);
+    return pos;
+}
+#undef WC_STEP1
+
 static inline int64_t decode_tail(uint32_t *X, int64_t i0, int64_t m, const uint32_t *lut, int pb,
                                   const uint16_t *words, int64_t pos, int64_t last, uint8_t *out) {
-    const uint32_t mask = (1u << pb) - 1;
-    for (int64_t i = i0; i < m; i++) {
-        int lane = (int)(i & (LANES - 1));
-        uint32_t x = X[lane];
-        uint32_t e = lut[x & mask];
-        out[i] = (uint8_t)e;
-        x = (((e >> 8) & 0xFFF) + 1) * (x >> pb) + (e >> 20);
-        /* branchless renormalisation (the branch is unpredictable) */
-        uint32_t need = x < STATE_LOWER;
-        uint32_t w = words[pos < last ? pos : last];
-        x = (x << (16 * need)) | (w & (0u - need));
-        pos += need;
-        X[lane] = x;
-    }
-    return pos;
+    if (pb == 12) return decode_tail_pb(X, i0, m, lut, 12, words, pos, last, out);
+    return decode_tail_pb(X, i0, m, lut, 11, words, pos, last, out);
 }
 
 static inline int finish_chunk(const uint32_t *X, int64_t pos, int64_t end) {
@@ -170,26 +245,34 @@ static int decode_chunk_scalar(const plane_t *p, int64_t c, uint8_t *out) {
 
 #ifdef WC_X86
 /* Table lookups of 8/16 lanes. On AMD Zen the gather instructions are slow (measured on Zen 5:
- * decode 0.80 ns/symbol with vpgatherdd, 0.38 with 16 scalar loads through the stack), so there
- * the lanes are looked up one by one; elsewhere with the gather instruction. */
+ * decode 0.60 ns/symbol with vpgatherdd, 0.31 with scalar loads), so there the lanes are looked up
+ * one by one; elsewhere with the gather instruction. The scalar loads' indices leave the vector
+ * two per 64-bit word and the entries are inserted straight into lanes: through the stack (one
+ * wide load of narrow stores, which is not store-forwarded) measured 0.37 ns/symbol. */
+__attribute__((target("sse4.1"), always_inline))
+static inline __m128i lut4(__m128i idx, const uint32_t *lut) {
+    uint64_t a = (uint64_t)_mm_cvtsi128_si64(idx), b = (uint64_t)_mm_extract_epi64(idx, 1);
+    __m128i v = _mm_cvtsi32_si128((int)lut[(uint32_t)a]);
+    v = _mm_insert_epi32(v, (int)lut[a >> 32], 1);
+    v = _mm_insert_epi32(v, (int)lut[(uint32_t)b], 2);
+    return _mm_insert_epi32(v, (int)lut[b >> 32], 3);
+}
+
 __attribute__((target("avx2"), always_inline))
 static inline __m256i lut8(__m256i idx, const uint32_t *lut, int soft) {
-    if (soft) {
-        uint32_t sl[8], ev[8];
-        _mm256_storeu_si256((__m256i *)sl, idx);
-        for (int k = 0; k < 8; k++) ev[k] = lut[sl[k]];
-        return _mm256_loadu_si256((const __m256i *)ev);
-    }
+    if (soft)
+        return _mm256_inserti128_si256(_mm256_castsi128_si256(lut4(_mm256_castsi256_si128(idx), lut)),
+                                       lut4(_mm256_extracti128_si256(idx, 1), lut), 1);
     return _mm256_i32gather_epi32((const int *)lut, idx, 4);
 }
 
 __attribute__((target("avx512f"), always_inline))
 static inline __m512i lut16(__m512i idx, const uint32_t *lut, int soft) {
-    if (soft) { /* indices read and entries written two per 64-bit word: half the memory ops */
-        uint64_t sl[8], ev[8];
-        _mm512_storeu_si512(sl, idx);
-        for (int k = 0; k < 8; k++) ev[k] = lut[(uint32_t)sl[k]] | (uint64_t)lut[sl[k] >> 32] << 32;
-        return _mm512_loadu_si512(ev);
+    if (soft) {
+        __m512i o = _mm512_castsi128_si512(lut4(_mm512_castsi512_si128(idx), lut));
+        o = _mm512_inserti32x4(o, lut4(_mm512_extracti32x4_epi32(idx, 1), lut), 1);
+        o = _mm512_inserti32x4(o, lut4(_mm512_extracti32x4_epi32(idx, 2), lut), 2);
+        return _mm512_inserti32x4(o, lut4(_mm512_extracti32x4_epi32(idx, 3), lut), 3);
     }
     return _mm512_i32gather_epi32(idx, (const int *)lut, 4);
 }
@@ -232,6 +315,44 @@ static inline void load_words_clamped(uint16_t *dst, const uint16_t *words, int6
     for (int i = 0; i < k; i++) dst[i] = words[pos + i < len ? pos + i : len - 1];
 }
 
+/* one 8-lane step of vector xr: its symbols to sym, its words from pos (the chunk's 32 lanes are
+ * four such vectors, stepped in order) */
+#define WC_STEP256(xr, sym, pos, lut)                                                              \
+    do {                                                                                       \
+        __m256i e = lut8(_mm256_and_si256(xr, vmask), lut, soft);                              \
+        sym = _mm256_and_si256(e, v255);                                                       \
+        __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), vfff), one);    \
+        __m256i xv = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(xr, shift_pb)),   \
+                                      _mm256_srli_epi32(e, 20));                               \
+        __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(xv, 16), zero);                    \
+        unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));                 \
+        __m128i w16;                                                                           \
+        if (pos + 8 <= wlen) {                                                                 \
+            w16 = _mm_loadu_si128((const __m128i *)(words + pos));                             \
+        } else {                                                                               \
+            uint16_t tmp[8];                                                                   \
+            load_words_clamped(tmp, words, pos, wlen, 8);                                      \
+            w16 = _mm_loadu_si128((const __m128i *)tmp);                                       \
+        }                                                                                      \
+        __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16),                    \
+                                                _mm256_loadu_si256((const __m256i *)g_perm8[mk])); \
+        xr = _mm256_blendv_epi8(xv, _mm256_or_si256(_mm256_slli_epi32(xv, 16), w), need);      \
+        pos += __builtin_popcount(mk);                                                         \
+    } while (0)
+
+/* the 32 symbols of one step, four 8-lane vectors, to dst in lane order */
+#define WC_STORE256(sym, dst)                                                                     \
+    do {                                                                                       \
+        __m256i p01 = _mm256_packus_epi32(sym[0], sym[1]), p23 = _mm256_packus_epi32(sym[2], sym[3]); \
+        _mm256_storeu_si256((__m256i *)(dst), _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p01, p23), order)); \
+    } while (0)
+
+#define WC_CONSTS256                                                                              \
+    const __m256i vmask = _mm256_set1_epi32((1 << pb) - 1), v255 = _mm256_set1_epi32(0xFF);    \
+    const __m256i vfff = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256(); \
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);                           \
+    const __m128i shift_pb = _mm_cvtsi32_si128(pb)
+
 __attribute__((target("avx2,popcnt")))
 static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
     const int soft = g_soft_gather;
@@ -250,37 +371,12 @@ static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
     }
     __m256i x[4];
     for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(X + 8 * v));
-    const __m256i vmask = _mm256_set1_epi32((1 << pb) - 1), v255 = _mm256_set1_epi32(0xFF);
-    const __m256i vfff = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const __m128i shift_pb = _mm_cvtsi32_si128(pb);
+    WC_CONSTS256;
     int64_t steps = m / LANES;
     for (int64_t t = 0; t < steps; t++) {
         __m256i sym[4];
-        for (int v = 0; v < 4; v++) {
-            __m256i e = lut8(_mm256_and_si256(x[v], vmask), lut, soft);
-            sym[v] = _mm256_and_si256(e, v255);
-            __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), vfff), one);
-            __m256i xv = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x[v], shift_pb)),
-                                          _mm256_srli_epi32(e, 20));
-            __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(xv, 16), zero);
-            unsigned mk = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(need));
-            __m128i w16;
-            if (pos + 8 <= wlen) {
-                w16 = _mm_loadu_si128((const __m128i *)(words + pos));
-            } else {
-                uint16_t tmp[8];
-                load_words_clamped(tmp, words, pos, wlen, 8);
-                w16 = _mm_loadu_si128((const __m128i *)tmp);
-            }
-            __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(w16),
-                                                    _mm256_loadu_si256((const __m256i *)g_perm8[mk]));
-            x[v] = _mm256_blendv_epi8(xv, _mm256_or_si256(_mm256_slli_epi32(xv, 16), w), need);
-            pos += __builtin_popcount(mk);
-        }
-        __m256i p01 = _mm256_packus_epi32(sym[0], sym[1]), p23 = _mm256_packus_epi32(sym[2], sym[3]);
-        __m256i b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p01, p23), order);
-        _mm256_storeu_si256((__m256i *)(out + t * LANES), b);
+        for (int v = 0; v < 4; v++) WC_STEP256(x[v], sym[v], pos, lut);
+        WC_STORE256(sym, out + t * LANES);
     }
     for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(X + 8 * v), x[v]);
     /* a corrupt stream may have run pos past the chunk: the tail clamps, the check flags it */
@@ -288,11 +384,61 @@ static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
     return finish_chunk(X, pos, end);
 }
 
+/* Two whole chunks c, c + 1 at once (eight 8-lane chains, as decode_pair_avx512): MiniLM
+ * embedding 0.625 -> 0.443 ns/symbol against one chunk at a time (Zen 5, scalar-load lookups). */
+__attribute__((target("avx2,popcnt")))
+static void decode_pair_avx2(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
+    const int soft = g_soft_gather;
+    const int pb = p->prob_bits;
+    const uint32_t *luta = p->lookup + ((c / p->chunks_per_table) << pb);
+    const uint32_t *lutb = p->lookup + (((c + 1) / p->chunks_per_table) << pb);
+    int64_t posa = p->offsets[c], enda = p->offsets[c + 1], posb = enda, endb = p->offsets[c + 2];
+    const uint16_t *words = p->words;
+    const int64_t wlen = p->words_len;
+    uint32_t XA[LANES], XB[LANES];
+    int bad = 0;
+    for (int l = 0; l < LANES; l++) {
+        XA[l] = p->states[c * LANES + l];
+        XB[l] = p->states[(c + 1) * LANES + l];
+        bad |= XA[l] < STATE_LOWER || XB[l] < STATE_LOWER;
+    }
+    if (bad) {
+        st[0] = decode_chunk_avx2(p, c, outa);
+        st[1] = decode_chunk_avx2(p, c + 1, outb);
+        return;
+    }
+    __m256i xa[4], xb[4];
+    for (int v = 0; v < 4; v++) {
+        xa[v] = _mm256_loadu_si256((const __m256i *)(XA + 8 * v));
+        xb[v] = _mm256_loadu_si256((const __m256i *)(XB + 8 * v));
+    }
+    WC_CONSTS256;
+    int64_t steps = p->chunk_size / LANES;
+    for (int64_t t = 0; t < steps; t++) {
+        __m256i syma[4], symb[4];
+        for (int v = 0; v < 4; v++) {
+            WC_STEP256(xa[v], syma[v], posa, luta);
+            WC_STEP256(xb[v], symb[v], posb, lutb);
+        }
+        WC_STORE256(syma, outa + t * LANES);
+        WC_STORE256(symb, outb + t * LANES);
+    }
+    for (int v = 0; v < 4; v++) {
+        _mm256_storeu_si256((__m256i *)(XA + 8 * v), xa[v]);
+        _mm256_storeu_si256((__m256i *)(XB + 8 * v), xb[v]);
+    }
+    st[0] = finish_chunk(XA, posa, enda);
+    st[1] = finish_chunk(XB, posb, endb);
+}
+#undef WC_STEP256
+#undef WC_STORE256
+#undef WC_CONSTS256
+
 /* one 16-lane step of a chunk: symbols to dst, words from pos (see decode_chunk_avx2) */
 #define WC_STEP512(xr, dst, pos, lut)                                                                   \
     do {                                                                                        \
         __m512i e = lut16(_mm512_and_si512(xr, vmask), lut, soft);   \
-        _mm_storeu_si128((__m128i *)(dst), _mm512_cvtepi32_epi8(_mm512_and_si512(e, v255)));    \
+        _mm_storeu_si128((__m128i *)(dst), _mm512_cvtepi32_epi8(e)); /* truncates */               \
         __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), vfff), one);     \
         __m512i xv = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srl_epi32(xr, shift_pb)),    \
                                       _mm512_srli_epi32(e, 20));                                \
@@ -327,7 +473,7 @@ static int decode_chunk_avx512(const plane_t *p, int64_t c, uint8_t *out) {
         if (X[l] < STATE_LOWER) return 3;
     }
     __m512i x0 = _mm512_loadu_si512(X), x1 = _mm512_loadu_si512(X + 16);
-    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1), v255 = _mm512_set1_epi32(0xFF);
+    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1);
     const __m512i vfff = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
     const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
     const __m128i shift_pb = _mm_cvtsi32_si128(pb);
@@ -366,7 +512,7 @@ static void decode_pair_avx512(const plane_t *p, int64_t c, uint8_t *outa, uint8
     }
     __m512i a0 = _mm512_loadu_si512(XA), a1 = _mm512_loadu_si512(XA + 16);
     __m512i b0 = _mm512_loadu_si512(XB), b1 = _mm512_loadu_si512(XB + 16);
-    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1), v255 = _mm512_set1_epi32(0xFF);
+    const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1);
     const __m512i vfff = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
     const __m512i lower = _mm512_set1_epi32((int)STATE_LOWER);
     const __m128i shift_pb = _mm_cvtsi32_si128(pb);
@@ -427,8 +573,6 @@ static void *get_buf(bufs_t *bs, PyObject *obj, int writable, int itemsize, int6
     return b->buf;
 }
 
-static int g_threads_default = 1;
-
 static int pick_threads(int threads, int64_t tasks) {
     if (threads <= 0) threads = g_threads_default;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
@@ -472,6 +616,10 @@ static void decode_two(const plane_t *p, int64_t t, uint8_t *out0, uint8_t *out1
 #ifdef WC_X86
     if (g_isa == ISA_AVX512 && (c + 2) * p->chunk_size <= p->n) {
         decode_pair_avx512(p, c, out0, out1, st);
+        return;
+    }
+    if (g_isa == ISA_AVX2 && (c + 2) * p->chunk_size <= p->n) {
+        decode_pair_avx2(p, c, out0, out1, st);
         return;
     }
 #endif
@@ -593,20 +741,28 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
                                                                 int64_t a, int64_t b) {            \
         const int R = ctx->tail_bits, ssh = ctx->sign_shift, tsh = ctx->tail_shift;                \
         const uint64_t tmask = (1ull << (R - 1)) - 1, fm = (1ull << R) - 1;                        \
-        const uint64_t *placed = ctx->placed;                                                      \
-        T *o = (T *)ctx->out;                                                                      \
+        const uint64_t *restrict placed = ctx->placed;                                             \
+        const uint8_t *restrict tail = ctx->tail;                                                  \
+        T *restrict o = (T *)ctx->out;                                                             \
+        const int64_t n_tail = ctx->n_tail;                                                        \
         uint64_t seen = 0;                                                                         \
         uint64_t f[8];                                                                             \
         for (int64_t i0 = a; i0 < b; i0 += 8) {                                                    \
             int k = (int)(b - i0 < 8 ? b - i0 : 8);                                                \
             int64_t base = (i0 / 8) * R;                                                           \
-            if (R <= 8 && k == 8 && base + 8 <= ctx->n_tail) { /* no branches per value */        \
+            if (R <= 8 && k == 8 && base + 8 <= n_tail) { /* no branches per value */             \
                 uint64_t word;                                                                     \
-                memcpy(&word, ctx->tail + base, 8);                                                \
-                for (int j = 0; j < 8; j++) f[j] = (word >> (j * R)) & fm;                         \
-            } else {                                                                               \
-                tail_fields(ctx->tail, ctx->n_tail, i0 / 8, R, k, f);                              \
+                memcpy(&word, tail + base, 8);                                                     \
+                for (int j = 0; j < 8; j++) {                                                      \
+                    uint64_t fj = (word >> (j * R)) & fm, h = placed[sym[i0 - a + j]];             \
+                    seen |= h;                                                                     \
+                    uint64_t v = h | ((fj >> (R - 1)) << ssh) | ((fj & tmask) << tsh);             \
+                    if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];             \
+                    o[i0 + j] = (T)v;                                                              \
+                }                                                                                  \
+                continue;                                                                          \
             }                                                                                      \
+            tail_fields(tail, n_tail, i0 / 8, R, k, f);                                            \
             for (int j = 0; j < k; j++) {                                                          \
                 uint64_t h = placed[sym[i0 - a + j]];                                              \
                 seen |= h;                                                                         \
@@ -2136,5 +2292,8 @@ PyMODINIT_FUNC PyInit__cext(void) {
     for (int f = 1; f <= 4096; f++) g_log2[f] = log2((double)f);
     g_threads_default = 1;
     g_spare = 0;
+#ifdef WC_THREADS
+    pthread_atfork(NULL, NULL, pool_after_fork);
+#endif
     return PyModule_Create(&moduledef);
 }
