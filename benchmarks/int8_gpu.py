@@ -69,6 +69,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--label", default="this checkout")
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--tiled-configs", default="8,4 16,8 16,2",
+                    type=lambda v: [tuple(int(x) for x in c.split(",")) for c in v.split()],
+                    help="(warps, steps) of the straight-to-output launch tried on 11008x4096")
     ap.add_argument("--once", action="store_true",
                     help="decode the int8+prediction case twice and stop (a target for ncu)")
     a = ap.parse_args()
@@ -96,16 +99,21 @@ def main() -> int:
         p = rec.params.get("q", rec.params)
         runs.append((name, rec, True))
         if p["all_none"] and getattr(PL, "TILED", None) is not None:  # also the two-launch path
-            runs.append((name + " [tiled, 32 registers]", rec, 32))
+            if rec.dtype == "BF16":
+                runs.append((name + " [integer bf16 rounding]", rec, "int"))
+            if "11008" in name:  # (warps, steps per iteration) of the straight-to-output launch
+                runs += [(name + f" [tiled W={w} S={st}]", rec, (w, st)) for w, st in a.tiled_configs]
             runs.append((name + " [scratch + tile kernel]", rec, False))
     from wcodec.gpu import decode as D
     from wcodec.gpu import layout as K
+    cfg0 = dict(getattr(D, "CONFIG", {}))
     for name, rec, tiled in runs:
         if hasattr(PL, "TILED"):
             PL.TILED = bool(tiled)
-            D.MAXNREG.pop(K.MODE_TILED, None)
-            if tiled is not True and tiled:
-                D.MAXNREG[K.MODE_TILED] = tiled
+            D.CVT = tiled != "int"
+            D.CONFIG.update(cfg0)
+            if isinstance(tiled, tuple):
+                D.CONFIG[K.MODE_TILED] = tiled
         modes = rec.info.get("modes") if rec.info else None
         ref = np.ascontiguousarray(decode_tensor(rec)).reshape(-1).view(np.uint8)
         dec = Decoder([("w", rec)])

@@ -252,16 +252,19 @@ def _chunk_loop2(xa, posa, bada, xb, posb, badb, full, n_steps, lanes, na, nb, l
 
 
 @triton.jit
-def _put_values(ptr, x, m, signed, s, OUT: tl.constexpr):
+def _put_values(ptr, x, m, signed, s, OUT: tl.constexpr, CVT: tl.constexpr = False):
     """Store bytes x (int32 in [0, 256)) at ptr under mask m (None: all): as uint8 (OUT_I8), or
     dequantised, ``float32(q) * s`` rounded to the output dtype (round to nearest even), q the
-    byte read as int8 when ``signed``."""
+    byte read as int8 when ``signed``. CVT: bf16 by the hardware conversion (one instruction; the
+    same bits as the integer rounding except for NaN, so only where every scale is finite)."""
     if OUT == 0:
         tl.store(ptr, x.to(tl.uint8), mask=m)
     else:
         q = tl.where((x >= 128) & (signed != 0), x - 256, x).to(tl.float32)
         v = q * s
-        if OUT == 1:
+        if OUT == 1 and CVT:
+            tl.store(ptr, v.to(tl.bfloat16).to(tl.int16, bitcast=True), mask=m)
+        elif OUT == 1:
             # round to nearest even by integer ops (as wcodec.codecs.quant.f32_to_bf16; NaN
             # stays NaN), the same on every backend
             u = v.to(tl.uint32, bitcast=True)
@@ -277,7 +280,7 @@ def _put_values(ptr, x, m, signed, s, OUT: tl.constexpr):
 @triton.jit
 def _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row, tbase, words_row, wlast, out_row,
            scl, cols, rows, th, sg, OUT: tl.constexpr, PB: tl.constexpr, W: tl.constexpr,
-           MASKED: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr):
+           MASKED: tl.constexpr, ASM: tl.constexpr, SMEM: tl.constexpr, CVT: tl.constexpr):
     """MODE_TILED step t: 32 symbols, one row of a 32-wide tile (row r of the tile at column tc
     of the band starting at row br, of height h), written to their row-major place; then the
     place of the next step (next row; next tile at the tile's end; next band at the band's
@@ -291,7 +294,7 @@ def _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row, tbase, words_row
     if OUT != 0:
         s = tl.load(scl + tl.minimum(row, rows - 1))
     _put_values(out_row + (row * cols + tc + lanes), val.to(tl.int32), act if MASKED else None,
-                sg, s, OUT)
+                sg, s, OUT, CVT)
     r1 = r + 1
     nt = r1 == h
     r = tl.where(nt, 0, r1)
@@ -306,7 +309,7 @@ def _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row, tbase, words_row
 @triton.jit
 def _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_row, wlast, out_row,
                 tiled, OUT: tl.constexpr, PB: tl.constexpr, W: tl.constexpr, S: tl.constexpr,
-                ASM: tl.constexpr, SMEM: tl.constexpr, PF: tl.constexpr):
+                ASM: tl.constexpr, SMEM: tl.constexpr, PF: tl.constexpr, CVT: tl.constexpr):
     """_chunk_loop of MODE_TILED (tiled: _tiled_rows)."""
     r, tc, br, h, scl, cols, rows, th, sg = tiled
     for it in range(0, full):
@@ -315,11 +318,11 @@ def _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_
         for s in tl.static_range(S):
             x, pos, bad, r, tc, br, h = _tstep(it * S + s, x, pos, bad, r, tc, br, h, lanes, n, lt,
                                                lut_row, tbase, words_row, wlast, out_row, scl, cols,
-                                               rows, th, sg, OUT, PB, W, False, ASM, SMEM)
+                                               rows, th, sg, OUT, PB, W, False, ASM, SMEM, CVT)
     for t in range(full * S, n_steps):
         x, pos, bad, r, tc, br, h = _tstep(t, x, pos, bad, r, tc, br, h, lanes, n, lt, lut_row,
                                            tbase, words_row, wlast, out_row, scl, cols, rows, th,
-                                           sg, OUT, PB, W, True, ASM, SMEM)
+                                           sg, OUT, PB, W, True, ASM, SMEM, CVT)
     return x, pos, bad
 
 
@@ -327,11 +330,11 @@ def _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_
 def _loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase, words_row, wlast, tail_lane,
           tsh, out_row, low1_row, low0_row, tiled, MODE: tl.constexpr, R: tl.constexpr,
           PB: tl.constexpr, W: tl.constexpr, S: tl.constexpr, ASM: tl.constexpr,
-          SMEM: tl.constexpr, PF: tl.constexpr):
+          SMEM: tl.constexpr, PF: tl.constexpr, CVT: tl.constexpr):
     """One chunk per warp: _chunk_loop, or _tiled_loop for MODE_TILED (R: its OUT kind)."""
     if MODE == 3:
         x, pos, bad = _tiled_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
-                                  words_row, wlast, out_row, tiled, R, PB, W, S, ASM, SMEM, PF)
+                                  words_row, wlast, out_row, tiled, R, PB, W, S, ASM, SMEM, PF, CVT)
     else:
         x, pos, bad = _chunk_loop(x, pos, bad, full, n_steps, lanes, n, lt, lut_row, tbase,
                                   words_row, wlast, tail_lane, tsh, out_row, low1_row, low0_row,
@@ -409,7 +412,8 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
                        out_ptr, status_ptr, tdesc_ptr, scales_ptr, MODE: tl.constexpr, R: tl.constexpr, PB: tl.constexpr,
                        W: tl.constexpr, S: tl.constexpr, NFIELDS: tl.constexpr,
                        ASM: tl.constexpr = False, SMEM: tl.constexpr = False,
-                       PF: tl.constexpr = False, PAIR: tl.constexpr = False):
+                       PF: tl.constexpr = False, PAIR: tl.constexpr = False,
+                       CVT: tl.constexpr = False):
     """Decode W chunks per program, one per warp (launch with num_warps=W), S steps per iteration;
     PAIR: 2 * W chunks per program, two per warp (rows pid*2W + w and pid*2W + W + w), decoded
     in one interleaved loop (_step2).
@@ -420,6 +424,8 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
     tiles got 4 rows per warp from Triton 3.6's coalescing of the table gathers.) PAIR keeps two
     such sets of tensors rather than one of 2 * W * 32 elements, whose layout could put two
     lanes of one chunk on a thread.
+
+    CVT: MODE_TILED's bf16 by the hardware conversion (_put_values).
 
     SMEM: 0 tables read from global memory; 1 the first row's table in shared memory, read with
     generic loads (rows on other tables read theirs from global); 2 as 1, but programs whose rows
@@ -533,15 +539,15 @@ def rans_chunks_kernel(desc_ptr, n_items, buf8_ptr, buf16_ptr, buf32_ptr, lut_pt
         if uni:
             xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, sbase32,
                                    wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
-                                   MODE, R, PB, W, S, ASM, 2, PF)
+                                   MODE, R, PB, W, S, ASM, 2, PF, CVT)
         else:
             xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
                                    wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
-                                   MODE, R, PB, W, S, ASM, 1, PF)
+                                   MODE, R, PB, W, S, ASM, 1, PF, CVT)
     else:
         xa, posa, bada = _loop(xa, posa, bada, full, n_steps, lanes, na, lt, luta, tba,
                                wra, wlasta, tla, tsh, ora, l1a, l0a, tiled,
-                               MODE, R, PB, W, S, ASM, SMEM, PF)
+                               MODE, R, PB, W, S, ASM, SMEM, PF, CVT)
 
     status = _chunk_status(init_ba, xa, posa, wlena, bada, W)
     if SMEM:

@@ -99,6 +99,8 @@ class Plan:
     owner: dict = field(default_factory=dict)
     int8: dict = field(default_factory=dict)
     tiled: list = field(default_factory=list)
+    #: every int8-quant scale of the batch is finite (the kernels may then round to bf16 in hardware)
+    finite_scales: bool = True
     raw: list = field(default_factory=list)
     #: int64[n_blocks, TB] 8x8 blocks of the int8 transform tiles, inverted before the tile kernel
     transform: list = field(default_factory=list)
@@ -267,6 +269,7 @@ class Plan:
                 raise CorruptDataError(f"int8-quant codec: dtype {rec.dtype} not supported")
             s = rec.section("scales", np.float32, rows)
             scales, n_scales = self._put(s, "scales") // 4, s.size
+            self.finite_scales &= bool(np.isfinite(s).all())
             kind, o = OUT_KIND[rec.dtype], out.offset // itemsize(rec.dtype)
         else:
             if rec.dtype not in ("I8", "U8"):
