@@ -60,6 +60,17 @@ def transform_blocks(rows: int, cols: int, th: int, tw: int, modes: np.ndarray, 
     return d
 
 
+def tiled_place(g: np.ndarray, rows: int, cols: int, th: int) -> tuple:
+    """Place of tile rows ``g`` (int64, counted tile-major) of a [rows, cols] tensor in 32-wide
+    tiles of height th (cols % 32 == 0): (row within the tile, tile's first column, band's first
+    row, band height), each like g. MODE_TILED's chunk starts (layout.py)."""
+    per_band = th * (cols // 32)
+    br = (g // per_band) * th
+    h = np.minimum(th, rows - br)
+    j = g - (br // th) * per_band
+    return j % h, (j // h) * 32, br, h
+
+
 @dataclass
 class Output:
     name: str
@@ -312,12 +323,7 @@ class Plan:
         Each chunk starts on a tile row (chunks hold 32 * steps symbols); its descriptor carries
         that place, from which the kernel steps on row by row, tile by tile, band by band."""
         c, n, st, wb, we, lut, pb = self._plane(plane, "res", rec)
-        g = c * (plane.chunk_size // 32)  # the chunk's first tile row, counted tile-major
-        per_band = th * (cols // 32)
-        br = (g // per_band) * th
-        h = np.minimum(th, rows - br)
-        j = g - (br // th) * per_band
-        r, tc = j % h, (j // h) * 32
+        r, tc, br, h = tiled_place(c * (plane.chunk_size // 32), rows, cols, th)
         ti = len(self.tiled)
         self.tiled.append(self._tensor_row(cols, rows, th, 32, cols // 32, 0, o, -1, signed, scales,
                                            n_scales, 0))
