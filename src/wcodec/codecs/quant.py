@@ -42,6 +42,17 @@ def from_f32(x: np.ndarray, dtype: str) -> np.ndarray:
     return x.astype(np.float16 if dtype == "F16" else np.float32)
 
 
+def checked_scales(record, rows: int) -> np.ndarray:
+    """The record's [rows] float32 scales. Raises CorruptDataError for a non-finite one: the
+    encoder never writes them (it takes finite weights only), and NaN products carry
+    platform-dependent bits (a GPU's multiply returns a canonical NaN, x86 the operand's)."""
+    s = record.section("scales", np.float32, rows)
+    bad = np.flatnonzero(~np.isfinite(s))
+    if bad.size:
+        raise CorruptDataError(f"int8-quant codec: scale of row {int(bad[0])} is not finite ({s[bad[0]]})")
+    return s
+
+
 def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.ndarray:
     """q: [rows*cols] int8, scales: [rows] float32 -> [rows*cols] values of dtype (BF16 as uint16)."""
     x = q.reshape(rows, -1).astype(np.float32) * scales.reshape(-1, 1)
@@ -112,7 +123,7 @@ class QuantCodec(Codec):
         if record.dtype not in ("BF16", "F16", "F32"):
             raise CorruptDataError(f"int8-quant codec: dtype {record.dtype} not supported")
         rows, cols = view_2d(record.shape)
-        scales = record.section("scales", np.float32, rows)
+        scales = checked_scales(record, rows)
         q = decode_int8(record, record.params["q"]).view(np.int8)
         if out is None:
             out = np.empty(record.numel, DTYPES[record.dtype])

@@ -40,7 +40,7 @@ MAXNREG = {K.MODE_F16BITS: 32, K.MODE_BYTES: 32}
 #: it holds ~48 warps (benchmarks/RESULTS.md, third pass)
 PAIR = {K.MODE_BYTES: False, K.MODE_F16BITS: False, K.MODE_F32BITS: False}
 MAXNREG_PAIR = {K.MODE_F16BITS: 40, K.MODE_BYTES: 40}
-#: MODE_TILED rounds to bf16 with the hardware conversion where every scale is finite (kernels._put_values)
+#: MODE_TILED rounds to bf16 with the hardware conversion (kernels._put_values; scales are finite)
 CVT = True
 #: 8x8 blocks per program of the int8 transform inverse (wcodec.gpu.transform_kernels)
 TRANSFORM_BLK = 64
@@ -171,7 +171,7 @@ def run(prep: Prepared, buf: torch.Tensor, out: torch.Tensor) -> dict:
                                              NFIELDS=K.NF, ASM=prep.asm,
                                              SMEM=int(SMEM) if prep.asm and W > 1 else 0,
                                              PF=prep.asm and bool(PF.get(mode)), PAIR=pair,
-                                             CVT=CVT and prep.asm and plan.finite_scales, num_warps=W,
+                                             CVT=CVT and prep.asm, num_warps=W,
                                              **({"maxnreg": caps[mode]} if mode in caps and prep.asm else {}))
         status[key] = st
     if prep.transform is not None:  # transform tiles: inverted in place in the residual scratch

@@ -256,7 +256,8 @@ def _put_values(ptr, x, m, signed, s, OUT: tl.constexpr, CVT: tl.constexpr = Fal
     """Store bytes x (int32 in [0, 256)) at ptr under mask m (None: all): as uint8 (OUT_I8), or
     dequantised, ``float32(q) * s`` rounded to the output dtype (round to nearest even), q the
     byte read as int8 when ``signed``. CVT: bf16 by the hardware conversion (one instruction; the
-    same bits as the integer rounding except for NaN, so only where every scale is finite)."""
+    same bits as the integer rounding for every non-NaN value, and decoders refuse non-finite
+    scales, so no NaN reaches it)."""
     if OUT == 0:
         tl.store(ptr, x.to(tl.uint8), mask=m)
     else:

@@ -17,6 +17,7 @@ from .. import rans
 from ..codecs.base import DTYPES, EncodedTensor, itemsize
 # dtype -> (total bits W, exponent bits E, mantissa bits M, low byte planes L); CODEC_LAYOUT.md
 from ..codecs.float import parse as parse_float
+from ..codecs.quant import checked_scales
 from ..codecs import transform as TR
 from ..errors import CorruptDataError, UnsupportedError
 from . import layout as K
@@ -110,8 +111,6 @@ class Plan:
     owner: dict = field(default_factory=dict)
     int8: dict = field(default_factory=dict)
     tiled: list = field(default_factory=list)
-    #: every int8-quant scale of the batch is finite (the kernels may then round to bf16 in hardware)
-    finite_scales: bool = True
     raw: list = field(default_factory=list)
     #: int64[n_blocks, TB] 8x8 blocks of the int8 transform tiles, inverted before the tile kernel
     transform: list = field(default_factory=list)
@@ -278,9 +277,8 @@ class Plan:
         if quant:
             if rec.dtype not in OUT_KIND:
                 raise CorruptDataError(f"int8-quant codec: dtype {rec.dtype} not supported")
-            s = rec.section("scales", np.float32, rows)
+            s = checked_scales(rec, rows)
             scales, n_scales = self._put(s, "scales") // 4, s.size
-            self.finite_scales &= bool(np.isfinite(s).all())
             kind, o = OUT_KIND[rec.dtype], out.offset // itemsize(rec.dtype)
         else:
             if rec.dtype not in ("I8", "U8"):
