@@ -55,7 +55,8 @@ def checked_scales(record, rows: int) -> np.ndarray:
 
 def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.ndarray:
     """q: [rows*cols] int8, scales: [rows] float32 -> [rows*cols] values of dtype (BF16 as uint16)."""
-    x = q.reshape(rows, -1).astype(np.float32) * scales.reshape(-1, 1)
+    with np.errstate(over="ignore"):  # a huge (finite) scale may overflow to inf: the format's product
+        x = q.reshape(rows, -1).astype(np.float32) * scales.reshape(-1, 1)
     return from_f32(x.reshape(-1), dtype)
 
 
