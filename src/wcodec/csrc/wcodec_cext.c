@@ -220,6 +220,16 @@ static inline int64_t decode_tail(uint32_t *X, int64_t i0, int64_t m, const uint
     return decode_tail_pb(X, i0, m, lut, 11, words, pos, last, out);
 }
 
+/* Chunk c's initial states into X; nonzero when one is below the state range (status 3). */
+static inline int load_states(const plane_t *p, int64_t c, uint32_t *X) {
+    int bad = 0;
+    for (int l = 0; l < LANES; l++) {
+        X[l] = p->states[c * LANES + l];
+        bad |= X[l] < STATE_LOWER;
+    }
+    return bad;
+}
+
 static inline int finish_chunk(const uint32_t *X, int64_t pos, int64_t end) {
     if (pos > end) return 1;
     if (pos < end) return 2;
@@ -235,10 +245,7 @@ static int decode_chunk_scalar(const plane_t *p, int64_t c, uint8_t *out) {
     int64_t pos = p->offsets[c], end = p->offsets[c + 1];
     int64_t last = end - 1 > 0 ? end - 1 : 0;
     uint32_t X[LANES];
-    for (int l = 0; l < LANES; l++) {
-        X[l] = p->states[c * LANES + l];
-        if (X[l] < STATE_LOWER) return 3;
-    }
+    if (load_states(p, c, X)) return 3;
     pos = decode_tail(X, 0, m, lut, p->prob_bits, p->words, pos, last, out);
     return finish_chunk(X, pos, end);
 }
@@ -365,10 +372,7 @@ static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
     uint32_t X[LANES];
-    for (int l = 0; l < LANES; l++) {
-        X[l] = p->states[c * LANES + l];
-        if (X[l] < STATE_LOWER) return 3;
-    }
+    if (load_states(p, c, X)) return 3;
     __m256i x[4];
     for (int v = 0; v < 4; v++) x[v] = _mm256_loadu_si256((const __m256i *)(X + 8 * v));
     WC_CONSTS256;
@@ -396,13 +400,7 @@ static void decode_pair_avx2(const plane_t *p, int64_t c, uint8_t *outa, uint8_t
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
     uint32_t XA[LANES], XB[LANES];
-    int bad = 0;
-    for (int l = 0; l < LANES; l++) {
-        XA[l] = p->states[c * LANES + l];
-        XB[l] = p->states[(c + 1) * LANES + l];
-        bad |= XA[l] < STATE_LOWER || XB[l] < STATE_LOWER;
-    }
-    if (bad) {
+    if (load_states(p, c, XA) | load_states(p, c + 1, XB)) {
         st[0] = decode_chunk_avx2(p, c, outa);
         st[1] = decode_chunk_avx2(p, c + 1, outb);
         return;
@@ -468,10 +466,7 @@ static int decode_chunk_avx512(const plane_t *p, int64_t c, uint8_t *out) {
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
     uint32_t X[LANES];
-    for (int l = 0; l < LANES; l++) {
-        X[l] = p->states[c * LANES + l];
-        if (X[l] < STATE_LOWER) return 3;
-    }
+    if (load_states(p, c, X)) return 3;
     __m512i x0 = _mm512_loadu_si512(X), x1 = _mm512_loadu_si512(X + 16);
     const __m512i vmask = _mm512_set1_epi32((1 << pb) - 1);
     const __m512i vfff = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1);
@@ -499,13 +494,7 @@ static void decode_pair_avx512(const plane_t *p, int64_t c, uint8_t *outa, uint8
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
     uint32_t XA[LANES], XB[LANES];
-    int bad = 0;
-    for (int l = 0; l < LANES; l++) {
-        XA[l] = p->states[c * LANES + l];
-        XB[l] = p->states[(c + 1) * LANES + l];
-        bad |= XA[l] < STATE_LOWER || XB[l] < STATE_LOWER;
-    }
-    if (bad) {
+    if (load_states(p, c, XA) | load_states(p, c + 1, XB)) {
         st[0] = decode_chunk_avx512(p, c, outa);
         st[1] = decode_chunk_avx512(p, c + 1, outb);
         return;
