@@ -10,6 +10,7 @@ bit-identical to the numpy encoder of the codec. ``linear`` computes ``x @ W.T (
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 
@@ -257,10 +258,13 @@ def _kernel(kind: str):
 _BEST: dict = {}
 
 
-def _launch(kind: str, grid, key: tuple, *args, **kwargs) -> None:
+def _launch(kind: str, grid, key: tuple, *args, record: list | None = None, subs: tuple = (), **kwargs) -> None:
     """Launch kernel ``kind``. On a GPU the autotuner runs once per ``key`` (its own key: N, K,
     M bucket and dtypes); later calls launch the kernel with the chosen config directly, which
-    saves the autotuner's host time (~30 us a call, measured in eager generation on the H100)."""
+    saves the autotuner's host time (~30 us a call, measured in eager generation on the H100).
+    With ``record`` (a list), a launch with the chosen config is recorded for replay
+    (:mod:`wcodec.gpu.replay`, the per-call tensors ``subs``): the Launch, or None where it
+    cannot be, is appended."""
     kern, cfg = _kernel(kind)
     if cfg:  # the interpreter's fixed tiles
         kern[grid](*args, **kwargs, **cfg)
@@ -269,6 +273,9 @@ def _launch(kind: str, grid, key: tuple, *args, **kwargs) -> None:
     if best is None:
         kern[grid](*args, **kwargs)
         _BEST[(kind, key)] = kern.best_config
+    elif record is not None:
+        from .replay import record as rec
+        record.append(rec(kern.fn, grid, args, {**kwargs, **best.all_kwargs()}, subs))
     else:
         kern.fn[grid](*args, **kwargs, **best.all_kwargs())
 
@@ -308,7 +315,7 @@ def pick_kind(M: int) -> str:
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
-           kind: str | None = None) -> torch.Tensor:
+           kind: str | None = None, record: list | None = None) -> torch.Tensor:
     """``x @ W.T (+ bias)``. x: [..., K] bfloat16/float16/float32 on fw's device; bias: [N] or None.
 
     Returns [..., N] in x's dtype, accumulated in float32. On CUDA (or the Triton interpreter
@@ -316,6 +323,10 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     FMAs for M <= GEMV_MAX_M rows of x, tensor cores above, decode + cuBLAS from LARGE_M rows
     (``kind`` forces one of KINDS); elsewhere W is decoded with torch ops and multiplied by
     ``F.linear``. Raises ValueError when x's last dimension is not K.
+
+    ``record``: a list that receives a :class:`wcodec.gpu.replay.Launch` of the fused kernel's
+    launch with per-call tensors (x2, x2 as int64 words, bias or y, y), or None where the launch
+    cannot be replayed; nothing when no tuned fused launch ran (see :class:`LinearReplays`).
     """
     if x.shape[-1] != fw.K:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {fw.K}")
@@ -331,6 +342,9 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
+    if record is not None and x2.data_ptr() != x.data_ptr():
+        record.append(None)  # a copy of x: a replay with x in its place would read other memory
+        record = None
     y = torch.empty((M, fw.N), dtype=x.dtype, device=x.device)
     G = fw.kpad // 8
     b = bias if bias is not None else y
@@ -341,13 +355,62 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         BM = min(4, _pow2(M))
         x64 = _x64(x2)
         grid = lambda meta: (_cdiv(fw.N, meta["BN"]), _cdiv(M, BM))  # noqa: E731
-        _launch("gemv", grid, key, x2, x64 if x64 is not None else x2, *args, BM=BM, EB=32,
-                HAS_BIAS=bias is not None, X64=x64 is not None)
+        xw = x64 if x64 is not None else x2
+        _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
+                record=record, subs=(x2, xw, b, y))
     elif kind == "mm":
         kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
         grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]),)  # noqa: E731
-        _launch(kind, grid, key, x2, *args, EB=32, GROUP_M=8, HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype))
+        _launch(kind, grid, key, x2, *args, EB=32, GROUP_M=8, HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype),
+                record=record, subs=(x2, x2, b, y))
     return y.reshape(*lead, fw.N)
+
+
+class LinearReplays:
+    """:func:`linear` of one weight for eager inference, replaying recorded launches
+    (:mod:`wcodec.gpu.replay`): the host time of a layer drops from 67-105 to 20-30 us (H100 host).
+
+    A launch is recorded on the second call of a key (the first tunes) and replayed from the
+    third. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
+    the current CUDA device, the weight's N and base; the weight's tensors must be the same
+    objects as when recorded (else the entries are dropped: their contents may change in place,
+    as ``load_state_dict`` does, but not their shapes). Pickles and deep-copies as an empty cache.
+    """
+
+    MAX_ENTRIES = 64
+
+    def __init__(self):
+        self.entries: dict = {}
+        self.tensors: tuple = ()
+
+    def __reduce__(self):
+        return (LinearReplays, ())
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, tensors: tuple, n: int, base: int,
+                 make_fw) -> torch.Tensor:
+        """``linear(x, make_fw(), bias)`` for the weight of ``tensors`` (FixedWeight's, their
+        identity is checked), ``n`` output features and window ``base``."""
+        if len(tensors) != len(self.tensors) or not all(map(operator.is_, tensors, self.tensors)):
+            self.entries.clear()
+            self.tensors = tensors
+        if not x.is_cuda or (bias is not None and bias.dtype != x.dtype):
+            return linear(x, make_fw(), bias)
+        key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 127,
+               None if bias is None else bias.data_ptr() & 127, torch.cuda.current_device(), n, base)
+        launch = self.entries.get(key)
+        if launch:
+            y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+            if launch((x, x, y if bias is None else bias, y)):
+                return y
+        if launch is not None:
+            return linear(x, make_fw(), bias)
+        rec: list = []
+        y = linear(x, make_fw(), bias, record=rec)
+        if rec:
+            if len(self.entries) >= self.MAX_ENTRIES:
+                self.entries.clear()
+            self.entries[key] = rec[0] or False
+        return y
 
 
 def _pow2(m: int) -> int:
@@ -378,4 +441,4 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "decode", "linear",
-           "grad_input", "pick_kind", "tuned_configs", "KINDS", "GEMV_MAX_M", "LARGE_M"]
+           "grad_input", "pick_kind", "tuned_configs", "LinearReplays", "KINDS", "GEMV_MAX_M", "LARGE_M"]

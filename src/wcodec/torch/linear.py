@@ -7,6 +7,7 @@ train on top), the bias trains.
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
@@ -17,6 +18,7 @@ from ..gpu import fixed as fx
 #: FixedWeight field -> buffer name ("eval" would shadow nn.Module.eval)
 _BUFFERS = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
             "erow": "esc_row"}
+_GET_BUFFERS = operator.itemgetter(*_BUFFERS.values())
 
 
 @torch.library.custom_op("wcodec::fixed_linear", mutates_args=())
@@ -121,6 +123,7 @@ class CompressedLinear(FixedBuffers):
         self.out_features = fw.N
         self.bias = nn.Parameter(bias.detach().clone()) if bias is not None else None
         self.weight_dtype = torch.bfloat16
+        self._replays = fx.LinearReplays()
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "CompressedLinear":
@@ -165,10 +168,15 @@ class CompressedLinear(FixedBuffers):
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if not torch.compiler.is_compiling():
             # eager: call the kernels directly; the custom op's dispatch costs tens of
-            # microseconds per call, as much as a batch-1 matmul (measured in hf_lowmem.py)
+            # microseconds per call, as much as a batch-1 matmul (measured in hf_lowmem.py);
+            # inference replays recorded launches (wcodec.gpu.replay: host time of a layer)
             if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
                 return _FixedLinearFn.apply(x, bias, self.fixed_weight)
-            return fx.linear(x, self.fixed_weight, bias)
+            if "_replays" not in self.__dict__:  # a module pickled before replays existed
+                self._replays = fx.LinearReplays()
+            # (the buffers through one C call: six Module.__getattr__ cost ~4 us)
+            return self._replays(x, bias, _GET_BUFFERS(self._buffers), self.out_features, self.base,
+                                 lambda: self.fixed_weight)
         return _fixed_linear(x, *self._fixed_buffers(), bias,
                              self.base, self.out_features, self.in_features)
 

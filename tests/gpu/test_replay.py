@@ -1,0 +1,116 @@
+"""Replayed launches of CompressedLinear (wcodec.gpu.replay): the recording's checks on any
+machine; on a CUDA GPU, every replayed output bit-identical to the normal launch's, for new
+inputs, strides, biases, shapes and after the weight's tensors change."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed for CompressedLinear")
+
+from wcodec.gpu import fixed as fx  # noqa: E402
+from wcodec.gpu.replay import Launch, checked  # noqa: E402
+from wcodec.torch.linear import CompressedLinear  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="replay needs a CUDA GPU (CI has none)")
+
+class Hooks:  # Triton's HookChain
+    def __init__(self, calls=()):
+        self.calls = list(calls)
+
+
+HEAD = (4, 1, 1, 777, "function", "packed", "metadata", Hooks(), Hooks())
+
+
+def _run(*a):
+    pass
+
+
+def test_checked_finds_each_tensor_by_identity():
+    x, w, b, y = (torch.zeros(1) for _ in range(4))
+    launch = checked([HEAD + (x, x, w, 7, b, y)], _run, (x, x, b, y), 0, 777)
+    assert isinstance(launch, Launch)
+    assert sorted(launch.slots) == [(9, 0), (9, 1), (10, 0), (10, 1), (13, 2), (14, 3)]
+    assert launch.args[11] is w and launch.args[12] == 7
+    assert launch.args[6:9] == (None, None, None)  # no metadata, no hooks to call
+    HEAD[7].calls.append(print)  # a profiler's hook installed later: no replay
+    try:
+        assert launch((x, x, b, y)) is False
+    finally:
+        HEAD[7].calls.clear()
+
+
+@pytest.mark.parametrize("case", ["two calls", "no call", "other stream", "enter hook", "foreign hook",
+                                  "tensor missing"])
+def test_checked_refuses(case):
+    x, y = torch.zeros(1), torch.zeros(1)
+    call = HEAD + (x, y)
+    calls = {"two calls": [call, call], "no call": [],
+             "other stream": [HEAD[:3] + (778,) + HEAD[4:] + (x, y)],
+             "enter hook": [HEAD[:7] + (Hooks([print]),) + HEAD[8:] + (x, y)],
+             "foreign hook": [HEAD[:7] + (print,) + HEAD[8:] + (x, y)],
+             "tensor missing": [HEAD + (x, torch.zeros(1))]}[case]
+    assert checked(calls, _run, (x, y), 0, 777) is None
+
+
+def _layer(n=96, k=80, seed=0, bias=False, device="cpu", scale=0.05):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * scale).to(torch.bfloat16)
+    w.view(torch.int16).view(-1)[:5 + seed] = 0  # escapes (zeros are outside the window)
+    b = torch.randn(n, generator=g).to(torch.bfloat16) if bias else None
+    return CompressedLinear.from_weight(w.to(device), None if b is None else b.to(device))
+
+
+def test_copies_and_pickles_start_with_no_recordings():
+    layer = _layer()
+    with torch.inference_mode():
+        layer(torch.randn(2, 80).to(torch.bfloat16))
+    for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert other._replays is not layer._replays and other._replays.entries == {}
+        assert torch.equal(other.decoded_weight(), layer.decoded_weight())
+
+
+def _check_calls(layer, xs, bias):
+    fw = layer.fixed_weight
+    with torch.inference_mode():
+        for x in xs:
+            y = layer(x)
+            assert torch.equal(y, fx.linear(x, fw, bias)), (tuple(x.shape), x.stride())
+
+
+@cuda
+@pytest.mark.parametrize("m", [1, 3, 16, 40])
+@pytest.mark.parametrize("bias", [False, True])
+def test_replay_equals_the_normal_launch(m, bias):
+    layer = _layer(bias=bias, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(m)
+    xs = [torch.randn(1, m, 80, device="cuda", generator=g).to(torch.bfloat16) for _ in range(5)]
+    _check_calls(layer, xs, layer.bias)
+    launches = [e for e in layer._replays.entries.values() if e]
+    assert launches, "no launch was recorded for replay"
+    # rows of a wider tensor (a view with a row stride), then fp32 activations
+    wide = torch.randn(m, 160, device="cuda", generator=g).to(torch.bfloat16)
+    _check_calls(layer, [wide[:, :80], wide[:, 80:], wide[:, :80] * 2], layer.bias)
+    if not bias:
+        _check_calls(layer, [torch.randn(m, 80, device="cuda", generator=g) for _ in range(4)], None)
+
+
+@cuda
+def test_replay_follows_new_weights():
+    layer = _layer(device="cuda")
+    x = torch.randn(1, 80, device="cuda").to(torch.bfloat16)
+    _check_calls(layer, [x] * 4, None)
+    other = _layer(seed=3, device="cuda")  # another escape count: load_state_dict replaces tensors
+    layer.load_state_dict(other.state_dict())
+    _check_calls(layer, [x] * 4, None)
+    assert torch.equal(layer(x), other(x))
+    shifted = _layer(seed=3, scale=0.05 * 2 ** 10, device="cuda")  # same shapes, in place; other base
+    assert shifted.base != layer.base
+    layer.load_state_dict(shifted.state_dict())
+    _check_calls(layer, [x] * 4, None)
+    assert torch.equal(layer(x), shifted(x))
+    layer.to("cpu").to("cuda")
+    _check_calls(layer, [x] * 4, None)
