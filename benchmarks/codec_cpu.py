@@ -61,19 +61,22 @@ def timed(fn, repeat=3):
     return out, best
 
 
-def pool_map(fn, items, threads):
-    """fn over items in a pool of ``threads`` workers, the way save_file/load_file run tensors."""
+def pool_map(fn, items, threads, cost=None):
+    """fn over items in a pool of ``threads`` workers, the way save_file/load_file run tensors
+    (load_file: the largest first, ``cost``); results in the items' order."""
     if threads <= 1:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor
+    order = sorted(range(len(items)), key=lambda i: -cost(items[i])) if cost else range(len(items))
     with ThreadPoolExecutor(threads) as ex:
-        return list(ex.map(fn, items))
+        done = dict(zip(order, ex.map(lambda i: fn(items[i]), order)))
+    return [done[i] for i in range(len(items))]
 
 
 def bench_wcodec(arrays, dtype, mode="lossless", threads=None):
     threads = threads or native.threads()
     recs, t_enc = timed(lambda: pool_map(lambda a: encode_tensor(a, dtype, mode=mode), arrays, threads))
-    outs, t_dec = timed(lambda: pool_map(decode_tensor, recs, threads))
+    outs, t_dec = timed(lambda: pool_map(decode_tensor, recs, threads, cost=lambda r: r.numel))
     if mode == "lossless":
         for a, o in zip(arrays, outs):
             assert np.array_equal(a.reshape(-1).view(np.uint8), o.reshape(-1).view(np.uint8))
@@ -151,7 +154,7 @@ def paired(arrays, dtype, threads, ctx, repeat):
             del outs
         with ctx():
             t = clock()
-            outs = pool_map(decode_tensor, recs, threads)
+            outs = pool_map(decode_tensor, recs, threads, cost=lambda r: r.numel)
             best[1] = min(best[1], clock() - t)
         assert all(np.array_equal(a.reshape(-1).view(np.uint8), o.reshape(-1).view(np.uint8))
                    for a, o in zip(arrays, outs))

@@ -230,7 +230,8 @@ def cmd_bench(args) -> int:
         by_name = dict(recs)
 
         def run():  # the way load_file decodes: tensors in pool threads
-            map_in_threads(lambda n: decode_tensor(by_name[n], n), list(by_name), args.workers)
+            map_in_threads(lambda n: decode_tensor(by_name[n], n), list(by_name), args.workers,
+                           cost=lambda n: by_name[n].numel)
 
         run()  # warm-up: numba compiles (or loads its cache) on first use
         best = float("inf")

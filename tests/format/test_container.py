@@ -137,3 +137,20 @@ def test_writer_rejects_duplicates_and_bad_metadata(tmp_path):
         with Writer(tmp_path / "x.wcodec") as w:
             encode_into(w, [Item("a", np.ones(2, np.float32), "F32"), Item("a", np.ones(2, np.float32), "F32")])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_map_in_threads_starts_costliest_first_and_keeps_order():
+    from wcodec.format.encode import map_in_threads
+
+    sizes = {"a": 3, "b": 100, "c": 7, "d": 100, "e": 0}
+    started = []
+
+    def fn(n):
+        started.append(n)
+        return n.upper()
+
+    out = map_in_threads(fn, list(sizes), workers=1, cost=sizes.get)
+    assert list(out.items()) == [(n, n.upper()) for n in sizes]  # the caller's order
+    assert started == ["b", "d", "c", "a", "e"]  # largest first, ties in the caller's order
+    started.clear()
+    assert list(map_in_threads(fn, list(sizes), workers=1)) == list(sizes) and started == list(sizes)

@@ -132,9 +132,14 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
     return totals
 
 
-def map_in_threads(fn, names: list, workers: int | None = None) -> dict:
+def map_in_threads(fn, names: list, workers: int | None = None, cost=None) -> dict:
     """{name: fn(name)} computed in pool threads (order kept). Decoding this way overlaps tensors
-    and avoids the slow main-thread numba launches noted in :func:`encode_into`."""
+    and avoids the slow main-thread numba launches noted in :func:`encode_into`. ``cost``
+    (name -> a number, e.g. elements): the costliest names start first (longest processing time
+    first: the largest tensor gets the native helper threads while they are free, the small ones
+    fill the end; MiniLM on 2 cores decodes 4 % faster, benchmarks/RESULTS.md)."""
     workers = default_workers() if workers is None else max(1, int(workers))
+    order = sorted(names, key=cost, reverse=True) if cost is not None else names
     with ThreadPoolExecutor(workers) as ex:
-        return dict(zip(names, ex.map(fn, names)))
+        done = dict(zip(order, ex.map(fn, order)))
+    return {n: done[n] for n in names}
