@@ -73,6 +73,26 @@ def test_copies_and_pickles_start_with_no_recordings():
         assert torch.equal(other.decoded_weight(), layer.decoded_weight())
 
 
+def test_moves_and_loads_drop_the_recordings():
+    layer = _layer()
+    for change in (lambda: layer.to("cpu"), lambda: layer.float(), lambda: layer.load_state_dict(layer.state_dict())):
+        layer._replays.entries["key"] = "a launch holding the old tensors"
+        change()
+        assert layer._replays.entries == {}
+
+
+@cuda
+def test_a_model_moved_off_the_gpu_frees_its_memory():
+    layer = _layer(n=1024, k=1024, device="cuda")
+    x = torch.randn(1, 1024, device="cuda").to(torch.bfloat16)
+    _check_calls(layer, [x] * 4, None)
+    assert any(layer._replays.entries.values())
+    del x
+    before = torch.cuda.memory_allocated()
+    layer.to("cpu")
+    assert torch.cuda.memory_allocated() <= before - layer.compressed_nbytes
+
+
 def _check_calls(layer, xs, bias):
     fw = layer.fixed_weight
     with torch.inference_mode():

@@ -158,6 +158,16 @@ class CompressedLinear(FixedBuffers):
                 lin.bias.copy_(self.bias)
         return lin
 
+    def _apply(self, fn, *args, **kwargs):
+        # .to() / .cpu() / .cuda() replace the buffers: recorded launches hold the old ones, which
+        # would keep them alive (a model moved off the GPU would not free its memory)
+        self._replays = fx.LinearReplays()
+        return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._replays = fx.LinearReplays()
+        super()._load_from_state_dict(*args, **kwargs)
+
     def get_extra_state(self) -> dict:
         return {"base": self.base, "in_features": self.in_features, "out_features": self.out_features}
 
