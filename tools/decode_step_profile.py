@@ -118,6 +118,7 @@ def main():
     ap.add_argument("--lora", action="store_true", help="profile a LoRA step instead of generation")
     ap.add_argument("--host", action="store_true", help="cProfile eager generation instead (bf16, fused)")
     ap.add_argument("--checkpointing", action="store_true", help="LoRA step with gradient checkpointing")
+    ap.add_argument("--variants", default="bf16,fused,jit", help="which generation rows (comma-separated)")
     args = ap.parse_args()
     import transformers
 
@@ -152,6 +153,8 @@ def main():
             torch.cuda.empty_cache()
         loads = {}
     for name, load in loads.items():
+        if name not in args.variants.split(","):
+            continue
         model = load()
         for b in args.batch:
             r = run(name, model, args.new_tokens, b, out_dir)

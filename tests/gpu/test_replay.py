@@ -35,6 +35,7 @@ def test_checked_finds_each_tensor_by_identity():
     assert isinstance(launch, Launch)
     assert sorted(launch.slots) == [(9, 0), (9, 1), (10, 0), (10, 1), (13, 2), (14, 3)]
     assert launch.args[11] is w and launch.args[12] == 7
+    assert launch.args[9] is launch.args[10] is launch.args[13] is launch.args[14] is None  # filled per replay
     assert launch.args[6:9] == (None, None, None)  # no metadata, no hooks to call
     HEAD[7].calls.append(print)  # a profiler's hook installed later: no replay
     try:

@@ -103,6 +103,8 @@ def checked(calls: list, run, subs: tuple, device: int, stream: int) -> Launch |
     slots = tuple((pos, j) for pos in range(_N_HEAD, len(a)) for j, s in enumerate(subs) if a[pos] is s)
     if {j for _, j in slots} != set(range(len(subs))):
         return None
+    for pos, _ in slots:  # each replay fills them: keep no reference to the recording's tensors
+        a[pos] = None
     return Launch(run, tuple(a), slots, device, hooks)
 
 
