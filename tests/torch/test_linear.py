@@ -93,3 +93,23 @@ def test_torch_compile_fullgraph():
     assert torch.equal(y, cl(x))
     y.float().sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_state_dict_is_one_packed_buffer_and_the_old_six_buffer_layout_loads():
+    from wcodec.gpu import fixed as fx
+    lin = bf16_linear(64, 48)
+    lin.weight.data.view(-1)[:9] = 0  # escapes
+    cl = CompressedLinear.from_linear(lin)
+    sd = cl.state_dict()
+    assert [k for k in sd if k != "_extra_state"] == ["bias", "w_packed"] and sd["w_packed"].dtype == torch.uint8
+    fw = cl.fixed_weight
+    old = {"bias": cl.bias.detach(), "_extra_state": sd["_extra_state"],
+           **{name: getattr(fw, field).clone() for field, name in
+              {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
+               "erow": "esc_row"}.items()}}
+    kept = {k: v.clone() for k, v in old.items() if k != "_extra_state"}
+    other = CompressedLinear.from_weight(torch.zeros(48, 64, dtype=torch.bfloat16), torch.zeros(48, dtype=torch.bfloat16))
+    other.load_state_dict(old)
+    assert torch.equal(other.decoded_weight().view(torch.int16), lin.weight.view(torch.int16))
+    assert all(torch.equal(old[k], v) for k, v in kept.items())  # the caller's dict and tensors untouched
+    assert isinstance(other.fixed_weight, fx.FixedWeight) and other.fixed_weight.ecol.numel() == 9

@@ -14,14 +14,12 @@ from .linear import FixedBuffers
 
 
 @torch.library.custom_op("wcodec::fixed_embedding", mutates_args=())
-def _fixed_embedding(idx: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
-                     ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
-                     base: int, n: int, k: int) -> torch.Tensor:
-    return fx.embedding(idx, fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k))
+def _fixed_embedding(idx: torch.Tensor, packed: torch.Tensor, base: int, n: int, k: int) -> torch.Tensor:
+    return fx.embedding(idx, fx.unpack(packed, base, n, k))
 
 
 @_fixed_embedding.register_fake
-def _(idx, lo, nib, eptr, ecol, eval_, erow, base, n, k):
+def _(idx, packed, base, n, k):
     return idx.new_empty((*idx.shape, k), dtype=torch.bfloat16)
 
 
@@ -51,9 +49,8 @@ class CompressedEmbedding(FixedBuffers):
             raise ValueError("an embedding with max_norm rewrites its table: it cannot stay compressed")
         return cls(fx.encode_weight(embedding.weight.detach()), embedding.padding_idx)
 
-    @property
-    def fixed_weight(self) -> fx.FixedWeight:
-        return fx.FixedWeight(*self._fixed_buffers(), self.base, self.num_embeddings, self.embedding_dim)
+    def _shape(self) -> tuple[int, int]:
+        return self.num_embeddings, self.embedding_dim
 
     def decoded_weight(self) -> torch.Tensor:
         """The table, bit-exact: [num_embeddings, embedding_dim] bfloat16 (a new tensor)."""
@@ -69,7 +66,7 @@ class CompressedEmbedding(FixedBuffers):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():  # eager: skip the custom op's dispatch cost
             return fx.embedding(input, self.fixed_weight)
-        return _fixed_embedding(input, *self._fixed_buffers(), self.base, self.num_embeddings, self.embedding_dim)
+        return _fixed_embedding(input, self.w_packed, self.base, self.num_embeddings, self.embedding_dim)
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "

@@ -7,7 +7,6 @@ train on top), the bias trains.
 
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import torch
@@ -15,51 +14,45 @@ from torch import nn
 
 from ..gpu import fixed as fx
 
-#: FixedWeight field -> buffer name ("eval" would shadow nn.Module.eval)
-_BUFFERS = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
-            "erow": "esc_row"}
-_GET_BUFFERS = operator.itemgetter(*_BUFFERS.values())
+#: the buffers of the layout before it was packed into one (wcodec.gpu.fixed.pack): FixedWeight
+#: field -> name; such state dicts still load
+_OLD_BUFFERS = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
+                "erow": "esc_row"}
 
 
 @torch.library.custom_op("wcodec::fixed_linear", mutates_args=())
-def _fixed_linear(x: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
-                  ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
-                  bias: Optional[torch.Tensor], base: int, n: int, k: int) -> torch.Tensor:
-    fw = fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k)
-    return fx.linear(x, fw, bias)
+def _fixed_linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor],
+                  base: int, n: int, k: int) -> torch.Tensor:
+    return fx.linear(x, fx.unpack(packed, base, n, k), bias)
 
 
 @_fixed_linear.register_fake
-def _(x, lo, nib, eptr, ecol, eval_, erow, bias, base, n, k):
+def _(x, packed, bias, base, n, k):
     return x.new_empty((*x.shape[:-1], n))
 
 
 @torch.library.custom_op("wcodec::fixed_grad_input", mutates_args=())
-def _fixed_grad_input(g: torch.Tensor, lo: torch.Tensor, nib: torch.Tensor, eptr: torch.Tensor,
-                      ecol: torch.Tensor, eval_: torch.Tensor, erow: torch.Tensor,
-                      base: int, n: int, k: int) -> torch.Tensor:
-    fw = fx.FixedWeight(lo, nib, eptr, ecol, eval_, erow, base, n, k)
-    return fx.grad_input(g, fw)
+def _fixed_grad_input(g: torch.Tensor, packed: torch.Tensor, base: int, n: int, k: int) -> torch.Tensor:
+    return fx.grad_input(g, fx.unpack(packed, base, n, k))
 
 
 @_fixed_grad_input.register_fake
-def _(g, lo, nib, eptr, ecol, eval_, erow, base, n, k):
+def _(g, packed, base, n, k):
     return g.new_empty((*g.shape[:-1], k))
 
 
 def _setup_context(ctx, inputs, output):
-    x, lo, nib, eptr, ecol, eval_, erow, bias, base, n, k = inputs
-    ctx.save_for_backward(lo, nib, eptr, ecol, eval_, erow)
+    x, packed, bias, base, n, k = inputs
+    ctx.save_for_backward(packed)
     ctx.meta = (base, n, k, bias is not None)
 
 
 def _backward(ctx, grad):
-    lo, nib, eptr, ecol, eval_, erow = ctx.saved_tensors
+    packed, = ctx.saved_tensors
     base, n, k, has_bias = ctx.meta
-    gx = _fixed_grad_input(grad.contiguous(), lo, nib, eptr, ecol, eval_, erow, base, n, k) \
-        if ctx.needs_input_grad[0] else None
-    gb = grad.reshape(-1, n).sum(0) if has_bias and ctx.needs_input_grad[7] else None
-    return gx, None, None, None, None, None, None, gb, None, None, None
+    gx = _fixed_grad_input(grad.contiguous(), packed, base, n, k) if ctx.needs_input_grad[0] else None
+    gb = grad.reshape(-1, n).sum(0) if has_bias and ctx.needs_input_grad[2] else None
+    return gx, None, gb, None, None, None
 
 
 _fixed_linear.register_autograd(_backward, setup_context=_setup_context)
@@ -83,22 +76,31 @@ class _FixedLinearFn(torch.autograd.Function):
 
 
 class FixedBuffers(nn.Module):
-    """Holds a FixedWeight as buffers (``.to(device)`` moves them, ``state_dict`` saves them)."""
+    """Holds a FixedWeight as one uint8 buffer ``w_packed`` (``wcodec.gpu.fixed.pack``:
+    ``.to(device)`` moves it, ``state_dict`` saves it; one graph input per layer under
+    torch.compile). Subclasses give the weight's shape through ``_shape()``."""
 
     def _register_fixed(self, fw: fx.FixedWeight) -> None:
-        for field, name in _BUFFERS.items():
-            self.register_buffer(name, getattr(fw, field))
+        self.register_buffer("w_packed", fx.pack(fw))
         self.base = fw.base
 
-    def _fixed_buffers(self) -> tuple:
-        return tuple(getattr(self, n) for n in _BUFFERS.values())
+    def _shape(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @property
+    def fixed_weight(self) -> fx.FixedWeight:
+        """The weight's fixed layout as views of ``w_packed`` (no copy)."""
+        return fx.unpack(self.w_packed, self.base, *self._shape())
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # another weight's escape list has another length: take the stored shapes
-        for name in _BUFFERS.values():
-            new, old = state_dict.get(prefix + name), self._buffers.get(name)
-            if new is not None and old is not None and new.shape != old.shape:
-                self._buffers[name] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
+        if prefix + "w_lo" in state_dict:  # the six-buffer layout of earlier versions: pack it
+            fw = fx.FixedWeight(*(state_dict.pop(prefix + name) for name in _OLD_BUFFERS.values()),
+                                self.base, *self._shape())
+            state_dict[prefix + "w_packed"] = fx.pack(fw)
+        # another weight's escape list has another length: take the stored size
+        new, old = state_dict.get(prefix + "w_packed"), self._buffers.get("w_packed")
+        if new is not None and old is not None and new.shape != old.shape:
+            self._buffers["w_packed"] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
@@ -139,9 +141,8 @@ class CompressedLinear(FixedBuffers):
         """A CompressedLinear computing what ``linear`` (bfloat16 weight) computes."""
         return cls.from_weight(linear.weight, linear.bias)
 
-    @property
-    def fixed_weight(self) -> fx.FixedWeight:
-        return fx.FixedWeight(*self._fixed_buffers(), self.base, self.out_features, self.in_features)
+    def _shape(self) -> tuple[int, int]:
+        return self.out_features, self.in_features
 
     def decoded_weight(self) -> torch.Tensor:
         """The weight, bit-exact: [out_features, in_features] bfloat16 (a new tensor)."""
@@ -184,11 +185,9 @@ class CompressedLinear(FixedBuffers):
                 return _FixedLinearFn.apply(x, bias, self.fixed_weight)
             if "_replays" not in self.__dict__:  # a module pickled before replays existed
                 self._replays = fx.LinearReplays()
-            # (the buffers through one C call: six Module.__getattr__ cost ~4 us)
-            return self._replays(x, bias, _GET_BUFFERS(self._buffers), self.out_features, self.base,
+            return self._replays(x, bias, (self._buffers["w_packed"],), self.out_features, self.base,
                                  lambda: self.fixed_weight)
-        return _fixed_linear(x, *self._fixed_buffers(), bias,
-                             self.base, self.out_features, self.in_features)
+        return _fixed_linear(x, self.w_packed, bias, self.base, self.out_features, self.in_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
