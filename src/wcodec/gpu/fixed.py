@@ -10,7 +10,6 @@ bit-identical to the numpy encoder of the codec. ``linear`` computes ``x @ W.T (
 
 from __future__ import annotations
 
-import operator
 import os
 from dataclasses import dataclass
 
@@ -416,27 +415,27 @@ class LinearReplays:
 
     A launch is recorded on the second call of a key (the first tunes) and replayed from the
     third. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
-    the current CUDA device, the weight's N and base; the weight's tensors must be the same
-    objects as when recorded (else the entries are dropped: their contents may change in place,
-    as ``load_state_dict`` does, but not their shapes). Pickles and deep-copies as an empty cache.
+    the current CUDA device, the weight's N and base; the weight's packed tensor must be the same
+    object as when recorded (else the entries are dropped: its contents may change in place,
+    as ``load_state_dict`` does, but not its size). Pickles and deep-copies as an empty cache.
     """
 
     MAX_ENTRIES = 64
 
     def __init__(self):
         self.entries: dict = {}
-        self.tensors: tuple = ()
+        self.packed: torch.Tensor | None = None
 
     def __reduce__(self):
         return (LinearReplays, ())
 
-    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, tensors: tuple, n: int, base: int,
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor, n: int, base: int,
                  make_fw) -> torch.Tensor:
-        """``linear(x, make_fw(), bias)`` for the weight of ``tensors`` (FixedWeight's, their
+        """``linear(x, make_fw(), bias)`` for the weight held in ``packed`` (:func:`pack`; its
         identity is checked), ``n`` output features and window ``base``."""
-        if len(tensors) != len(self.tensors) or not all(map(operator.is_, tensors, self.tensors)):
+        if packed is not self.packed:
             self.entries.clear()
-            self.tensors = tensors
+            self.packed = packed
         if not x.is_cuda or (bias is not None and bias.dtype != x.dtype):
             return linear(x, make_fw(), bias)
         key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 127,

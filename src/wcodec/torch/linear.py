@@ -183,9 +183,7 @@ class CompressedLinear(FixedBuffers):
             # inference replays recorded launches (wcodec.gpu.replay: host time of a layer)
             if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
                 return _FixedLinearFn.apply(x, bias, self.fixed_weight)
-            if "_replays" not in self.__dict__:  # a module pickled before replays existed
-                self._replays = fx.LinearReplays()
-            return self._replays(x, bias, (self._buffers["w_packed"],), self.out_features, self.base,
+            return self._replays(x, bias, self._buffers["w_packed"], self.out_features, self.base,
                                  lambda: self.fixed_weight)
         return _fixed_linear(x, self.w_packed, bias, self.base, self.out_features, self.in_features)
 
