@@ -63,14 +63,13 @@ def timed(fn, repeat=3):
 
 def pool_map(fn, items, threads, cost=None):
     """fn over items in a pool of ``threads`` workers, the way save_file/load_file run tensors
-    (load_file: the largest first, ``cost``); results in the items' order."""
+    (load_file's map_in_threads: the largest first, ``cost``); results in the items' order."""
     if threads <= 1:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
-    order = sorted(range(len(items)), key=lambda i: -cost(items[i])) if cost else range(len(items))
-    with ThreadPoolExecutor(threads) as ex:
-        done = dict(zip(order, ex.map(lambda i: fn(items[i]), order)))
-    return [done[i] for i in range(len(items))]
+    from wcodec.format.encode import map_in_threads
+    done = map_in_threads(lambda i: fn(items[i]), list(range(len(items))), threads,
+                          cost=None if cost is None else lambda i: cost(items[i]))
+    return list(done.values())
 
 
 def bench_wcodec(arrays, dtype, mode="lossless", threads=None):
