@@ -71,6 +71,30 @@ def test_linear_kernels(kind, N, K, M):
     assert rel(y, ref) < 1e-2
 
 
+@pytest.mark.parametrize("split", [2, 3, 4, 8])
+@pytest.mark.parametrize("N,K,M,bias", [(33, 70, 5, True), (24, 64, 16, False), (9, 13, 2, True)])
+def test_tiled_kernel_split_k(split, N, K, M, bias):
+    """K sliced over programs (some slices empty when K is short), partial sums added in order:
+    the escapes counted once, the bias once, y in x's dtype."""
+    w = weight(N, K, seed=split, zeros=N)
+    fw = fx.encode_weight(w)
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(split)).to(torch.bfloat16).to(DEVICE)
+    b = torch.randn(N).to(torch.bfloat16).to(DEVICE) if bias else None
+    ref = x.float() @ w.float().T + (b.float() if bias else 0)
+    y = fx.linear(x, fw, b, kind="mm", split=split)
+    assert y.dtype == torch.bfloat16 and y.shape == (M, N)
+    assert rel(y, ref) < 1e-2
+    assert rel(y, fx.linear(x, fw, b, kind="mm", split=1)) < 1e-2
+
+
+def test_split_k_only_for_few_output_tiles():
+    dev = torch.device(DEVICE)
+    assert fx.split_k(16, 4096, 4096, dev) > 1  # 128 tiles of 16x32 for a GPU's ~100+ SMs
+    assert fx.split_k(16, 128256, 4096, dev) == 1  # an lm_head: tiles enough
+    assert fx.split_k(16, 4096, 1024, dev) == 1  # too short to slice
+    assert fx.split_k(16, 64, 1 << 20, dev) == fx.MAX_SPLIT
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_linear_other_activation_dtypes(dtype):
     w = weight(20, 40, zeros=3)

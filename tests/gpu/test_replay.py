@@ -39,7 +39,7 @@ def test_checked_finds_each_tensor_by_identity():
     assert launch.args[6:9] == (None, None, None)  # no metadata, no hooks to call
     HEAD[7].calls.append(print)  # a profiler's hook installed later: no replay
     try:
-        assert launch((x, x, b, y)) is False
+        assert not launch.ready()
     finally:
         HEAD[7].calls.clear()
 
@@ -117,6 +117,20 @@ def test_replay_equals_the_normal_launch(m, bias):
     _check_calls(layer, [wide[:, :80], wide[:, 80:], wide[:, :80] * 2], layer.bias)
     if not bias:
         _check_calls(layer, [torch.randn(m, 80, device="cuda", generator=g) for _ in range(4)], None)
+
+
+@cuda
+@pytest.mark.parametrize("bias", [False, True])
+def test_replay_of_a_split_k_launch(bias):
+    """Few output rows and a long K: the tiled kernel in K slices and their sum, two launches
+    replayed with a new scratch each call."""
+    layer = _layer(n=64, k=4096, bias=bias, device="cuda")
+    assert fx.split_k(16, 64, 4096, torch.device("cuda")) > 1
+    g = torch.Generator(device="cuda").manual_seed(5)
+    xs = [torch.randn(16, 4096, device="cuda", generator=g).to(torch.bfloat16) for _ in range(5)]
+    _check_calls(layer, xs, layer.bias)
+    (rec,) = [e for e in layer._replays.entries.values() if e]
+    assert len(rec) == 2 and rec.scratch[0] > 1
 
 
 @cuda

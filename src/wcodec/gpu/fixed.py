@@ -271,7 +271,8 @@ def _configs(kind: str) -> list:
                 C(4, 4, BN=4, BI=128), C(2, 4, BN=4, BI=64), C(8, 5, BN=32, BI=16)]
     if kind == "mm_small":
         return [C(4, 3, BM=16, BN=32, BI=16), C(4, 3, BM=16, BN=64, BI=16), C(4, 3, BM=16, BN=32, BI=32),
-                C(4, 4, BM=16, BN=64, BI=8), C(4, 3, BM=16, BN=128, BI=8), C(8, 3, BM=16, BN=128, BI=16)]
+                C(4, 4, BM=16, BN=64, BI=8), C(4, 3, BM=16, BN=128, BI=8), C(8, 3, BM=16, BN=128, BI=16),
+                C(4, 3, BM=16, BN=16, BI=32), C(2, 3, BM=16, BN=16, BI=32), C(4, 4, BM=16, BN=16, BI=64)]
     if kind == "mm_mid":
         return [C(4, 3, BM=64, BN=64, BI=16), C(4, 3, BM=64, BN=128, BI=8), C(8, 3, BM=64, BN=128, BI=16),
                 C(4, 4, BM=64, BN=64, BI=8), C(8, 3, BM=128, BN=64, BI=16)]
@@ -294,7 +295,7 @@ def _kernel(kind: str):
         return base, {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2)}.get(kind, dict(BM=16, BN=16, BI=2))
     if kind not in _TUNED:
         import triton
-        _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB"])(base)
+        _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB", "SPLIT"])(base)
     return _TUNED[kind], {}
 
 
@@ -358,7 +359,7 @@ def pick_kind(M: int) -> str:
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
-           kind: str | None = None, record: list | None = None) -> torch.Tensor:
+           kind: str | None = None, record: "Recording | None" = None, split: int | None = None) -> torch.Tensor:
     """``x @ W.T (+ bias)``. x: [..., K] bfloat16/float16/float32 on fw's device; bias: [N] or None.
 
     Returns [..., N] in x's dtype, accumulated in float32. On CUDA (or the Triton interpreter
@@ -367,9 +368,11 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     (``kind`` forces one of KINDS); elsewhere W is decoded with torch ops and multiplied by
     ``F.linear``. Raises ValueError when x's last dimension is not K.
 
-    ``record``: a list that receives a :class:`wcodec.gpu.replay.Launch` of the fused kernel's
-    launch with per-call tensors (x2, x2 as int64 words, bias or y, y), or None where the launch
-    cannot be replayed; nothing when no tuned fused launch ran (see :class:`LinearReplays`).
+    ``record``: a :class:`Recording` that receives a :class:`wcodec.gpu.replay.Launch` of each
+    kernel launch with per-call tensors (x2, x2 as int64 words, bias or y, y, the split-K scratch
+    or y), or None where a launch cannot be replayed; nothing when no tuned fused launch ran
+    (see :class:`LinearReplays`). ``split``: K slices of the tiled kernel (default
+    :func:`split_k`); the sum's order, so the output's last bits, depend on it.
     """
     if x.shape[-1] != fw.K:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {fw.K}")
@@ -400,13 +403,78 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         grid = lambda meta: (_cdiv(fw.N, meta["BN"]), _cdiv(M, BM))  # noqa: E731
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
-                record=record, subs=(x2, xw, b, y))
+                record=record, subs=(x2, xw, b, y, y))
     elif kind == "mm":
         kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
-        grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]),)  # noqa: E731
-        _launch(kind, grid, key, x2, *args, EB=32, GROUP_M=8, HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype),
-                record=record, subs=(x2, x2, b, y))
+        split = split_k(M, fw.N, fw.K, x.device) if split is None else split
+        ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x.device) if split > 1 else y
+        grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
+        recorded = len(record) if record is not None else 0
+        _launch(kind, grid, key + (split,), x2, *args[:7], ws, *args[7:], EB=32, GROUP_M=8,
+                HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype), SPLIT=split, record=record, subs=(x2, x2, b, y, ws))
+        if split > 1:
+            from .fixed_kernels import splitk_reduce_kernel
+            if record is not None and len(record) == recorded:
+                record = None  # the tiled launch was not recorded (it tuned): nor is its sum
+            if record is not None:
+                record.scratch = tuple(ws.shape)
+            _run(splitk_reduce_kernel, (_cdiv(M * fw.N, REDUCE_BLOCK),),
+                 (ws, b, y, M, fw.N, y.stride(0)), dict(SPLIT=split, HAS_BIAS=bias is not None,
+                                                      BLOCK=REDUCE_BLOCK, num_warps=4),
+                 record, (None, None, b, y, ws))
     return y.reshape(*lead, fw.N)
+
+
+#: elements of y per program of the split-K sum
+REDUCE_BLOCK = 1024
+#: the most K slices of the tiled kernel (split_k)
+MAX_SPLIT = 8
+#: fewest columns of W in one K slice
+MIN_SPLIT_COLS = 1024
+
+
+def split_k(M: int, N: int, K: int, device) -> int:
+    """K slices for the tiled kernel (``fixed_mm_kernel`` SPLIT): with few output tiles (e.g.
+    M = 16 on a 4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row
+    of W and the GPU waits on memory latency; slicing K doubles the programs until there are
+    two per SM, keeping at least MIN_SPLIT_COLS columns per slice. H100, M = 16, 4096x4096:
+    22.5 us unsliced, 18.7 us in 4 slices; 4096x11008: 52.8 -> 40.4 us (benchmarks/RESULTS.md)."""
+    sms = _sm_count(device)
+    bm, bn = (16, 32) if M <= 16 else (64, 64)  # the tiles the autotuner mostly picks
+    tiles = _cdiv(M, bm) * _cdiv(N, bn)
+    s = 1
+    while s < MAX_SPLIT and tiles * s < 2 * sms and K // (2 * s) >= MIN_SPLIT_COLS:
+        s *= 2
+    return s
+
+
+_SMS: dict = {}
+
+
+def _sm_count(device) -> int:
+    if device.type != "cuda":
+        return 132  # the Triton interpreter: an H100's count, so tests cover the sliced path
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _SMS:
+        _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return _SMS[i]
+
+
+def _run(kernel, grid, args: tuple, kwargs: dict, record, subs: tuple) -> None:
+    """``kernel[grid](*args, **kwargs)``, recorded for replay into ``record`` (a Recording, or None)."""
+    if record is None or _interpreting():
+        kernel[grid](*args, **kwargs)
+    else:
+        from .replay import record as rec
+        record.append(rec(kernel, grid, args, kwargs, subs))
+
+
+class Recording(list):
+    """The launches one :func:`linear` call recorded for replay, in order (None where one cannot
+    be replayed), and ``scratch``: the shape of the fp32 split-K scratch each replay allocates
+    (None: the launches take y in its place)."""
+
+    scratch: tuple | None = None
 
 
 class LinearReplays:
@@ -440,19 +508,22 @@ class LinearReplays:
             return linear(x, make_fw(), bias)
         key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 127,
                None if bias is None else bias.data_ptr() & 127, torch.cuda.current_device(), n, base)
-        launch = self.entries.get(key)
-        if launch:
+        rec = self.entries.get(key)
+        if rec and all(launch.ready() for launch in rec):
             y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
-            if launch((x, x, y if bias is None else bias, y)):
-                return y
-        if launch is not None:
+            ws = y if rec.scratch is None else torch.empty(rec.scratch, dtype=torch.float32, device=x.device)
+            subs = (x, x, y if bias is None else bias, y, ws)
+            for launch in rec:
+                launch(subs)
+            return y
+        if rec is not None:
             return linear(x, make_fw(), bias)
-        rec: list = []
+        rec = Recording()
         y = linear(x, make_fw(), bias, record=rec)
         if rec:
             if len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.clear()
-            self.entries[key] = rec[0] or False
+            self.entries[key] = rec if all(rec) else False
         return y
 
 
@@ -484,4 +555,4 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "linear",
-           "grad_input", "pick_kind", "tuned_configs", "LinearReplays", "KINDS", "GEMV_MAX_M", "LARGE_M"]
+           "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS", "GEMV_MAX_M", "LARGE_M"]

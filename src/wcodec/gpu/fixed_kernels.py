@@ -196,14 +196,18 @@ def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_
 
 
 @triton.jit
-def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
+def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB,
                     BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
-                    GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr):
+                    GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr):
     """y[M, N] = x[M, K] @ W.T (+ bias) on the tensor cores: tiles of BM x BN; per K-step the
     W tile [BN, 8*BI] is decoded in registers in natural column order and fed to one tl.dot.
-    DOT 0: bf16 operands, 1: fp32 (tf32) for other activation dtypes. MB: autotuning key only."""
+    DOT 0: bf16 operands, 1: fp32 (tf32) for other activation dtypes. MB: autotuning key only.
+    SPLIT > 1 (split-K, for few output tiles: more programs in flight): program axis 1 takes
+    one of SPLIT slices of the groups and writes its fp32 partial sum to ws[slice, M, N] (the
+    escapes in slice 0); ``splitk_reduce_kernel`` then adds the slices in order and the bias."""
     pid = tl.program_id(0)
+    split = tl.program_id(1)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     width = GROUP_M * num_n
@@ -217,7 +221,9 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
     xm = om[:, None] < M
     xrow = x_ptr + om[:, None].to(tl.int64) * stride_xm
     acc = tl.zeros((BM, BN), tl.float32)
-    for g0 in range(0, G, BI):
+    g_len = tl.cdiv(tl.cdiv(G, SPLIT), BI) * BI
+    g_lo = split * g_len
+    for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
         wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
         cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
         xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
@@ -225,8 +231,29 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
             acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
         else:
             acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
-    acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
-    _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
+    if SPLIT == 1:
+        acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
+        _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
+    else:
+        if split == 0:
+            acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
+        _store_y(acc, b_ptr, ws_ptr + split.to(tl.int64) * M * N, om, n0, M, N, N, BN, False)
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """y[m, n] = ws[0, m, n] + ws[1, m, n] + ... (in this order) (+ bias[n]): the split-K sum of
+    ``fixed_mm_kernel``, the same bits on every call."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    n = offs % N
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + (offs // N) * stride_ym + n, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -35,32 +35,31 @@ def _stream(device: int) -> int:
 
 class Launch:
     """One recorded launcher call of a compiled Triton kernel; ``launch(subs)`` replays it with
-    ``subs[j]`` (tensors) in the places where the recording had its ``j``-th per-call tensor and
-    returns True, or returns False without launching when a launch hook was installed since
-    (a profiler's: the caller then launches the normal way, which calls it)."""
+    ``subs[j]`` (tensors) in the places where the recording had its ``j``-th per-call tensor.
+    Check ``ready()`` first: it is False when a launch hook was installed since (a profiler's:
+    the caller then launches the normal way, which calls it)."""
 
     __slots__ = ("run", "args", "slots", "device", "hooks")
 
     def __init__(self, run, args: tuple, slots: tuple, device: int, hooks: tuple = ()):
         self.run, self.args, self.slots, self.device, self.hooks = run, args, slots, device, hooks
 
-    def __call__(self, subs: tuple) -> bool:
-        for h in self.hooks:
-            if h.calls:
-                return False
+    def ready(self) -> bool:
+        return not any(h.calls for h in self.hooks)
+
+    def __call__(self, subs: tuple) -> None:
         a = list(self.args)
         for pos, j in self.slots:
             a[pos] = subs[j]
         a[3] = _stream(self.device)
         self.run(*a)
-        return True
 
 
 def record(fn, grid, args: tuple, kwargs: dict, subs: tuple) -> Launch | None:
     """Launch ``fn[grid](*args, **kwargs)`` (``fn`` a Triton JITFunction) once, on a GPU, and
     return a :class:`Launch` that repeats it with other tensors in the places of ``subs`` (the
-    per-call tensors among ``args``, found by identity), or None where the launch cannot be
-    recorded (then it has still run once, the normal way)."""
+    per-call tensors among ``args``, found by identity; None entries are not this launch's),
+    or None where the launch cannot be recorded (then it has still run once, the normal way)."""
     if not ENABLED:
         fn[grid](*args, **kwargs)
         return None
@@ -90,7 +89,7 @@ def record(fn, grid, args: tuple, kwargs: dict, subs: tuple) -> Launch | None:
 
 def checked(calls: list, run, subs: tuple, device: int, stream: int) -> Launch | None:
     """The Launch of the recorded launcher ``calls`` (argument tuples), or None unless there was
-    exactly one, on ``stream``, with every tensor of ``subs`` in it and no launch hook to call
+    exactly one, on ``stream``, with every tensor of ``subs`` (but None) in it and no launch hook to call
     (None, or Triton's empty hook chain: the replay passes None and no launch metadata, and
     checks the chains before each launch)."""
     if len(calls) != 1 or len(calls[0]) < _N_HEAD:
@@ -100,8 +99,9 @@ def checked(calls: list, run, subs: tuple, device: int, stream: int) -> Launch |
     if a[3] != stream or any(getattr(h, "calls", None) != [] for h in hooks):
         return None  # another stream source, or hooks that a replay would skip
     a[6:_N_HEAD] = (None, None, None)
-    slots = tuple((pos, j) for pos in range(_N_HEAD, len(a)) for j, s in enumerate(subs) if a[pos] is s)
-    if {j for _, j in slots} != set(range(len(subs))):
+    slots = tuple((pos, j) for pos in range(_N_HEAD, len(a)) for j, s in enumerate(subs)
+                  if s is not None and a[pos] is s)
+    if {j for _, j in slots} != {j for j, s in enumerate(subs) if s is not None}:
         return None
     for pos, _ in slots:  # each replay fills them: keep no reference to the recording's tensors
         a[pos] = None
