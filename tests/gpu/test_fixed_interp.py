@@ -120,6 +120,9 @@ def test_shape_errors_and_corrupt_sections():
         fx.linear(torch.zeros(1, 15, dtype=torch.bfloat16, device=DEVICE), fw)
     with pytest.raises(ValueError):
         fx.linear(torch.zeros(1, 16, dtype=torch.bfloat16, device=DEVICE), fw, kind="nope")
+    for split in (0, -2, 65, 2.0):
+        with pytest.raises(ValueError, match="split"):
+            fx.linear(torch.zeros(5, 16, dtype=torch.bfloat16, device=DEVICE), fw, kind="mm", split=split)
     params, sections = fx.to_sections(fx.encode_weight(weight(8, 16, zeros=4)))
     sections["esc.col"] = np.full_like(sections["esc.col"], 99)
     with pytest.raises(CorruptDataError):

@@ -366,7 +366,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     with WCODEC_FIXED_TRITON=1) the weight is decoded in registers inside the matmul: CUDA-core
     FMAs for M <= GEMV_MAX_M rows of x, tensor cores above, decode + cuBLAS from LARGE_M rows
     (``kind`` forces one of KINDS); elsewhere W is decoded with torch ops and multiplied by
-    ``F.linear``. Raises ValueError when x's last dimension is not K.
+    ``F.linear``. Raises ValueError when x's last dimension is not K, for an unknown ``kind`` or
+    a ``split`` outside [1, 64].
 
     ``record``: a :class:`Recording` that receives a :class:`wcodec.gpu.replay.Launch` of each
     kernel launch with per-call tensors (x2, x2 as int64 words, bias or y, y, the split-K scratch
@@ -383,6 +384,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     kind = kind or pick_kind(M)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if split is not None and (not isinstance(split, int) or not 1 <= split <= 64):
+        raise ValueError(f"split must be an int in [1, 64], got {split!r}")
     if not triton or kind == "decode":
         w = (decode(fw) if triton else _decode_host(fw)).to(x.dtype)
         return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
