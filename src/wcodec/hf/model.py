@@ -155,7 +155,7 @@ class WCodecModel:
         memory about the compressed model + the largest weight). The weights are bit-exact either
         way, but on CUDA the fused kernels sum in another order than cuBLAS: logits agree to
         rounding and greedy tokens can part from the bf16 model's at a near-tie; "jit" (decode,
-        then the same ``F.linear``) gives its outputs bit for bit. Compressed weights are frozen;
+        then the same ``F.linear``) gives its eager outputs bit for bit. Compressed weights are frozen;
         adapters on top train (peft LoRA). jit_embeddings: with True, False decodes the
         weights that are not fused (tied embeddings, other dtypes) instead (no graph break
         under torch.compile).

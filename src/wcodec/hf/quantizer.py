@@ -43,7 +43,7 @@ class WcodecConfig(QuantizationConfigMixin):
         CompressedLinear`, every untied bf16 nn.Embedding a :class:`wcodec.torch.embedding.
         CompressedEmbedding`, other Linear / Embedding weights as "jit"); "jit" (Linear / Embedding
         weights stay compressed on their device and are decoded just in time into one scratch
-        buffer per device, :class:`wcodec.torch.CompressedWeights`; the bf16 model's outputs bit
+        buffer per device, :class:`wcodec.torch.CompressedWeights`; the bf16 model's eager outputs bit
         for bit, where the fused kernels on CUDA agree to rounding). Kept-compressed models are
         frozen (adapters train on top) and not serialisable; place them with ``device_map``
         (moving a just-in-time model afterwards is not supported).
