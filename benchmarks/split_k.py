@@ -62,9 +62,9 @@ def main():
         print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | " + " | ".join(f"{r[f's{s}']:.1f}" for s in SPLITS)
               + f" | {r['auto']} | {auto / r['cublas']:.3f} | {r['s1'] / r['cublas']:.3f} |")
     for M in (8, 16, 64):
-        tot = {k: sum(r[k] * LAYER[(r["N"], r["K"])] for r in rows if r["M"] == M and (r["N"], r["K"]) in LAYER)
-               for k in ("cublas", "s1")}
-        auto = sum(r[f"s{r['auto']}"] * LAYER[(r["N"], r["K"])] for r in rows if r["M"] == M and (r["N"], r["K"]) in LAYER)
+        layer = [(r, LAYER[(r["N"], r["K"])]) for r in rows if r["M"] == M and (r["N"], r["K"]) in LAYER]
+        tot = {k: sum(r[k] * c for r, c in layer) for k in ("cublas", "s1")}
+        auto = sum(r[f"s{r['auto']}"] * c for r, c in layer)
         print(f"# Llama-2-7B layer, M = {M}: cuBLAS {tot['cublas']:.1f} us, split 1 {tot['s1']:.1f} us "
               f"({tot['s1'] / tot['cublas']:.3f}x), auto {auto:.1f} us ({auto / tot['cublas']:.3f}x)")
 

@@ -77,7 +77,8 @@ def test_fused_kernels_on_gpu_follow_the_bf16_logits(folders):
             err = float((a - b).norm() / b.norm())
             top2 = b.topk(2, dim=-1).values
             safe = float(((top2[..., 0] - top2[..., 1]) > 2 * (a - b).abs().amax(-1)).float().mean())
-            print(f"prompt {tuple(p.shape)}: logits rel. err {err:.2e}, argmax beyond rounding at {safe:.1%} of positions")
+            print(f"prompt {tuple(p.shape)}: logits rel. err {err:.2e}, "
+                  f"argmax beyond rounding at {safe:.1%} of positions")
             assert err < 1e-2 and safe > 0.5
 
 

@@ -558,4 +558,5 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "linear",
-           "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS", "GEMV_MAX_M", "LARGE_M"]
+           "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS",
+           "GEMV_MAX_M", "LARGE_M"]
