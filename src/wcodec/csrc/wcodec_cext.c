@@ -230,6 +230,21 @@ static inline int load_states(const plane_t *p, int64_t c, uint32_t *X) {
     return bad;
 }
 
+/* The set-up of the two-chunk decoders (decode_pair_*): chunks c and c + 1's lookup tables, word
+ * ranges (c + 1's words follow c's) and states; nonzero when a state is below the state range
+ * (the caller then decodes the chunks one at a time, which reports it). */
+static inline __attribute__((always_inline)) int pair_setup(const plane_t *p, int64_t c, const uint32_t **luta,
+                                                            const uint32_t **lutb, int64_t *posa, int64_t *enda,
+                                                            int64_t *posb, int64_t *endb, uint32_t *XA,
+                                                            uint32_t *XB) {
+    *luta = p->lookup + ((c / p->chunks_per_table) << p->prob_bits);
+    *lutb = p->lookup + (((c + 1) / p->chunks_per_table) << p->prob_bits);
+    *posa = p->offsets[c];
+    *enda = *posb = p->offsets[c + 1];
+    *endb = p->offsets[c + 2];
+    return load_states(p, c, XA) | load_states(p, c + 1, XB);
+}
+
 static inline int finish_chunk(const uint32_t *X, int64_t pos, int64_t end) {
     if (pos > end) return 1;
     if (pos < end) return 2;
@@ -394,13 +409,12 @@ __attribute__((target("avx2,popcnt")))
 static void decode_pair_avx2(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
     const int soft = g_soft_gather;
     const int pb = p->prob_bits;
-    const uint32_t *luta = p->lookup + ((c / p->chunks_per_table) << pb);
-    const uint32_t *lutb = p->lookup + (((c + 1) / p->chunks_per_table) << pb);
-    int64_t posa = p->offsets[c], enda = p->offsets[c + 1], posb = enda, endb = p->offsets[c + 2];
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
+    const uint32_t *luta, *lutb;
+    int64_t posa, enda, posb, endb;
     uint32_t XA[LANES], XB[LANES];
-    if (load_states(p, c, XA) | load_states(p, c + 1, XB)) {
+    if (pair_setup(p, c, &luta, &lutb, &posa, &enda, &posb, &endb, XA, XB)) {
         st[0] = decode_chunk_avx2(p, c, outa);
         st[1] = decode_chunk_avx2(p, c + 1, outb);
         return;
@@ -488,13 +502,12 @@ __attribute__((target("avx512f,avx512bw,popcnt")))
 static void decode_pair_avx512(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
     const int soft = g_soft_gather;
     const int pb = p->prob_bits;
-    const uint32_t *luta = p->lookup + ((c / p->chunks_per_table) << pb);
-    const uint32_t *lutb = p->lookup + (((c + 1) / p->chunks_per_table) << pb);
-    int64_t posa = p->offsets[c], enda = p->offsets[c + 1], posb = enda, endb = p->offsets[c + 2];
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
+    const uint32_t *luta, *lutb;
+    int64_t posa, enda, posb, endb;
     uint32_t XA[LANES], XB[LANES];
-    if (load_states(p, c, XA) | load_states(p, c + 1, XB)) {
+    if (pair_setup(p, c, &luta, &lutb, &posa, &enda, &posb, &endb, XA, XB)) {
         st[0] = decode_chunk_avx512(p, c, outa);
         st[1] = decode_chunk_avx512(p, c + 1, outb);
         return;
@@ -721,6 +734,16 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
     }
 }
 
+/* value i of MERGE_RANGE from its tail field fj: the placed head, sign and tail bits (and low bytes) */
+#define MERGE_ONE(T, LP, i, fj)                                                                    \
+    do {                                                                                           \
+        uint64_t f_ = (fj), h = placed[sym[(i) - a]];                                              \
+        seen |= h;                                                                                 \
+        uint64_t v = h | ((f_ >> (R - 1)) << ssh) | ((f_ & tmask) << tsh);                         \
+        if (LP) v |= ((uint64_t)low1[(i) - a] << 8) | low0[(i) - a];                               \
+        o[i] = (T)v;                                                                               \
+    } while (0)
+
 /* merge values [a, b) of the tensor (a a multiple of 8); sym[i - a] is the head symbol of value
  * i, low1[i - a] / low0[i - a] its low bytes (F32). Returns the OR of the placed heads (BAD_SYMBOL set if a symbol was outside the alphabet).
  * T: the output word, LP: low byte planes. */
@@ -742,29 +765,18 @@ static inline void tail_fields(const uint8_t *tail, int64_t n_tail, int64_t blk,
             if (R <= 8 && k == 8 && base + 8 <= n_tail) { /* no branches per value */             \
                 uint64_t word;                                                                     \
                 memcpy(&word, tail + base, 8);                                                     \
-                for (int j = 0; j < 8; j++) {                                                      \
-                    uint64_t fj = (word >> (j * R)) & fm, h = placed[sym[i0 - a + j]];             \
-                    seen |= h;                                                                     \
-                    uint64_t v = h | ((fj >> (R - 1)) << ssh) | ((fj & tmask) << tsh);             \
-                    if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];             \
-                    o[i0 + j] = (T)v;                                                              \
-                }                                                                                  \
+                for (int j = 0; j < 8; j++) MERGE_ONE(T, LP, i0 + j, (word >> (j * R)) & fm);      \
                 continue;                                                                          \
             }                                                                                      \
             tail_fields(tail, n_tail, i0 / 8, R, k, f);                                            \
-            for (int j = 0; j < k; j++) {                                                          \
-                uint64_t h = placed[sym[i0 - a + j]];                                              \
-                seen |= h;                                                                         \
-                uint64_t v = h | ((f[j] >> (R - 1)) << ssh) | ((f[j] & tmask) << tsh);             \
-                if (LP) v |= ((uint64_t)low1[i0 - a + j] << 8) | low0[i0 - a + j];                 \
-                o[i0 + j] = (T)v;                                                                  \
-            }                                                                                      \
+            for (int j = 0; j < k; j++) MERGE_ONE(T, LP, i0 + j, f[j]);                            \
         }                                                                                          \
         return seen;                                                                               \
     }
 MERGE_RANGE(merge16, uint16_t, 0)
 MERGE_RANGE(merge32, uint32_t, 0)
 MERGE_RANGE(merge32_low, uint32_t, 1)
+#undef MERGE_ONE
 
 static inline __attribute__((always_inline)) uint64_t merge_range(const merge_ctx *ctx, const uint8_t *sym,
                                                                   const uint8_t *low1, const uint8_t *low0,
