@@ -26,11 +26,11 @@ from . import layout as _L
 
 # layout constants as compile-time constants (jit functions read only constexpr globals)
 _NAMES = ("D_OUT", "D_N", "D_STATES", "D_WBEG", "D_WEND", "D_LUT", "D_TAILW", "D_LOW1", "D_LOW0",
-          "ST_READ_PAST", "ST_FINAL", "ST_INIT", "ST_SYMBOL", "T_COLS", "T_ROWS", "T_TH", "T_SIGNED",
-          "T_SCALES")
+          "ST_READ_PAST", "ST_FINAL", "ST_INIT", "ST_SYMBOL", "T_COLS", "T_ROWS", "T_TH", "T_TW", "T_NTW",
+          "T_RES", "T_OUT", "T_MODES", "T_SIGNED", "T_SCALES", "T_NSCALES", "T_TILE0")
 (D_OUT, D_N, D_STATES, D_WBEG, D_WEND, D_LUT, D_TAILW, D_LOW1, D_LOW0,
- ST_READ_PAST, ST_FINAL, ST_INIT, ST_SYMBOL, T_COLS, T_ROWS, T_TH, T_SIGNED,
- T_SCALES) = (tl.constexpr(getattr(_L, n)) for n in _NAMES)
+ ST_READ_PAST, ST_FINAL, ST_INIT, ST_SYMBOL, T_COLS, T_ROWS, T_TH, T_TW, T_NTW,
+ T_RES, T_OUT, T_MODES, T_SIGNED, T_SCALES, T_NSCALES, T_TILE0) = (tl.constexpr(getattr(_L, n)) for n in _NAMES)
 T_NF = tl.constexpr(_L.NT)
 
 
@@ -567,16 +567,16 @@ def _tile_geom(d, local):
     (int64), first column, height and width (int32), and the buf8 index of its residuals (int64;
     tiles of band ti have its height). Offsets inside a tile are int32 from here on: 64-bit
     index math doubled the registers and instructions of the tile kernels (ncu)."""
-    cols = tl.load(d + 0)
-    ntw = tl.load(d + 4).to(tl.int32)
-    th = tl.load(d + 2).to(tl.int32)
-    tw = tl.load(d + 3).to(tl.int32)
+    cols = tl.load(d + T_COLS)
+    ntw = tl.load(d + T_NTW).to(tl.int32)
+    th = tl.load(d + T_TH).to(tl.int32)
+    tw = tl.load(d + T_TW).to(tl.int32)
     ti = local // ntw
     c0 = (local - ti * ntw) * tw
     r0 = ti.to(tl.int64) * th
-    h = tl.minimum(tl.load(d + 1) - r0, th).to(tl.int32)
+    h = tl.minimum(tl.load(d + T_ROWS) - r0, th).to(tl.int32)
     w = tl.minimum(cols.to(tl.int32) - c0, tw)
-    return r0, c0, h, w, tl.load(d + 5) + r0 * cols + c0 * h
+    return r0, c0, h, w, tl.load(d + T_RES) + r0 * cols + c0 * h
 
 
 @triton.jit
@@ -584,12 +584,12 @@ def _tile_out(d, out_ptr, buf32f_ptr, r0, c0, rr, cc, x, m, signed, OUT: tl.cons
     """Write reconstructed bytes x of the tile at (r0, c0) of the tensor at descriptor d, its
     rows rr and columns cc (int32, broadcastable), to out, dequantised with each row's scale
     for int8-quant."""
-    cols = tl.load(d + 0)
+    cols = tl.load(d + T_COLS)
     s = 1.0
     if OUT != 0:
-        sp = buf32f_ptr + tl.load(d + 9) + r0
-        s = tl.load(sp + tl.minimum(rr, (tl.load(d + 10) - 1 - r0).to(tl.int32)), mask=m, other=0.0)
-    _put_values(out_ptr + (tl.load(d + 6) + r0 * cols + c0) + (rr * cols.to(tl.int32) + cc), x, m,
+        sp = buf32f_ptr + tl.load(d + T_SCALES) + r0
+        s = tl.load(sp + tl.minimum(rr, (tl.load(d + T_NSCALES) - 1 - r0).to(tl.int32)), mask=m, other=0.0)
+    _put_values(out_ptr + (tl.load(d + T_OUT) + r0 * cols + c0) + (rr * cols.to(tl.int32) + cc), x, m,
                 signed, s, OUT)
 
 
@@ -610,14 +610,14 @@ def int8_tiles_kernel(tdesc_ptr, prog_tensor_ptr, buf8_ptr, buf32f_ptr, out_ptr,
     pid = tl.program_id(0)
     tsr = tl.load(prog_tensor_ptr + pid).to(tl.int64)
     d = tdesc_ptr + tsr * NTF
-    n_tiles = (tl.cdiv(tl.load(d + 1), tl.load(d + 2)) * tl.load(d + 4)).to(tl.int32)
-    local = (pid - tl.load(d + 11).to(tl.int32)) * G + tl.arange(0, G)[:, None, None]
+    n_tiles = (tl.cdiv(tl.load(d + T_ROWS), tl.load(d + T_TH)) * tl.load(d + T_NTW)).to(tl.int32)
+    local = (pid - tl.load(d + T_TILE0).to(tl.int32)) * G + tl.arange(0, G)[:, None, None]
     ok = local < n_tiles
     r0, c0, h, w, res = _tile_geom(d, tl.minimum(local, n_tiles - 1))
     mode = tl.zeros([G, 1, 1], tl.int32)
     if PRED:  # the plan sets PRED only for tensors with a modes section
-        mode = tl.load(buf8_ptr + tl.load(d + 7) + local, mask=ok, other=0).to(tl.int32)
-    signed = tl.load(d + 8).to(tl.int32)
+        mode = tl.load(buf8_ptr + tl.load(d + T_MODES) + local, mask=ok, other=0).to(tl.int32)
+    signed = tl.load(d + T_SIGNED).to(tl.int32)
     rr = tl.arange(0, BH)[None, :, None]
     cc = tl.arange(0, BW)[None, None, :]
     m = (rr < h) & (cc < w) & ok
@@ -656,7 +656,7 @@ def int8_avg_kernel(tdesc_ptr, avg_ptr, n_avg, skew, buf8_ptr, buf32f_ptr, out_p
     pid = tl.program_id(0)
     d = tdesc_ptr + tl.load(avg_ptr + 2 * pid) * NTF
     r0, c0, h, w, res = _tile_geom(d, tl.load(avg_ptr + 2 * pid + 1).to(tl.int32))
-    signed = tl.load(d + 8).to(tl.int32)
+    signed = tl.load(d + T_SIGNED).to(tl.int32)
     base = buf8_ptr + res
     rv = tl.arange(0, BH)
     if ASM:

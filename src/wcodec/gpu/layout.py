@@ -53,7 +53,7 @@ T_MODES = 7     # buf8 index of the modes section, -1 when all tiles are NONE
 T_SIGNED = 8    # 1 for I8 (signed prediction arithmetic), 0 for U8
 T_SCALES = 9    # buf32 index of the f32 scales (int8-quant), -1 for plain int8
 T_NSCALES = 10  # number of scales (rows, or 1)
-T_TILE0 = 11    # index of the tensor's first tile in the launch
+T_TILE0 = 11    # index of the tensor's first program in the tile kernel's launch
 NT = 12
 
 OUT_I8 = 0
