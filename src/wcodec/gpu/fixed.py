@@ -146,7 +146,8 @@ def pack(fw: FixedWeight) -> torch.Tensor:
     """fw's tensors in one uint8 tensor on fw's device: lo, nib, eptr at 16-byte aligned offsets,
     then ecol, eval (int32 each) and erow (int64) for the E escapes, 16 bytes per escape. One
     tensor per layer is one graph input for torch.compile instead of six (each input costs
-    ~1.2 us of host time per call of a compiled model, measured; 225 layers in a 7B Llama)."""
+    ~1.5 us of host time per call of a compiled model, benchmarks/compile_inputs.py; 225 layers
+    in a 7B Llama)."""
     nib, eptr, esc = _packed_offsets(fw.N, fw.K)
     e = fw.ecol.numel()
     out = torch.zeros(esc + 16 * e, dtype=torch.uint8, device=fw.device)
@@ -302,11 +303,12 @@ def _kernel(kind: str):
 _BEST: dict = {}
 
 
-def _launch(kind: str, grid, key: tuple, *args, record: list | None = None, subs: tuple = (), **kwargs) -> None:
+def _launch(kind: str, grid, key: tuple, *args, record: "Recording | None" = None, subs: tuple = (),
+            **kwargs) -> None:
     """Launch kernel ``kind``. On a GPU the autotuner runs once per ``key`` (its own key: N, K,
     M bucket and dtypes); later calls launch the kernel with the chosen config directly, which
     saves the autotuner's host time (~30 us a call, measured in eager generation on the H100).
-    With ``record`` (a list), a launch with the chosen config is recorded for replay
+    With ``record`` (a Recording), a launch with the chosen config is recorded for replay
     (:mod:`wcodec.gpu.replay`, the per-call tensors ``subs``): the Launch, or None where it
     cannot be, is appended."""
     kern, cfg = _kernel(kind)
@@ -317,11 +319,8 @@ def _launch(kind: str, grid, key: tuple, *args, record: list | None = None, subs
     if best is None:
         kern[grid](*args, **kwargs)
         _BEST[(kind, key)] = kern.best_config
-    elif record is not None:
-        from .replay import record as rec
-        record.append(rec(kern.fn, grid, args, {**kwargs, **best.all_kwargs()}, subs))
     else:
-        kern.fn[grid](*args, **kwargs, **best.all_kwargs())
+        _run(kern.fn, grid, args, {**kwargs, **best.all_kwargs()}, record, subs)
 
 
 def tuned_configs() -> dict:
