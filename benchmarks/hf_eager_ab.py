@@ -15,25 +15,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hf_lowmem import llama7b_config, write_synthetic  # noqa: E402
+from hf_lowmem import generate_once, llama7b_config, write_synthetic  # noqa: E402
 
 
 def generate(model, batch: int, new_tokens: int) -> tuple[float, torch.Tensor]:
     """(tokens/s, the generated ids) of one greedy generate."""
-    ids = torch.randint(3, 32000, (batch, 16), generator=torch.Generator().manual_seed(1)).cuda()
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    with torch.inference_mode():
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        out = model.generate(ids, **kw)
-        torch.cuda.synchronize()
-    return batch * new_tokens / (time.perf_counter() - t), out
+    t, out = generate_once(model, batch, new_tokens)
+    return batch * new_tokens / t, out
 
 
 def rate(model, batch: int, new_tokens: int) -> float:

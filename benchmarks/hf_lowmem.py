@@ -111,21 +111,29 @@ def _reset():
     _reset_peak()
 
 
-def _generate_rate(model, batch: int, new_tokens: int, static: bool = False) -> tuple[float, torch.Tensor]:
+def generate_once(model, batch: int, new_tokens: int, static: bool = False) -> tuple[float, torch.Tensor]:
+    """(seconds, generated ids) of one greedy ``generate`` of ``new_tokens`` (forced) after a
+    fixed 16-token prompt per row; static: a static cache (transformers compiles the forward on
+    the GPU)."""
     ids = torch.randint(3, 32000, (batch, 16), generator=torch.Generator().manual_seed(1)).to(DEV)
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    if static:  # transformers compiles the forward for a static cache on the GPU
+    if static:
         kw["cache_implementation"] = "static"
     with torch.inference_mode():
-        for _ in range(2 if static else 1):  # warm-up (compiles; the second settles CUDA graphs)
-            model.generate(ids, **{**kw, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens})
-        best = float("inf")
-        for _ in range(2):  # best of two: the first timed run of a process paid one-time costs (measured 9x)
-            _sync()
-            t = time.perf_counter()
-            out = model.generate(ids, **kw)
-            _sync()
-            best = min(best, time.perf_counter() - t)
+        _sync()
+        t = time.perf_counter()
+        out = model.generate(ids, **kw)
+        _sync()
+    return time.perf_counter() - t, out
+
+
+def _generate_rate(model, batch: int, new_tokens: int, static: bool = False) -> tuple[float, torch.Tensor]:
+    for _ in range(2 if static else 1):  # warm-up (compiles; the second settles CUDA graphs)
+        generate_once(model, batch, new_tokens, static)
+    best = float("inf")
+    for _ in range(2):  # best of two: the first timed run of a process paid one-time costs (measured 9x)
+        t, out = generate_once(model, batch, new_tokens, static)
+        best = min(best, t)
     return batch * new_tokens / best, out
 
 
