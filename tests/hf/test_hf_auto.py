@@ -95,6 +95,23 @@ def test_causal_lm_kept_compressed(llama, dtype):
         assert torch.equal(model.generate(IDS, max_new_tokens=6, do_sample=False), g)
 
 
+@pytest.mark.parametrize("keep", [False, True, "jit"])
+def test_allocator_warmup_reserves_what_the_model_keeps(llama, keep):
+    """transformers reserves sum(numel * param_element_size) on each GPU before loading
+    (caching_allocator_warmup): the kept-compressed size, not the bf16 model's."""
+    from transformers.modeling_utils import get_total_byte_count
+
+    from wcodec.hf.quantizer import WcodecHfQuantizer
+
+    src, _ = llama
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16)
+    q = WcodecHfQuantizer(WcodecConfig(keep_compressed=keep), pre_quantized=True)
+    gpu = torch.device("cuda", 0)
+    reserved = get_total_byte_count(model, {n: gpu for n, _ in model.named_parameters()}, q)[gpu]
+    full = get_total_byte_count(model, {n: gpu for n, _ in model.named_parameters()}, None)[gpu]
+    assert reserved == full if keep is False else reserved <= 0.75 * full
+
+
 def test_auto_model_base_prefix(llama):
     src, dst = llama
     ref, model = transformers.AutoModel.from_pretrained(str(src)), transformers.AutoModel.from_pretrained(str(dst))
