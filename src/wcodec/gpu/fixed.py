@@ -291,14 +291,17 @@ _TUNED: dict = {}
 
 def _kernel(kind: str):
     """The kernel for ``kind``: autotuned over :func:`_configs` on a GPU (key: N, K and the M
-    bucket), the plain kernel with small fixed tiles under the Triton interpreter."""
+    bucket), the plain kernel with small fixed tiles under the Triton interpreter. The tuning
+    results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
+    kernel's source, the shape key, the config list), so a later process skips the timing runs
+    and their 256 MB L2-flush buffer at its first calls."""
     from . import fixed_kernels as fk
     base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
     if _interpreting():
         return base, {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2)}.get(kind, dict(BM=16, BN=16, BI=2))
     if kind not in _TUNED:
         import triton
-        _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB", "SPLIT"])(base)
+        _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB", "SPLIT"], cache_results=True)(base)
     return _TUNED[kind], {}
 
 
