@@ -23,10 +23,11 @@ run cut short keeps what it measured.
 
 Peak memory = torch.cuda.max_memory_allocated over load + batch-1 generation (and separately
 batch 16), after empty_cache and a reset; warm peak = over the timed batch-1 generations after the
-warm-up (serving in steady state, without one-time costs such as kernel autotuning). Tokens/s = batch * new tokens / wall time of a greedy
-``generate`` (prompt 16 tokens, ``--new-tokens`` forced with min_new_tokens), best of two after a
-warm-up. Compiled = ``generate(..., cache_implementation="static")``, which transformers compiles
-(torch.compile of the forward, CUDA graphs) on the GPU; warm-up runs compile. Same tokens: equal
+warm-up (serving in steady state, without one-time costs such as kernel autotuning). Tokens/s =
+batch * new tokens / wall time of a greedy ``generate`` (prompt 16 tokens, ``--new-tokens`` forced
+with min_new_tokens), best of two after a warm-up. Compiled = ``generate(...,
+cache_implementation="static")``, which transformers compiles (torch.compile of the forward, CUDA
+graphs) on the GPU; warm-up runs compile. Same tokens: equal
 to the bf16 eager generation. LoRA step: peft r=16 on q/k/v/o/gate/up/down, batch 4 x 512
 tokens, AdamW, median of 3 steps after one; peak = max_memory_allocated over the steps, model
 included.
