@@ -99,8 +99,9 @@ def test_causal_lm_kept_compressed(llama, dtype):
 def test_allocator_warmup_reserves_what_the_model_keeps(llama, keep):
     """transformers reserves sum(numel * param_element_size) on each GPU before loading
     (caching_allocator_warmup): the kept-compressed size, not the bf16 model's."""
-    from transformers.modeling_utils import get_total_byte_count
-
+    get_total_byte_count = getattr(importlib.import_module("transformers.modeling_utils"), "get_total_byte_count", None)
+    if get_total_byte_count is None:
+        pytest.skip("this transformers has no allocator warm-up byte count (get_total_byte_count)")
     from wcodec.hf.quantizer import WcodecHfQuantizer
 
     src, _ = llama
