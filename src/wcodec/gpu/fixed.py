@@ -271,9 +271,9 @@ def _configs(kind: str) -> list:
                 C(2, 3, BN=8, BI=16), C(4, 2, BN=4, BI=64), C(4, 5, BN=8, BI=32), C(8, 4, BN=16, BI=128),
                 C(4, 4, BN=4, BI=128), C(2, 4, BN=4, BI=64), C(8, 5, BN=32, BI=16)]
     if kind == "mm_small":
-        # no 2-warp tile (it won Triton's tuning of 11008x4096 in 2 of 3 tries at 44.0-44.5 us,
-        # where the 4-warp 16x32 tile runs 40.0: benchmarks/RESULTS.md, 2026-11-23) and no BN =
-        # 128 (a quarter of the programs split_k plans for, which counts 16x32 tiles)
+        # no 2-warp tile (it won Triton's tuning of 11008x4096 at 44.0-44.5 us where the 4-warp
+        # 16x32 tile runs 40.0: benchmarks/RESULTS.md, 2026-11-23) and no BN = 128 (a quarter of
+        # the programs split_k plans for, which counts 16x32 tiles)
         return [C(4, 3, BM=16, BN=32, BI=16), C(4, 3, BM=16, BN=64, BI=16), C(4, 3, BM=16, BN=32, BI=32),
                 C(4, 4, BM=16, BN=64, BI=8), C(4, 3, BM=16, BN=16, BI=32), C(4, 4, BM=16, BN=16, BI=64)]
     if kind == "mm_mid":
