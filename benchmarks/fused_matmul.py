@@ -37,6 +37,13 @@ def log(*a):
     print(*a, flush=True)
 
 
+def weight_copies(w) -> list:
+    """[w] and clones of it, enough that calls rotating over them stream 3x the L2 (L2_BYTES), so
+    a timing measures memory, not the cache."""
+    n = max(1, -(-3 * L2_BYTES // (w.numel() * w.element_size())))
+    return [w] + [w.clone() for _ in range(n - 1)]
+
+
 def graph_time(torch, calls, reps=15):
     """Median seconds per call: a CUDA graph of len(calls) launches, replayed ``reps`` times."""
     s = torch.cuda.Stream()
@@ -127,8 +134,8 @@ def main():
         t_enc = time.perf_counter() - t0
         dec = fx.decode(fw)
         assert torch.equal(dec.view(torch.int16), w.view(torch.int16)), "fixed decode not bit-exact"
-        copies = max(1, -(-3 * L2_BYTES // (N * K * 2)))
-        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        ws = weight_copies(w)
+        copies = len(ws)
         fws = [fw] + [fx.FixedWeight(**{k: v.clone() for k, v in fw.tensors().items()}, base=fw.base, N=N, K=K)
                       for _ in range(copies - 1)]
         t_dec = graph_time(torch, [lambda f=f: fx.decode(f) for f in fws] * 2)

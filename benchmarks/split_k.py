@@ -17,11 +17,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fused_matmul import graph_time  # noqa: E402
+from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
 
-L2 = 50 << 20
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (32000, 4096)]
 SPLITS = (1, 2, 4, 8)
 #: a Llama-2-7B decoder layer: q, k, v, o, gate, up, down
@@ -32,8 +31,8 @@ def measure(N, K, ms, t0):
     g = torch.Generator(device="cuda").manual_seed(N + K)
     w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
     fw = fx.encode_weight(w)
-    copies = max(1, -(-3 * L2 // (N * K * 2)))
-    ws = [w] + [w.clone() for _ in range(copies - 1)]
+    ws = weight_copies(w)
+    copies = len(ws)
     fws = [fw] + [fx.encode_weight(w_) for w_ in ws[1:]]
     rep = 20 // copies + 1
     for M in ms:

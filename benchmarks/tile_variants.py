@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fused_matmul import graph_time  # noqa: E402
+from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
 from wcodec.gpu.fixed_kernels import _escapes, _load_group, _store_y, _tile, splitk_reduce_kernel  # noqa: E402
@@ -44,7 +44,6 @@ SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (32000, 4096)]
 VARIANTS = {"nat": (0, False), "nat-swap": (0, True), "perm": (1, False), "perm-swap": (1, True),
             "lanes": (3, False), "lanes-swap": (3, True), "prmt": (4, False), "prmt-swap": (4, True),
             "prmt16": (5, False), "bf16": (2, False)}
-L2 = 50 << 20
 
 
 @triton.jit
@@ -226,8 +225,8 @@ def run(x, fw, w16, mode: int, swap: bool, split: int) -> torch.Tensor:
 def measure(N: int, K: int, M: int, variants: list, splits: list) -> dict:
     g = torch.Generator(device="cuda").manual_seed(N + K)
     w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
-    copies = max(1, -(-3 * L2 // (N * K * 2)))
-    ws = [w] + [w.clone() for _ in range(copies - 1)]
+    ws = weight_copies(w)
+    copies = len(ws)
     fws = [fx.encode_weight(w_) for w_ in ws]
     rep = 20 // copies + 1
     x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
