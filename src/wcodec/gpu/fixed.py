@@ -130,7 +130,7 @@ def _words(b: torch.Tensor, dtype) -> torch.Tensor:
 
 
 def _align16(n: int) -> int:
-    return -(-n // 16) * 16
+    return _cdiv(n, 16) * 16
 
 
 def _packed_offsets(n: int, k: int) -> tuple[int, int, int]:
