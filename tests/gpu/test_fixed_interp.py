@@ -95,6 +95,18 @@ def test_split_k_only_for_few_output_tiles():
     assert fx.split_k(16, 64, 1 << 20, dev) == fx.MAX_SPLIT
 
 
+def test_split_k_of_the_mma_kernel():
+    """Tiles of 16x64, up to 1.5 programs per SM (the H100's 132 on the interpreter): the split
+    that was fastest for each of these Llama shapes at M = 16 (benchmarks/RESULTS.md)."""
+    dev = torch.device(DEVICE)
+    if DEVICE == "cuda" and fx._sm_count(dev) != 132:
+        pytest.skip("the expected splits are an H100's (132 SMs)")
+    expected = {(4096, 4096): 4, (11008, 4096): 2, (4096, 11008): 4, (32000, 4096): 1, (1024, 4096): 8,
+                (14336, 4096): 1, (4096, 14336): 4, (128256, 4096): 1}
+    assert {nk: fx.split_k(16, *nk, dev, mma=True) for nk in expected} == expected
+    assert fx.split_k(16, 4096, 512, dev, mma=True) == 1  # too short to slice
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_linear_other_activation_dtypes(dtype):
     w = weight(20, 40, zeros=3)

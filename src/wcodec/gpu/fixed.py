@@ -1,5 +1,6 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
-in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`; torch ops on the CPU).
+in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
+:mod:`wcodec.gpu.fixed_mma` for 3-16 rows of bf16 activations; torch ops on the CPU).
 
 ``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
 device tensors. ``encode_weight`` builds it from a bf16 tensor with torch ops on the tensor's own
@@ -25,6 +26,12 @@ from ..errors import UnsupportedError
 #: tile once per M-block: 4-6x slower than cuBLAS, measured; decode + cuBLAS 1.07-1.2x)
 GEMV_MAX_M = 4
 LARGE_M = 256
+#: with the mma kernel (fixed_mma, M <= MMA_MAX_M, bf16 x): CUDA-core FMAs up to this M only
+#: (H100, M = 2: the GEMV 6-18 % faster on 5 of 7 Llama shapes; M = 4: the mma kernel 4-25 % on 7 of 7)
+MMA_GEMV_MAX_M = 2
+MMA_MAX_M = 16
+#: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
+MMA_ENABLED = os.environ.get("WCODEC_MMA", "1") != "0"
 KINDS = ("gemv", "mm", "decode")
 
 
@@ -295,6 +302,13 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
+    if kind == "mma":  # never interpreted (see _mma_ready)
+        from . import fixed_mma
+        if kind not in _TUNED:
+            import triton
+            _TUNED[kind] = triton.autotune(configs=fixed_mma.configs(), key=["N", "K", "MB", "SPLIT"],
+                                           cache_results=True)(fixed_mma.fixed_mma_kernel)
+        return _TUNED[kind], {}
     from . import fixed_kernels as fk
     base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
     if _interpreting():
@@ -355,9 +369,46 @@ def _x64(x2: torch.Tensor):
         torch.as_strided(x2, (x2.shape[0], x2.shape[1]), (x2.stride(0), 1)).view(torch.int64)
 
 
-def pick_kind(M: int) -> str:
-    """The kernel :func:`linear` runs for M activation rows (see GEMV_MAX_M, LARGE_M)."""
-    if M <= GEMV_MAX_M:
+_MMA_OK: dict = {}
+
+
+def _mma_ready(x: torch.Tensor) -> bool:
+    """Whether :func:`linear` of x may run the Gluon mma kernel (:mod:`wcodec.gpu.fixed_mma`):
+    bf16 x on an NVIDIA GPU of compute capability >= 8.0, a Triton with the Gluon API it uses,
+    not WCODEC_MMA=0, and no failure of that kernel earlier in this process."""
+    if not (MMA_ENABLED and x.is_cuda and x.dtype == torch.bfloat16) or _interpreting():
+        return False
+    i = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if i not in _MMA_OK:
+        _MMA_OK[i] = torch.version.cuda is not None and torch.cuda.get_device_capability(i) >= (8, 0) \
+            and _gluon_available()
+    return _MMA_OK[i]
+
+
+def _gluon_available() -> bool:
+    try:
+        import inspect
+
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia import ampere
+        return hasattr(ampere, "mma_v2") and "assert_trivial" in inspect.signature(gl.convert_layout).parameters
+    except Exception:  # no Gluon, or one without a piece the kernel uses: the Triton kernel runs
+        return False
+
+
+def _mma_failed(err: Exception) -> None:
+    """The mma kernel failed at its first (tuning) launch: warn once, use the Triton kernel."""
+    import warnings
+    for i in list(_MMA_OK) or [torch.cuda.current_device()]:
+        _MMA_OK[i] = False
+    warnings.warn(f"wcodec: the fused mma kernel failed on this GPU/Triton ({type(err).__name__}: "
+                  f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
+
+
+def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
+    """The kernel :func:`linear` runs for M activation rows of ``x`` (see GEMV_MAX_M,
+    MMA_GEMV_MAX_M, LARGE_M); without x, as for activations that cannot take the mma kernel."""
+    if M <= (MMA_GEMV_MAX_M if x is not None and _mma_ready(x) else GEMV_MAX_M):
         return "gemv"
     return "mm" if M < LARGE_M else "decode"
 
@@ -368,9 +419,11 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
 
     Returns [..., N] in x's dtype, accumulated in float32. On CUDA (or the Triton interpreter
     with WCODEC_FIXED_TRITON=1) the weight is decoded in registers inside the matmul: CUDA-core
-    FMAs for M <= GEMV_MAX_M rows of x, tensor cores above, decode + cuBLAS from LARGE_M rows
-    (``kind`` forces one of KINDS); elsewhere W is decoded with torch ops and multiplied by
-    ``F.linear``. Raises ValueError when x's last dimension is not K, for an unknown ``kind`` or
+    FMAs for M <= GEMV_MAX_M rows of x (MMA_GEMV_MAX_M where the mma kernel runs), tensor cores
+    above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
+    kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
+    it fails to compile), decode + cuBLAS from LARGE_M rows (``kind`` forces one of KINDS);
+    elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when x's last dimension is not K, for an unknown ``kind`` or
     a ``split`` outside [1, 64].
 
     ``record``: a :class:`Recording` that receives a :class:`wcodec.gpu.replay.Launch` of each
@@ -385,7 +438,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     x2 = x.reshape(lead.numel(), fw.K)
     M = x2.shape[0]
     triton = _use_triton(fw.lo) and M > 0 and fw.N > 0
-    kind = kind or pick_kind(M)
+    kind = kind or pick_kind(M, x2)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if split is not None and (not isinstance(split, int) or not 1 <= split <= 64):
@@ -411,47 +464,85 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
-    elif kind == "mm":
-        kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
-        split = split_k(M, fw.N, fw.K, x.device) if split is None else split
-        ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x.device) if split > 1 else y
-        grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
-        recorded = len(record) if record is not None else 0
-        _launch(kind, grid, key + (split,), x2, *args[:7], ws, *args[7:], EB=32, GROUP_M=8,
-                HAS_BIAS=bias is not None, DOT=_dot_kind(x.dtype), SPLIT=split, record=record, subs=(x2, x2, b, y, ws))
-        if split > 1:
-            from .fixed_kernels import splitk_reduce_kernel
-            if record is not None and len(record) == recorded:
-                record = None  # the tiled launch was not recorded (it tuned): nor is its sum
-            if record is not None:
-                record.scratch = tuple(ws.shape)
-            _run(splitk_reduce_kernel, (_cdiv(M * fw.N, REDUCE_BLOCK),),
-                 (ws, b, y, M, fw.N, y.stride(0)), dict(SPLIT=split, HAS_BIAS=bias is not None,
-                                                      BLOCK=REDUCE_BLOCK, num_warps=4),
-                 record, (None, None, b, y, ws))
+    elif not (M <= MMA_MAX_M and _mma_ready(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)):
+        _linear_tiled(x2, fw, args, key, b, y, split, record)
     return y.reshape(*lead, fw.N)
+
+
+def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record) -> None:
+    """y = x2 @ W.T (+ bias) by the Triton tiled kernel and, for split > 1, the split-K sum."""
+    M = x2.shape[0]
+    kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
+    split = split_k(M, fw.N, fw.K, x2.device) if split is None else split
+    ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
+    grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
+    recorded = len(record) if record is not None else 0
+    _launch(kind, grid, key + (split,), x2, *args[:7], ws, *args[7:], EB=32, GROUP_M=8, HAS_BIAS=b is not y,
+            DOT=_dot_kind(x2.dtype), SPLIT=split, record=record, subs=(x2, x2, b, y, ws))
+    if split > 1:
+        _reduce(ws, b, y, split, b is not y, record, recorded)
+
+
+def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record) -> bool:
+    """y = x2 @ W.T (+ bias) by the Gluon mma kernel and, for split > 1, the split-K sum; False
+    (nothing launched) when the kernel fails at its first launch (see _mma_failed)."""
+    M = x2.shape[0]
+    split = split_k(M, fw.N, fw.K, x2.device, mma=True) if split is None else split
+    ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
+    grid = lambda meta: (_cdiv(fw.N, meta["BN"]), split)  # noqa: E731
+    recorded = len(record) if record is not None else 0
+    try:
+        _launch("mma", grid, key + (split,), x2, *args[:5], fw.erow, b, y, ws, *args[7:], split, EB=32,
+                HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
+    except Exception as err:
+        if ("mma", key + (split,)) in _BEST:
+            raise  # it ran before: not a compile failure
+        _mma_failed(err)
+        return False
+    if split > 1:
+        _reduce(ws, b, y, split, b is not y, record, recorded)
+    return True
+
+
+def _reduce(ws, b, y, split: int, has_bias: bool, record, recorded: int) -> None:
+    """y = ws[0] + ... + ws[split-1] (+ bias), recorded after the tiled launch when that was."""
+    from .fixed_kernels import splitk_reduce_kernel
+    M, N = y.shape
+    if record is not None and len(record) == recorded:
+        record = None  # the tiled launch was not recorded (it tuned): nor is its sum
+    if record is not None:
+        record.scratch = tuple(ws.shape)
+    _run(splitk_reduce_kernel, (_cdiv(M * N, REDUCE_BLOCK),), (ws, b, y, M, N, y.stride(0)),
+         dict(SPLIT=split, HAS_BIAS=has_bias, BLOCK=REDUCE_BLOCK, num_warps=4), record, (None, None, b, y, ws))
 
 
 #: elements of y per program of the split-K sum
 REDUCE_BLOCK = 1024
 #: the most K slices of the tiled kernel (split_k)
 MAX_SPLIT = 8
-#: fewest columns of W in one K slice
+#: fewest columns of W in one K slice (Triton kernel, mma kernel)
 MIN_SPLIT_COLS = 1024
+MMA_MIN_SPLIT_COLS = 512
 
 
-def split_k(M: int, N: int, K: int, device) -> int:
-    """K slices for the tiled kernel (``fixed_mm_kernel`` SPLIT): with few output tiles (e.g.
-    M = 16 on a 4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row
-    of W and the GPU waits on memory latency; slicing K doubles the programs until there are
-    two per SM, keeping at least MIN_SPLIT_COLS columns per slice. H100, M = 16, 4096x4096:
-    22.5 us unsliced, 18.7 us in 4 slices; 4096x11008: 52.8 -> 40.4 us (benchmarks/RESULTS.md).
-    Eight per SM was tried at M <= 16: 2 % faster on a 7B layer, 13 % slower on 4096x14336."""
+def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
+    """K slices for the tiled kernels (``SPLIT``): with few output tiles (e.g. M = 16 on a
+    4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row of W and
+    the GPU waits on memory latency; slicing K doubles the programs until there are two per SM
+    (Triton kernel, tiles of 16x32 or 64x64) or 1.5 per SM (``mma``: the Gluon kernel, tiles of
+    16x64), keeping at least MIN_SPLIT_COLS (MMA_MIN_SPLIT_COLS) columns per slice. H100, M = 16,
+    4096x4096: 22.5 us unsliced, 18.7 us in 4 slices; 4096x11008: 52.8 -> 40.4 us. Eight per SM
+    was tried at M <= 16: 2 % faster on a 7B layer, 13 % slower on 4096x14336. The mma kernel's
+    rule picked the fastest split of 1, 2, 4, 8 on all 9 weights of benchmarks/mma_kernel.py
+    --sweep at M = 16 (benchmarks/RESULTS.md)."""
     sms = _sm_count(device)
-    bm, bn = (16, 32) if M <= 16 else (64, 64)  # the tiles the autotuner mostly picks
-    tiles = _cdiv(M, bm) * _cdiv(N, bn)
+    if mma:
+        tiles, programs, cols = _cdiv(N, 64), 3 * sms // 2, MMA_MIN_SPLIT_COLS
+    else:
+        bm, bn = (16, 32) if M <= 16 else (64, 64)  # the tiles the autotuner mostly picks
+        tiles, programs, cols = _cdiv(M, bm) * _cdiv(N, bn), 2 * sms, MIN_SPLIT_COLS
     s = 1
-    while s < MAX_SPLIT and tiles * s < 2 * sms and K // (2 * s) >= MIN_SPLIT_COLS:
+    while s < MAX_SPLIT and tiles * s < programs and K // (2 * s) >= cols:
         s *= 2
     return s
 

@@ -1,0 +1,163 @@
+"""The fixed-rate tile decoded straight into the tensor cores' registers (M <= 16 rows of x).
+
+``fixed_mm_kernel`` (Triton) decodes a W tile in a layout of its own choosing; ``tl.dot`` then
+moves it through shared memory into the layout the tensor cores read. At 16 activation rows
+that move, not the bytes, set the pace: a Llama-2-7B layer took 1.13x cuBLAS's time while
+reading 0.75x the bytes; with this kernel 1.02x, and 0.88-0.94x at 3-8 rows (H100,
+benchmarks/mma_kernel.py, benchmarks/RESULTS.md). This kernel is written in Gluon (Triton's explicit-layout
+language) so the layouts are ours: every thread loads exactly the groups of 8 columns whose
+values it holds as ``mma.sync``'s B operand (``DotOperandLayout`` with k_width 8: a thread holds
+8 consecutive k of one output row per 32 columns), decodes them with the SWAR steps of
+``fixed_kernels._group`` and hands the registers to ``mma_v2`` as they are: no shared memory at
+all (``convert_layout(..., assert_trivial=True)`` proves it at compile time). The next K step's
+words are loaded before this step is decoded (a register prefetch), since Gluon does not
+pipeline loops by itself.
+
+Escapes are added by two more ``mma_v2`` per 32 escapes of the tile's rows: x times the value
+minus x times the placeholder, both exact bf16 operands (``fixed_kernels._escapes`` does the
+same with an fp32 delta). bf16 activations only; needs Triton with Gluon (3.5+) and an NVIDIA
+GPU of compute capability 8.0 or more (``fixed.mma_ready`` checks both before this module is
+imported). Layout of the weights: docs/CODEC_LAYOUT.md.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from .fixed_kernels import _group
+
+
+@gluon.jit
+def _pairs(nw, lo, base4):
+    """Group words -> the 4 u32 words of bf16 pairs (columns 2p, 2p+1), as _tile."""
+    e02_0, e13_0, e02_1, e13_1 = _group(nw, (lo & 0xFFFFFFFF).to(gl.uint32), (lo >> 32).to(gl.uint32), base4)
+    return ((e02_0 & 0xFFFF) | (e13_0 << 16), (e02_0 >> 16) | (e13_0 & 0xFFFF0000),
+            (e02_1 & 0xFFFF) | (e13_1 << 16), (e02_1 >> 16) | (e13_1 & 0xFFFF0000))
+
+
+@gluon.jit
+def _w_tile(nw, lo, base4, bL: gl.constexpr, BG: gl.constexpr, BN: gl.constexpr):
+    """Words of groups [BG, BN] -> W.T tile [8*BG, BN] bf16 in the B-operand layout bL."""
+    w0, w1, w2, w3 = _pairs(nw.to(gl.uint32, bitcast=True), lo.to(gl.uint64, bitcast=True), base4)
+    t = gl.join(gl.join(w0, w2), gl.join(w1, w3))  # [BG, BN, i, j]: pair word 2i + j
+    h = gl.join((t & 0xFFFF).to(gl.uint16), (t >> 16).to(gl.uint16))  # column 4i + 2j + half
+    h = gl.permute(h, (0, 2, 3, 4, 1))
+    wt = gl.reshape(h, [8 * BG, BN]).to(gl.bfloat16, bitcast=True)
+    return gl.convert_layout(wt, bL, assert_trivial=True)
+
+@gluon.jit
+def _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e0, e_end, aL: gl.constexpr, bL: gl.constexpr, EB: gl.constexpr):
+    """Column (for the x gather), bf16 bits and row of escapes e0 .. e0+EB-1 (those < e_end)."""
+    ea = e0 + gl.arange(0, EB, layout=gl.SliceLayout(0, aL))
+    col = gl.load(ecol_ptr + ea, mask=ea < e_end, other=0)
+    eb = e0 + gl.arange(0, EB, layout=gl.SliceLayout(1, bL))
+    v = gl.load(eval_ptr + eb, mask=eb < e_end, other=0) & 0xFFFF
+    r = gl.load(erow_ptr + eb, mask=eb < e_end, other=-1).to(gl.int32)
+    return col, v, r
+
+
+@gluon.jit
+def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split, SPLIT,
+             aL: gl.constexpr, bL: gl.constexpr, BN: gl.constexpr, EB: gl.constexpr):
+    """acc[m, n] += x[m, col] * value - x[m, col] * placeholder over the escapes of rows
+    n0..n0+BN-1, blocks of EB escapes dealt round-robin to the SPLIT K slices (each adds its
+    share to its partial sum). Software-pipelined by hand, two blocks deep (Gluon does not
+    pipeline): the next block's x gather and the one after's column/value/row loads are in
+    flight while this block multiplies, so a tile with many escapes does not wait on memory
+    latency once per block."""
+    e_end = gl.load(eptr_ptr + gl.minimum(n0 + BN, N))
+    e_first = gl.load(eptr_ptr + n0) + split * EB
+    step = EB * SPLIT
+    xm = gl.arange(0, 16, layout=gl.SliceLayout(1, aL))[:, None]
+    xrow = x_ptr + xm.to(gl.int64) * stride_xm
+    xmask = xm < M
+    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, bL))[None, :]
+    col, v, r = _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e_first, e_end, aL, bL, EB)
+    xe = gl.load(xrow + col[None, :], mask=xmask, other=0.0)
+    col, v_next, r_next = _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e_first + step, e_end, aL, bL, EB)
+    for e0 in range(e_first, e_end, step):
+        xe_next = gl.load(xrow + col[None, :], mask=xmask, other=0.0)
+        col, v_after, r_after = _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e0 + 2 * step, e_end, aL, bL, EB)
+        hit = r[:, None] == on
+        neg_ph = ((v & 0x80FF) | ((base + 7) << 8)) ^ 0x8000
+        acc = mma_v2(xe, gl.where(hit, v[:, None], 0).to(gl.uint16).to(gl.bfloat16, bitcast=True), acc)
+        acc = mma_v2(xe, gl.where(hit, neg_ph[:, None], 0).to(gl.uint16).to(gl.bfloat16, bitcast=True), acc)
+        xe = xe_next
+        v = v_next
+        r = r_next
+        v_next = v_after
+        r_next = r_after
+    return acc
+
+
+@gluon.jit
+def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
+                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
+                     BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """y[M, N] = x[M, K] @ W.T (+ bias), M <= 16, x bf16; program (n tile, K slice). SPLIT > 1:
+    slice s writes its fp32 partial sum to ws[s, M, N] (the escapes in slice 0) for
+    ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added). MB: autotuning key only."""
+    NW: gl.constexpr = gl.num_warps()
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
+    aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
+    bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
+    # groups [BG, BN]: lanes 0-1 walk 4 groups, lanes 2-4 8 rows, warps the row blocks: bL / 8 in k
+    gL: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    n0 = gl.program_id(0) * BN
+    split = gl.program_id(1)
+    gi = gl.arange(0, BG, layout=gl.SliceLayout(1, gL))[:, None]
+    rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, gL))[None, :]
+    roff = rows.to(gl.int64) * G
+    rmask = rows < N
+    xm = gl.arange(0, 16, layout=gl.SliceLayout(1, aL))[:, None]
+    xk = gl.arange(0, 8 * BG, layout=gl.SliceLayout(0, aL))[None, :]
+    xrow = x_ptr + xm.to(gl.int64) * stride_xm
+    xmask = xm < M
+    base4 = (base * 0x01010101).to(gl.uint32)
+    acc = gl.zeros([16, BN], gl.float32, mma)
+    g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG
+    g_lo = split * g_len
+    g_hi = gl.minimum(G, g_lo + g_len)
+    g = g_lo + gi
+    m = rmask & (g < g_hi)
+    nw = gl.load(nib_ptr + roff + g, mask=m, other=0)
+    lo = gl.load(lo_ptr + roff + g, mask=m, other=0)
+    cols = 8 * g_lo + xk
+    xt = gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0)
+    for g0 in range(g_lo, g_hi, BG):
+        # the next step's words first: their latency hides behind this step's decode
+        g = g0 + BG + gi
+        m = rmask & (g < g_hi)
+        nw_next = gl.load(nib_ptr + roff + g, mask=m, other=0)
+        lo_next = gl.load(lo_ptr + roff + g, mask=m, other=0)
+        cols = 8 * (g0 + BG) + xk
+        xt_next = gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0)
+        acc = mma_v2(xt, _w_tile(nw, lo, base4, bL, BG, BN), acc)
+        nw = nw_next
+        lo = lo_next
+        xt = xt_next
+    acc = _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split, SPLIT,
+                   aL, bL, BN, EB)
+    om = gl.arange(0, 16, layout=gl.SliceLayout(1, mma))[:, None]
+    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))[None, :]
+    ym = (om < M) & (on < N)
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)
+        gl.store(y_ptr + om.to(gl.int64) * stride_ym + on, acc.to(y_ptr.dtype.element_ty), mask=ym)
+    else:
+        gl.store(ws_ptr + (split.to(gl.int64) * M + om) * N + on, acc, mask=ym)
+
+
+def configs() -> list:
+    """Autotuning configs: BN rows x 8*BG columns per K step, 4 warps. On the H100 at M = 16 one of
+    these was the fastest tile on each of 8 Llama shapes; 128 x 128 with 8 warps and 64 x 64
+    never were (benchmarks/RESULTS.md)."""
+    C = lambda **kw: triton.Config(kw, num_warps=4, num_stages=1)  # noqa: E731
+    return [C(BN=64, BG=16), C(BN=64, BG=32), C(BN=32, BG=16), C(BN=32, BG=32)]
+
+
+__all__ = ["fixed_mma_kernel", "configs"]

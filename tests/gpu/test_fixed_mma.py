@@ -1,0 +1,131 @@
+"""The Gluon mma kernel (wcodec.gpu.fixed_mma). On any machine with a Triton that has Gluon: it
+compiles for Ampere and Hopper with no shared memory (the decoded tile goes from the loads to
+mma.sync in registers). On a CUDA GPU (WCODEC_GPU_TESTS_ON_DEVICE=1): ``linear`` routes bf16
+activations of 3-16 rows to it; its outputs match an fp32 reference and the Triton kernel's for
+escapes, bias, odd shapes, strided x and every split; a kernel that fails at its first launch
+leaves a warning and the Triton kernel's result."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed for the fixed-rate kernels")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
+
+from wcodec.gpu import fixed as fx  # noqa: E402
+
+ON_GPU = os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available()
+gluon = pytest.mark.skipif(not fx._gluon_available(), reason=f"triton {triton.__version__} lacks the Gluon API "
+                           "the mma kernel uses (Triton >= 3.5)")
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
+
+
+#: compiles the kernel ahead of time for a GPU architecture (no GPU needed) and prints what the
+#: test checks; run in a fresh process: Triton's interpreter, which the CPU tests use in this
+#: one, patches triton.language in place and breaks a real compile afterwards
+_COMPILE = """
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from wcodec.gpu.fixed_mma import configs, fixed_mma_kernel
+ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
+            erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
+ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
+cfg = configs()[0]
+consts = {**cfg.kwargs, "EB": 32, "HAS_BIAS": True}
+src = GluonASTSource(fixed_mma_kernel, signature={**ptrs, **ints, **dict.fromkeys(consts, "constexpr")},
+                     constexprs=consts)
+k = triton.compile(src, target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": cfg.num_warps})
+ptx = k.asm["ptx"]
+print("RESULT " + json.dumps({"shared": k.metadata.shared, "mma": ptx.count("mma.sync"),
+                              "smem_ops": len(re.findall(r"\\b(ld|st)\\.shared|ldmatrix", ptx))}))
+"""
+
+
+@gluon
+@pytest.mark.parametrize("capability", [80, 90])
+def test_compiles_without_shared_memory(capability):
+    if not hasattr(importlib.import_module("triton.experimental.gluon._runtime"), "GluonASTSource"):
+        pytest.skip(f"triton {triton.__version__} has no ahead-of-time Gluon compile entry point")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and line, run.stderr[-3000:]
+    got = json.loads(line[0][7:])
+    assert got["shared"] == 0 and got["smem_ops"] == 0 and got["mma"] > 0, got
+
+
+def weight(N, K, seed, escapes=0.01):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(N, K, device="cuda", generator=g) * 0.02
+    w[torch.rand(N, K, device="cuda", generator=g) < escapes / 2] *= 1e-4  # below the window
+    w[torch.rand(N, K, device="cuda", generator=g) < escapes / 2] *= 1e3  # above it
+    return w.to(torch.bfloat16)
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@gpu
+@gluon
+@pytest.mark.parametrize("N,K,M", [(96, 64, 3), (1000, 4104, 16), (777, 520, 5), (64, 4096, 16), (33, 70, 9),
+                                   (4096, 1024, 16)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    w = weight(N, K, seed=N + K + M)
+    fw = fx.encode_weight(w)
+    assert fw.ecol.numel() > 0
+    g = torch.Generator(device="cuda").manual_seed(M)
+    x = torch.randn(M, 2 * K, device="cuda", generator=g).to(torch.bfloat16)[:, ::2]  # strided rows
+    b = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16) if bias else None
+    ref = x.float() @ w.float().T + (b.float() if bias else 0)
+    assert fx.pick_kind(M, x) == "mm"
+    y = fx.linear(x, fw, b)
+    assert any(k[0] == "mma" for k in fx._BEST), "the mma kernel did not run"
+    assert y.dtype == torch.bfloat16 and y.shape == (M, N)
+    assert rel(y, ref) < 5e-3
+    for split in (1, 2, 3, 8):
+        assert rel(fx.linear(x, fw, b, split=split), ref) < 5e-3
+    monkeypatch.setattr(fx, "MMA_ENABLED", False)
+    assert rel(fx.linear(x, fw, b), y) < 5e-3  # the Triton kernel agrees
+
+
+@gpu
+@gluon
+def test_gemv_keeps_two_rows_and_other_dtypes_keep_the_triton_kernel():
+    x = torch.zeros(2, 64, dtype=torch.bfloat16, device="cuda")
+    assert fx.pick_kind(2, x) == "gemv" and fx.pick_kind(3, x[:1].expand(3, 64)) == "mm"
+    assert fx.pick_kind(3, x.float()) == "gemv"  # fp32 x: the Triton kernels, GEMV up to GEMV_MAX_M
+    assert not fx._mma_ready(x.half())
+
+
+@gpu
+@gluon
+def test_a_failing_kernel_warns_once_and_falls_back(monkeypatch):
+    w = weight(200, 136, seed=3)
+    fw = fx.encode_weight(w)
+    x = torch.randn(7, 136, device="cuda").to(torch.bfloat16)
+    real = fx._kernel
+
+    class Broken:
+        def __getitem__(self, grid):
+            raise RuntimeError("simulated compile failure")
+
+    monkeypatch.setattr(fx, "_kernel", lambda kind: (Broken(), {}) if kind == "mma" else real(kind))
+    monkeypatch.setattr(fx, "_MMA_OK", {})
+    monkeypatch.setattr(fx, "_BEST", {})
+    with pytest.warns(RuntimeWarning, match="simulated compile failure"):
+        y = fx.linear(x, fw)
+    assert rel(y, x.float() @ w.float().T) < 5e-3
+    assert not fx._mma_ready(x)  # off for the rest of the process: no second warning
