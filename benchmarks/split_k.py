@@ -1,5 +1,6 @@
-"""Split-K of the tiled fused kernel (``wcodec.gpu.fixed.linear(kind="mm", split=s)``) against
-cuBLAS bf16, for the Llama-2-7B layer shapes and its lm_head at M = 8, 16 and 64. Needs a CUDA GPU.
+"""Split-K of the tiled fused kernels (``wcodec.gpu.fixed.linear(kind="mm", split=s)``: the Gluon
+mma kernel at M <= 16 where it runs, the Triton kernel otherwise) against cuBLAS bf16, for the
+Llama-2-7B layer shapes and its lm_head at M = 8, 16 and 64. Needs a CUDA GPU.
 
     PYTHONPATH=src python3 benchmarks/split_k.py
 
@@ -38,7 +39,8 @@ def measure(N, K, ms, t0):
     for M in ms:
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ w.float().T
-        r = dict(N=N, K=K, M=M, auto=fx.split_k(M, N, K, x.device))
+        mma = M <= fx.MMA_MAX_M and fx._mma_ready(x)  # linear runs the Gluon mma kernel there
+        r = dict(N=N, K=K, M=M, auto=fx.split_k(M, N, K, x.device, mma=mma))
         r["cublas"] = graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6
         for s in SPLITS:
             y = fx.linear(x, fw, kind="mm", split=s)
