@@ -378,7 +378,7 @@ def _mma_ready(x: torch.Tensor) -> bool:
     not WCODEC_MMA=0, and no failure of that kernel earlier in this process."""
     if not (MMA_ENABLED and x.is_cuda and x.dtype == torch.bfloat16) or _interpreting():
         return False
-    i = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    i = _cuda_index(x.device)
     if i not in _MMA_OK:
         _MMA_OK[i] = torch.version.cuda is not None and torch.cuda.get_device_capability(i) >= (8, 0) \
             and _gluon_available()
@@ -550,10 +550,14 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
 _SMS: dict = {}
 
 
+def _cuda_index(device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _sm_count(device) -> int:
     if device.type != "cuda":
         return 132  # the Triton interpreter: an H100's count, so tests cover the sliced path
-    i = device.index if device.index is not None else torch.cuda.current_device()
+    i = _cuda_index(device)
     if i not in _SMS:
         _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
     return _SMS[i]

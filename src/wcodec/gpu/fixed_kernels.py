@@ -57,14 +57,18 @@ def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
 
 
 @triton.jit
+def _natural_pairs(e02_0, e13_0, e02_1, e13_1):
+    """_group's pair words -> the 4 u32 words of bf16 pairs in natural order (columns 2p, 2p+1)."""
+    return ((e02_0 & 0xFFFF) | (e13_0 << 16), (e02_0 >> 16) | (e13_0 & 0xFFFF0000),
+            (e02_1 & 0xFFFF) | (e13_1 << 16), (e02_1 >> 16) | (e13_1 & 0xFFFF0000))
+
+
+@triton.jit
 def _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
     """The W tile of rows [BN, 1] and columns 8*g0 .. 8*(g0+BI) in natural order: [BN, 8*BI] bf16."""
     gi = g0 + tl.arange(0, BI)[None, :]
     e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
-    w0 = (e02_0 & 0xFFFF) | (e13_0 << 16)
-    w1 = (e02_0 >> 16) | (e13_0 & 0xFFFF0000)
-    w2 = (e02_1 & 0xFFFF) | (e13_1 << 16)
-    w3 = (e02_1 >> 16) | (e13_1 & 0xFFFF0000)
+    w0, w1, w2, w3 = _natural_pairs(e02_0, e13_0, e02_1, e13_1)
     words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], 4 * BI))
     halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
     return tl.reshape(halves, (rows.shape[0], 8 * BI)).to(tl.bfloat16, bitcast=True)

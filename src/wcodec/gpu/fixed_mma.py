@@ -16,7 +16,7 @@ pipeline loops by itself.
 Escapes are added by two more ``mma_v2`` per 32 escapes of the tile's rows: x times the value
 minus x times the placeholder, both exact bf16 operands (``fixed_kernels._escapes`` does the
 same with an fp32 delta). bf16 activations only; needs Triton with Gluon (3.5+) and an NVIDIA
-GPU of compute capability 8.0 or more (``fixed.mma_ready`` checks both before this module is
+GPU of compute capability 8.0 or more (``fixed._mma_ready`` checks both before this module is
 imported). Layout of the weights: docs/CODEC_LAYOUT.md.
 """
 
@@ -27,26 +27,22 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from .fixed_kernels import _group
-
-
-@gluon.jit
-def _pairs(nw, lo, base4):
-    """Group words -> the 4 u32 words of bf16 pairs (columns 2p, 2p+1), as _tile."""
-    e02_0, e13_0, e02_1, e13_1 = _group(nw, (lo & 0xFFFFFFFF).to(gl.uint32), (lo >> 32).to(gl.uint32), base4)
-    return ((e02_0 & 0xFFFF) | (e13_0 << 16), (e02_0 >> 16) | (e13_0 & 0xFFFF0000),
-            (e02_1 & 0xFFFF) | (e13_1 << 16), (e02_1 >> 16) | (e13_1 & 0xFFFF0000))
+from .fixed_kernels import _group, _natural_pairs
 
 
 @gluon.jit
 def _w_tile(nw, lo, base4, bL: gl.constexpr, BG: gl.constexpr, BN: gl.constexpr):
     """Words of groups [BG, BN] -> W.T tile [8*BG, BN] bf16 in the B-operand layout bL."""
-    w0, w1, w2, w3 = _pairs(nw.to(gl.uint32, bitcast=True), lo.to(gl.uint64, bitcast=True), base4)
+    lo = lo.to(gl.uint64, bitcast=True)
+    e02_0, e13_0, e02_1, e13_1 = _group(nw.to(gl.uint32, bitcast=True), (lo & 0xFFFFFFFF).to(gl.uint32),
+                                        (lo >> 32).to(gl.uint32), base4)
+    w0, w1, w2, w3 = _natural_pairs(e02_0, e13_0, e02_1, e13_1)
     t = gl.join(gl.join(w0, w2), gl.join(w1, w3))  # [BG, BN, i, j]: pair word 2i + j
     h = gl.join((t & 0xFFFF).to(gl.uint16), (t >> 16).to(gl.uint16))  # column 4i + 2j + half
     h = gl.permute(h, (0, 2, 3, 4, 1))
     wt = gl.reshape(h, [8 * BG, BN]).to(gl.bfloat16, bitcast=True)
     return gl.convert_layout(wt, bL, assert_trivial=True)
+
 
 @gluon.jit
 def _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e0, e_end, aL: gl.constexpr, bL: gl.constexpr, EB: gl.constexpr):
@@ -94,11 +90,21 @@ def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n
 
 
 @gluon.jit
+def _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi, xrow, xk, xmask, K):
+    """The nibble and low-byte words of groups g0 + gi (those < g_hi) and x's columns for them."""
+    g = g0 + gi
+    m = rmask & (g < g_hi)
+    cols = 8 * g0 + xk
+    return (gl.load(nib_ptr + roff + g, mask=m, other=0), gl.load(lo_ptr + roff + g, mask=m, other=0),
+            gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0))
+
+
+@gluon.jit
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                      BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr, HAS_BIAS: gl.constexpr):
     """y[M, N] = x[M, K] @ W.T (+ bias), M <= 16, x bf16; program (n tile, K slice). SPLIT > 1:
-    slice s writes its fp32 partial sum to ws[s, M, N] (the escapes in slice 0) for
+    slice s writes its fp32 partial sum to ws[s, M, N] (its share of the escapes included) for
     ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added). MB: autotuning key only."""
     NW: gl.constexpr = gl.num_warps()
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
@@ -121,20 +127,11 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
     g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG
     g_lo = split * g_len
     g_hi = gl.minimum(G, g_lo + g_len)
-    g = g_lo + gi
-    m = rmask & (g < g_hi)
-    nw = gl.load(nib_ptr + roff + g, mask=m, other=0)
-    lo = gl.load(lo_ptr + roff + g, mask=m, other=0)
-    cols = 8 * g_lo + xk
-    xt = gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0)
+    nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
     for g0 in range(g_lo, g_hi, BG):
         # the next step's words first: their latency hides behind this step's decode
-        g = g0 + BG + gi
-        m = rmask & (g < g_hi)
-        nw_next = gl.load(nib_ptr + roff + g, mask=m, other=0)
-        lo_next = gl.load(lo_ptr + roff + g, mask=m, other=0)
-        cols = 8 * (g0 + BG) + xk
-        xt_next = gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0)
+        nw_next, lo_next, xt_next = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi, xrow, xk,
+                                                xmask, K)
         acc = mma_v2(xt, _w_tile(nw, lo, base4, bL, BG, BN), acc)
         nw = nw_next
         lo = lo_next
