@@ -1,0 +1,191 @@
+"""Generation speed, bf16 against kept-compressed models, each measurement in a fresh process and
+the variants alternating (ABBA...): per-step decode time and tokens/s, eager and compiled.
+
+Why fresh processes: measured one after another in one process (hf_lowmem.py), a later model's
+compiled figures read low: keep_compressed fused at batch 16, per decode step, read 0.83-0.91x
+bf16 measured after bf16 in one process, 0.94-1.03x in fresh processes, same code
+(benchmarks/RESULTS.md, 2026-11-23). Why
+alternating: generation is bound by host time at batch 1, and the host's speed drifts by tens of
+percent between minutes.
+
+Per-step time = (t(long) - t(short)) / (long - short) from the best of ``--reps`` greedy generates
+of ``--short`` and ``--long`` forced new tokens after a 16-token prompt: the prefill and the
+fixed costs of ``generate`` cancel, what remains is one decode step. tok/s = batch * long /
+t(long) (prefill included, as hf_lowmem.py counts). Compiled = ``cache_implementation="static"``
+(transformers compiles the forward with CUDA graphs); the first generates of a process compile.
+Same tokens: each variant's greedy ids at batch 1 (``--long`` tokens) against bf16's, eager and
+compiled. SYNTHETIC weights of Llama-2-7B width (hf_lowmem.write_synthetic), ``--layers`` deep.
+
+Variants: bf16 (transformers), fused (``WCodecModel.from_pretrained(keep_compressed=True)``),
+fused_noreplay (the same with ``WCODEC_REPLAY=0``: eager launches through Triton), jit
+(``keep_compressed="jit"``). Needs a CUDA GPU.
+
+    PYTHONPATH=src python3 benchmarks/hf_ab.py --layers 32 --rounds 2 --json $OUT/hf_ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_lowmem  # noqa: E402
+
+MODES = ("eager_b1", "eager_b16", "compiled_b1", "compiled_b16")
+VARIANTS = ("bf16", "fused", "fused_noreplay", "jit")
+
+
+def load(variant: str, src: Path, dst: Path):
+    import transformers
+
+    from wcodec.hf import WCodecModel
+
+    dev = hf_lowmem.DEV
+    if variant == "bf16":
+        return transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16, device_map=dev)
+    return WCodecModel.from_pretrained(dst, device=dev, keep_compressed="jit" if variant == "jit" else True)
+
+
+def per_step(model, batch: int, static: bool, short: int, long: int, reps: int) -> dict:
+    """ms per decode step, tokens/s over ``long`` tokens, and the ids of one ``long`` generate."""
+    gen = hf_lowmem.generate_once
+    gen(model, batch, short, static=static), gen(model, batch, long, static=static)  # warm-up (compiles, tunes)
+    t_short = min(gen(model, batch, short, static=static)[0] for _ in range(reps))
+    runs = [gen(model, batch, long, static=static) for _ in range(reps)]
+    t_long = min(t for t, _ in runs)
+    return {"ms_step": (t_long - t_short) / (long - short) * 1e3, "tok_s": batch * long / t_long,
+            "ids": runs[0][1].cpu()}
+
+
+def child(args) -> None:
+    """One variant, every mode, in this process; prints one RESULT line, saves the ids."""
+    hf_lowmem.DEV = hf_lowmem.DMAP = "cpu" if args.smoke else "cuda"
+    work = Path(args.workdir)
+    model = load(args.child, work / "bf16", work / "wcodec")
+    res, ids = {}, {}
+    for mode in args.modes.split(","):
+        kind, batch = mode.split("_b")
+        r = per_step(model, int(batch), kind == "compiled", args.short, args.long, args.reps)
+        if batch == "1":
+            ids[kind] = r.pop("ids")
+        else:
+            r.pop("ids")
+        res[mode] = r
+    torch.save(ids, work / f"ab_ids_{args.child}.pt")
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def run_child(args, variant: str) -> dict:
+    env = dict(os.environ)
+    if variant == "fused_noreplay":
+        env["WCODEC_REPLAY"] = "0"
+    cmd = [sys.executable, __file__, "--child", variant, "--workdir", args.workdir, "--modes", args.modes,
+           "--short", str(args.short), "--long", str(args.long), "--reps", str(args.reps)] + ["--smoke"] * args.smoke
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if p.returncode or not lines:
+        return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1][:200]}
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def same_ids(work: Path, variant: str) -> str:
+    """'eager / compiled': whether ``variant``'s last batch-1 ids equal bf16's."""
+    if variant == "bf16":
+        return "(reference)"
+    try:
+        a, b = torch.load(work / "ab_ids_bf16.pt"), torch.load(work / f"ab_ids_{variant}.pt")
+    except FileNotFoundError:
+        return "-"
+    return " / ".join(str(torch.equal(a[k], b[k])) if k in a and k in b else "-" for k in ("eager", "compiled"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--workdir", default="/tmp/hf_ab", help="model folders (reused when present)")
+    ap.add_argument("--variants", default="bf16,fused", help=f"from {', '.join(VARIANTS)}; bf16 always runs")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"from {', '.join(MODES)}")
+    ap.add_argument("--rounds", type=int, default=2, help="processes per variant, in ABBA order")
+    ap.add_argument("--short", type=int, default=16)
+    ap.add_argument("--long", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=2, help="generates of each length per mode (best taken)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="start no new process after this (the table covers the processes that ran)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny model on the CPU, eager modes only: checks the script, measures nothing")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    variants = ["bf16"] + [v for v in args.variants.split(",") if v != "bf16"]
+    unknown = [v for v in variants if v not in VARIANTS] + [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        ap.error(f"unknown variant or mode: {', '.join(unknown)}")
+    hf_lowmem.DEV = hf_lowmem.DMAP = "cpu" if args.smoke else "cuda"
+    if args.smoke:
+        args.modes = ",".join(m for m in args.modes.split(",") if m.startswith("eager"))
+    elif not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU (--smoke checks the script on the CPU)")
+    from wcodec.hf import convert_folder
+
+    work = Path(args.workdir)
+    src, dst = work / "bf16", work / "wcodec"
+    if not (dst / "config.json").exists():
+        cfg = hf_lowmem.llama7b_config(args.layers)
+        if args.smoke:
+            hf_lowmem.shrink(cfg)
+        hf_lowmem.write_synthetic(src, cfg)
+        convert_folder(src, dst)
+    layers = json.loads((src / "config.json").read_text())["num_hidden_layers"]
+    results: dict = {v: [] for v in variants}
+    t0 = time.perf_counter()
+    for r in range(args.rounds):
+        for v in variants if r % 2 == 0 else variants[::-1]:
+            if args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes:
+                print(f"# --max-minutes: round {r} {v} not run", flush=True)
+                continue
+            results[v].append(run_child(args, v))
+            print(f"# round {r} {v}: {results[v][-1]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    modes = args.modes.split(",")
+    table = {}
+    for v in variants:
+        ok = [x for x in results[v] if "error" not in x]
+        table[v] = {m: {k: statistics.median(x[m][k] for x in ok) for k in ("ms_step", "tok_s")}
+                    for m in modes} if ok else {}
+        table[v]["same_tokens"] = same_ids(work, v)
+    device = "CPU (smoke run)" if args.smoke else torch.cuda.get_device_name()
+    runs = ", ".join(f"{len(results[v])} {v}" for v in variants)
+    print(f"\n{device}, {layers} layers of Llama-2-7B width (SYNTHETIC), medians over fresh processes "
+          f"({runs}; ABBA), per step = (t({args.long}) - t({args.short})) / {args.long - args.short} tokens")
+    print("| variant | " + " | ".join(f"{m} ms/step (vs bf16) | {m} tok/s" for m in modes)
+          + " | same tokens b1 eager / compiled |")
+    print("|---|" + "---:|---:|" * len(modes) + "---|")
+    for v in variants:
+        cells = []
+        for m in modes:
+            x, b = table[v].get(m), table["bf16"].get(m)
+            if not x:
+                cells += ["error", "error"]
+                continue
+            speed = f" ({b['ms_step'] / x['ms_step']:.3f}x)" if b and v != "bf16" else ""
+            cells += [f"{x['ms_step']:.2f}{speed}", f"{x['tok_s']:.1f}"]
+        print(f"| {v} | " + " | ".join(cells) + f" | {table[v]['same_tokens']} |")
+    print("(x) = bf16's per-step time / the variant's: its decode speed relative to bf16")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": results, "medians": table, "layers": layers,
+                                               "device": device}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
