@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 from pathlib import Path
 
 import numpy as np
@@ -158,12 +157,11 @@ def placement(map_location):
 def _load(reader: CheckpointReader, names: list[str], device, framework: str, verify: bool) -> dict:
     """Decode ``names``; aliases come back as the same object as their target (tied weights)."""
     target = {n: reader.alias_of(n) or n for n in names}
-    stored = list(dict.fromkeys(target.values()))
-    numel = lambda n: math.prod(reader.entry(n)["shape"])  # noqa: E731  (largest tensors start first)
+    stored = list(dict.fromkeys(target.values()))  # cost=reader.numel: the largest start first
     if framework in ("np", "numpy"):
         if str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        out = map_in_threads(lambda n: reader.get_numpy(n, verify=verify), stored, cost=numel)
+        out = map_in_threads(lambda n: reader.get_numpy(n, verify=verify), stored, cost=reader.numel)
     elif framework in ("pt", "torch"):
         dev, post = placement(device)
         if post is not None:
@@ -186,7 +184,7 @@ def _load(reader: CheckpointReader, names: list[str], device, framework: str, ve
                                crcs=crcs)
         else:
             out = map_in_threads(lambda n: _to_torch(reader.get_numpy(n, verify=verify),
-                                                     reader.entry(n)["dtype"]).to(dev), stored, cost=numel)
+                                                     reader.entry(n)["dtype"]).to(dev), stored, cost=reader.numel)
     else:
         raise InvalidInputError(f"framework must be 'pt' or 'np', got {framework!r}")
     return {n: out[target[n]] for n in names}

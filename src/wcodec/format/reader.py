@@ -11,6 +11,7 @@ bytes at once.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from pathlib import Path
@@ -82,6 +83,10 @@ class Reader:
     def entry(self, name: str) -> dict:
         """The header entry (dtype, shape, codec, params, sections, crc32, info) of a tensor."""
         return self._entry(name)
+
+    def numel(self, name: str) -> int:
+        """Number of elements of a tensor (the product of its header shape; 1 for a scalar)."""
+        return math.prod(self._entry(name)["shape"])
 
     def section_spans(self, name: str) -> dict[str, tuple[int, int]]:
         """{section: (file offset, size in bytes)} of a tensor's sections."""

@@ -253,7 +253,7 @@ class CheckpointReader:
 
     def __getattr__(self, attr):
         # per-tensor methods delegate to the shard holding the tensor
-        if attr in ("record", "entry", "span", "section_spans", "alias_of", "get_numpy", "verify"):
+        if attr in ("record", "entry", "numel", "span", "section_spans", "alias_of", "get_numpy", "verify"):
             return lambda name, *a, **k: getattr(self.reader(name), attr)(name, *a, **k)
         raise AttributeError(attr)
 

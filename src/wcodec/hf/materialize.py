@@ -19,7 +19,6 @@ that transformers placed with its ``device_map``). For each device, the tensors 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import torch
@@ -211,7 +210,7 @@ def _fuse(model, linears: dict, reader, meta: dict, dev, options) -> list[str]:
     # order a 7B model's load peaked 0.43 GB above its loaded size, largest first 0.15 GB
     # (H100, benchmarks/RESULTS.md).
     done = {}
-    for n in sorted(linears, key=lambda n: -math.prod(reader.entry(linears[n][1])["shape"])):
+    for n in sorted(linears, key=lambda n: -reader.numel(linears[n][1])):
         module, k = linears[n]
         if id(module) not in done:
             fw = _fixed_weight(reader, k, dev, meta[n][0], options.verify)
