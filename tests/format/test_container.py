@@ -22,6 +22,7 @@ def test_round_trip_layout_and_spans(mixed_file):
         for name, arr in tensors.items():
             out = r.get_numpy(name)
             assert out.shape == arr.shape and out.tobytes() == arr.tobytes(), name
+            assert r.numel(name) == arr.size, name
         assert r.alias_of("w.tied") == "w.f32" and r.alias_of("w.f32") is None
         assert np.array_equal(r.get_numpy("w.tied"), tensors["w.f32"])
         for name in tensors:
@@ -116,6 +117,7 @@ def test_sharded_round_trip_with_alias(tmp_path):
             for k, v in arrays.items():
                 assert np.array_equal(r.get_numpy(k), v)
             assert r.alias_of("head.w") == "layer0.w"
+            assert r.numel("head.w") == r.numel("layer1.w") == 64 * 64
 
 
 def test_single_shard_has_no_index(tmp_path):

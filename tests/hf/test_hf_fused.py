@@ -84,14 +84,12 @@ def test_fused_kernels_on_gpu_follow_the_bf16_logits(folders):
 
 def test_fused_weights_are_transcoded_largest_first(folders, monkeypatch):
     """So that each transcode's transient comes while little of the model is resident."""
-    import math
-
     from wcodec.hf import materialize
 
     sizes, real = [], materialize._fixed_weight
 
     def spy(reader, key, *args):
-        sizes.append(math.prod(reader.entry(key)["shape"]))
+        sizes.append(reader.numel(key))
         return real(reader, key, *args)
 
     monkeypatch.setattr(materialize, "_fixed_weight", spy)
