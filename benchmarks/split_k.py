@@ -39,8 +39,7 @@ def measure(N, K, ms, t0):
     for M in ms:
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ w.float().T
-        mma = M <= fx.MMA_MAX_M and fx._mma_ready(x)  # linear runs the Gluon mma kernel there
-        r = dict(N=N, K=K, M=M, auto=fx.split_k(M, N, K, x.device, mma=mma))
+        r = dict(N=N, K=K, M=M, auto=fx.split_k(M, N, K, x.device, mma=fx._runs_mma(x)))
         r["cublas"] = graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6
         for s in SPLITS:
             y = fx.linear(x, fw, kind="mm", split=s)

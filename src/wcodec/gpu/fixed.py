@@ -385,6 +385,11 @@ def _mma_ready(x: torch.Tensor) -> bool:
     return _MMA_OK[i]
 
 
+def _runs_mma(x2: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs the mma kernel for the tensor-core path of x2 [M, K]."""
+    return x2.shape[0] <= MMA_MAX_M and _mma_ready(x2)
+
+
 def _gluon_available() -> bool:
     try:
         import inspect
@@ -423,8 +428,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
     it fails to compile), decode + cuBLAS from LARGE_M rows (``kind`` forces one of KINDS);
-    elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when x's last dimension is not K, for an unknown ``kind`` or
-    a ``split`` outside [1, 64].
+    elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when
+    x's last dimension is not K, for an unknown ``kind`` or a ``split`` outside [1, 64].
 
     ``record``: a :class:`Recording` that receives a :class:`wcodec.gpu.replay.Launch` of each
     kernel launch with per-call tensors (x2, x2 as int64 words, bias or y, y, the split-K scratch
@@ -464,7 +469,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
-    elif not (M <= MMA_MAX_M and _mma_ready(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)):
+    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)):
         _linear_tiled(x2, fw, args, key, b, y, split, record)
     return y.reshape(*lead, fw.N)
 
