@@ -74,10 +74,9 @@ def child(args) -> None:
     for mode in args.modes.split(","):
         kind, batch = mode.split("_b")
         r = per_step(model, int(batch), kind == "compiled", args.short, args.long, args.reps)
+        got = r.pop("ids")
         if batch == "1":
-            ids[kind] = r.pop("ids")
-        else:
-            r.pop("ids")
+            ids[kind] = got
         res[mode] = r
     torch.save(ids, work / f"ab_ids_{args.child}.pt")
     print("RESULT " + json.dumps(res), flush=True)

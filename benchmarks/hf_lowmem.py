@@ -32,9 +32,9 @@ later row's compiled figures read low: keep_compressed fused at batch 16 read 0.
 (tok/s) here; per decode step it read 0.83-0.91x measured after bf16 in one process, 0.94-1.03x
 in fresh processes (the cause, state that earlier rows leave in the process, was not
 isolated). For speed ratios use ``benchmarks/hf_ab.py`` (fresh processes, alternating). Same
-tokens: equal to the bf16 eager generation. LoRA step: peft r=16 on q/k/v/o/gate/up/down, batch 4 x 512
-tokens, AdamW, median of 3 steps after one; peak = max_memory_allocated over the steps, model
-included.
+tokens: equal to the bf16 eager generation. LoRA step: peft r=16 on q/k/v/o/gate/up/down, batch
+4 x 512 tokens, AdamW, median of 3 steps after one; peak = max_memory_allocated over the steps,
+model included.
 """
 
 from __future__ import annotations
