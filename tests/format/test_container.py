@@ -156,3 +156,32 @@ def test_map_in_threads_starts_costliest_first_and_keeps_order():
     assert started == ["b", "d", "c", "a", "e"]  # largest first, ties in the caller's order
     started.clear()
     assert list(map_in_threads(fn, list(sizes), workers=1)) == list(sizes) and started == list(sizes)
+
+
+def test_map_in_threads_runs_on_workers_and_raises_the_first_error():
+    import threading
+
+    from wcodec.format.encode import map_in_threads
+
+    names = [f"t{i}" for i in range(40)]
+    seen, both = set(), threading.Barrier(2, timeout=10)
+
+    def fn(n):
+        seen.add(threading.get_ident())
+        if n in ("t0", "t1"):
+            both.wait()  # returns only when two threads run fn at once
+        return n
+
+    assert map_in_threads(fn, names, workers=2) == {n: n for n in names}
+    assert threading.get_ident() not in seen  # never the caller's thread (numba: see encode_into)
+    taken = []
+
+    def failing(n):
+        taken.append(n)
+        if n == "t3":
+            raise KeyError("bad tensor t3")
+        return n
+
+    with pytest.raises(KeyError, match="bad tensor t3"):
+        map_in_threads(failing, names, workers=1)
+    assert taken == names[:4]  # nothing is taken after the error
