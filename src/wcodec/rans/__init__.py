@@ -213,10 +213,10 @@ class RansPlane:
         ):
             if arr.dtype != dtype or arr.ndim != 1 or (size is not None and arr.size != size):
                 raise CorruptDataError(f"{where}: {name} must be {dtype.name}[{size}], got {arr.dtype}{list(arr.shape)}")
-        offs = self.offsets.astype(np.int64)
-        if offs[0] != 0 or offs[-1] != self.words.size:
+        offs = self.offsets
+        if offs[0] != 0 or int(offs[-1]) != self.words.size:
             raise CorruptDataError(f"{where}: word offsets do not span the {self.words.size} words")
-        per_chunk = np.diff(offs)
+        per_chunk = np.subtract(offs[1:], offs[:-1], dtype=np.int64)  # one call: astype + diff cost 3 us
         # one min and one max: the same checks as any(< 0) and any(> chunk_size)
         if per_chunk.size and (per_chunk.min() < 0 or per_chunk.max() > self.chunk_size):
             raise CorruptDataError(f"{where}: word offsets are not monotone or exceed a chunk")
