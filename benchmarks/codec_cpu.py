@@ -161,7 +161,7 @@ def paired(arrays, dtype, threads, ctx, repeat):
     return [b if b < float("inf") else float("nan") for b in best]
 
 
-def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3) -> None:
+def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3, dtypes=("BF16", "F32")) -> None:
     """Encode/decode GB/s of wcodec (and ZipNN, same tensors, same thread count) per thread count."""
     import contextlib
     import numba
@@ -174,7 +174,7 @@ def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3) -> No
     print("\n| model | dtype | threads | path | wcodec enc | wcodec dec | ZipNN enc | ZipNN dec | enc x ZipNN | dec x ZipNN |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for model, tensors in models.items():
-        for dtype in ("BF16", "F32"):
+        for dtype in dtypes:
             arrays = [to_bf16_bits(t) if dtype == "BF16" else t for t in tensors.values()]
             raw = sum(a.nbytes for a in arrays)
             for t in counts:
@@ -222,7 +222,13 @@ def main(argv=None) -> int:
                     help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
     ap.add_argument("--safetensors", type=Path, action="append", default=[],
                     help="add the float32 tensors of this file (repeatable)")
+    ap.add_argument("--dtypes", default="BF16,F32",
+                    help="BF16, F32 or both (default): e.g. BF16 alone for float32 files that hold "
+                         "bf16-rounded values (a bf16 checkpoint widened to fit a carry)")
     args = ap.parse_args(argv)
+    dtypes = tuple(d.strip().upper() for d in args.dtypes.split(","))
+    if not dtypes or not set(dtypes) <= {"BF16", "F32"}:
+        ap.error(f"--dtypes takes BF16, F32 or both, got {args.dtypes!r}")
     global clock
     clock = CLOCK[args.clock]
     models = load_models(args.shared, args.minilm)
@@ -249,14 +255,14 @@ def main(argv=None) -> int:
               else sorted({1, *(2 ** k for k in range(1, 5) if 2 ** k <= cores), cores}))
     print(f"kernels: {native.path()}, default threads {native.threads()}, cores usable {cores}, "
           f"clock {args.clock}, load average {os.getloadavg()[0]:.1f}")
-    scaling(models, counts, args.with_numba, args.repeat)
+    scaling(models, counts, args.with_numba, args.repeat, dtypes)
     if args.scaling_only:
         return 0
     rows, classes = [], {}
     for model, tensors in models.items():
         names = list(tensors)
         n = sum(tensors[k].size for k in names)
-        for dtype in ("BF16", "F32"):
+        for dtype in dtypes:
             arrays = [to_bf16_bits(tensors[k]) if dtype == "BF16" else tensors[k] for k in names]
             raw = sum(a.nbytes for a in arrays)
             recs, te, td = bench_wcodec(arrays, dtype)
