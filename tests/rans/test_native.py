@@ -3,6 +3,7 @@ corruption reports, on every instruction set this CPU runs (scalar, AVX2, AVX-51
 
 import contextlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -65,6 +66,23 @@ def test_extension_is_built_where_a_compiler_is():
         pytest.skip(f"no C compiler ({cc}): the numba path is the expected one")
     assert native.available(), "a C compiler is present but wcodec._cext is not built"
     assert native.path().startswith("native-")
+
+
+def test_lookup_choice_per_isa_and_restored():
+    """AVX2 looks tables up by scalar loads on every CPU, AVX-512 by gathers except on AMD (both
+    measured, see lut16); set_soft_gather sets both or an (avx2, avx512) pair, returns the old pair."""
+    if ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    before = ext.set_soft_gather(True)
+    try:
+        if platform.machine() in ("x86_64", "AMD64") and "avx2" in ext.supported_isas():  # SIMD built
+            amd = "AuthenticAMD" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else None
+            assert before[0] is True and (amd is None or before[1] is amd)
+        assert ext.set_soft_gather((False, True)) == (True, True)
+        assert ext.set_soft_gather(False) == (False, True)
+    finally:
+        ext.set_soft_gather(before)
+    assert ext.set_soft_gather(before) == before
 
 
 @pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 40_000])

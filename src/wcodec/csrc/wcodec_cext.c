@@ -48,7 +48,7 @@ enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 static int g_isa_max = ISA_SCALAR; /* what the CPU supports */
 static int g_isa = ISA_SCALAR;     /* what runs (tests lower it) */
 static const char *ISA_NAMES[] = {"scalar", "avx2", "avx512"};
-static int g_soft_gather = 0;      /* SIMD table lookups by scalar loads (see lut16) */
+static int g_soft_gather[2];       /* table lookups by scalar loads (see lut16): [0] AVX2, [1] AVX-512 */
 
 /* ------------------------------------------------------------------------------------------ */
 /* threads                                                                                    */
@@ -268,7 +268,10 @@ static int decode_chunk_scalar(const plane_t *p, int64_t c, uint8_t *out) {
 #ifdef WC_X86
 /* Table lookups of 8/16 lanes. On AMD Zen the gather instructions are slow (measured on Zen 5:
  * decode 0.60 ns/symbol with vpgatherdd, 0.31 with scalar loads), so there the lanes are looked up
- * one by one; elsewhere with the gather instruction. The scalar loads' indices leave the vector
+ * one by one. On the device tool's Intel Xeon the 8-lane (AVX2) gather lost too (MiniLM BF16
+ * decode 0.84 GB/s against 1.24 with scalar loads, one thread) while the 16-lane (AVX-512) one
+ * tied (1.72 / 1.70), so AVX2 looks up by scalar loads on every CPU and AVX-512 by gathers except
+ * on AMD (benchmarks/RESULTS.md, issue 15, 2026-11-23). The scalar loads' indices leave the vector
  * two per 64-bit word and the entries are inserted straight into lanes: through the stack (one
  * wide load of narrow stores, which is not store-forwarded) measured 0.37 ns/symbol. */
 __attribute__((target("sse4.1"), always_inline))
@@ -377,7 +380,7 @@ static inline void load_words_clamped(uint16_t *dst, const uint16_t *words, int6
 
 __attribute__((target("avx2,popcnt")))
 static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[0];
     const int pb = p->prob_bits;
     const uint32_t *lut = p->lookup + ((c / p->chunks_per_table) << pb);
     int64_t start = c * p->chunk_size;
@@ -407,7 +410,7 @@ static int decode_chunk_avx2(const plane_t *p, int64_t c, uint8_t *out) {
  * embedding 0.625 -> 0.443 ns/symbol against one chunk at a time (Zen 5, scalar-load lookups). */
 __attribute__((target("avx2,popcnt")))
 static void decode_pair_avx2(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[0];
     const int pb = p->prob_bits;
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
@@ -470,7 +473,7 @@ static void decode_pair_avx2(const plane_t *p, int64_t c, uint8_t *outa, uint8_t
 
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static int decode_chunk_avx512(const plane_t *p, int64_t c, uint8_t *out) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[1];
     const int pb = p->prob_bits;
     const uint32_t *lut = p->lookup + ((c / p->chunks_per_table) << pb);
     int64_t start = c * p->chunk_size;
@@ -500,7 +503,7 @@ static int decode_chunk_avx512(const plane_t *p, int64_t c, uint8_t *out) {
  * multiply latencies that bound one chunk's two chains. Statuses to st[0], st[1]. */
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static void decode_pair_avx512(const plane_t *p, int64_t c, uint8_t *outa, uint8_t *outb, int *st) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[1];
     const int pb = p->prob_bits;
     const uint16_t *words = p->words;
     const int64_t wlen = p->words_len;
@@ -807,7 +810,7 @@ static void merge_simd_tables(int R, int k, uint8_t *ctl, uint32_t *shv) {
 __attribute__((target("avx2,bmi2")))
 static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
                                  const uint8_t *low0, int64_t a, int64_t b) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[0];
     const int R = ctx->tail_bits;
     if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[32];
@@ -856,7 +859,7 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const
 __attribute__((target("avx512f,avx512bw")))
 static uint64_t merge_range_avx512(const merge_ctx *ctx, const uint8_t *sym, const uint8_t *low1,
                                    const uint8_t *low0, int64_t a, int64_t b) {
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[1];
     const int R = ctx->tail_bits;
     if (R > 8) return merge_range(ctx, sym, low1, low0, a, b);
     uint8_t ctl[64];
@@ -1856,7 +1859,7 @@ static inline uint16_t *enc_partial(const enc_sym *tab, const uint8_t *sym, int6
 __attribute__((target("avx2,popcnt")))
 static void enc_task_avx2(void *vctx, int64_t c) {
     enc_ctx *ctx = vctx;
-    const int soft = g_soft_gather;
+    const int soft = g_soft_gather[0];
     const int64_t tab_i = (c / ctx->chunks_per_table) * 256;
     const enc_sym *tab = ctx->tab + tab_i;
     const uint32_t *packed = ctx->packed + tab_i;
@@ -2242,12 +2245,23 @@ static PyObject *py_set_threads(PyObject *self, PyObject *args) {
 
 static PyObject *py_threads(PyObject *self, PyObject *args) { return PyLong_FromLong(g_threads_default); }
 
+/* set_soft_gather(on): scalar-load lookups (True) or gathers (False) for AVX2 and AVX-512 alike,
+ * or per ISA from an (avx2, avx512) pair; returns the previous (avx2, avx512) pair */
 static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    int old = g_soft_gather;
-    g_soft_gather = on;
-    return PyBool_FromLong(old);
+    PyObject *o;
+    int on[2];
+    if (!PyArg_ParseTuple(args, "O", &o)) return NULL;
+    if (PyTuple_Check(o)) {
+        if (!PyArg_ParseTuple(o, "pp", &on[0], &on[1])) return NULL;
+    } else {
+        int t = PyObject_IsTrue(o);
+        if (t < 0) return NULL;
+        on[0] = on[1] = t;
+    }
+    PyObject *old = Py_BuildValue("(OO)", g_soft_gather[0] ? Py_True : Py_False, g_soft_gather[1] ? Py_True : Py_False);
+    g_soft_gather[0] = on[0];
+    g_soft_gather[1] = on[1];
+    return old;
 }
 
 /* int8 intra prediction (predict.c) runs its tiles on these threads */
@@ -2272,7 +2286,7 @@ static PyMethodDef methods[] = {
     {"supported_isas", py_supported_isas, METH_NOARGS, "instruction sets this CPU runs"},
     {"set_threads", py_set_threads, METH_VARARGS, "default threads per call (and the process budget)"},
     {"threads", py_threads, METH_NOARGS, "default threads per call"},
-    {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (1) or gathers (0)"},
+    {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (True) or gathers (False), or an (avx2, avx512) pair; returns the old pair"},
     WC_PREDICT_METHODS
     {NULL, NULL, 0, NULL},
 };
@@ -2285,7 +2299,8 @@ PyMODINIT_FUNC PyInit__cext(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) g_isa_max = ISA_AVX2;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) g_isa_max = ISA_AVX512;
-    g_soft_gather = __builtin_cpu_is("amd");
+    g_soft_gather[0] = 1;
+    g_soft_gather[1] = __builtin_cpu_is("amd");
     init_perm8();
 #endif
     g_isa = g_isa_max;
