@@ -9,7 +9,8 @@
 #     bash tools/device_cpu_bench.sh devtmp
 #
 # Runs: MiniLM BF16 on 2 cores of the host (taskset), then MiniLM BF16 and 1 GiB of synthetic
-# 4096x4096 layers (BF16 and F32) on 1-16 threads. Logs and tables under $OUT.
+# 4096x4096 layers (BF16 and F32) on 1-16 threads, then gathers against scalar loads
+# (benchmarks/cpu_lookups.py). Logs and tables under $OUT.
 set -uo pipefail
 carry=${1:-devtmp}
 out=${OUT:-/tmp/wcodec_cpu_bench}
@@ -32,7 +33,9 @@ python benchmarks/codec_cpu.py "${minilm[@]}" --threads 1,2,4,8,16 --repeat 7 >"
 python benchmarks/codec_cpu.py --shared /nonexistent --quick --scaling-only --synthetic 1 \
     --threads 1,2,4,8,16 --repeat 3 >"$out/synthetic_16.md" 2>&1
 
-for f in minilm_2cores minilm_16 synthetic_16; do
+python benchmarks/cpu_lookups.py --safetensors /tmp/all-MiniLM-L6-v2.safetensors >"$out/lookups.md" 2>&1
+
+for f in minilm_2cores minilm_16 synthetic_16 lookups; do
     echo "== $f"
     grep -E "^(kernels|\| )" "$out/$f.md" | grep -v "^|---" || tail -5 "$out/$f.md"
 done
