@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -62,10 +61,9 @@ def main(argv=None) -> int:
                     best = {}
                     for soft in (False, True, False, True):  # alternated: a drifting machine hits both
                         ext.set_soft_gather(soft)
-                        for _ in range(args.rounds):
-                            t = time.perf_counter()
-                            cc.pool_map(decode_tensor, recs, nt, cost=lambda r: r.numel)
-                            best[soft] = min(best.get(soft, float("inf")), time.perf_counter() - t)
+                        _, t = cc.timed(lambda: cc.pool_map(decode_tensor, recs, nt, cost=lambda r: r.numel),
+                                        args.rounds)
+                        best[soft] = min(best.get(soft, float("inf")), t)
                     rows.append((name, isa, nt, raw / best[False] / 1e9, raw / best[True] / 1e9))
     finally:
         ext.set_isa(isa0)
