@@ -39,8 +39,8 @@ from wcodec.gpu.fixed_mma import configs, fixed_mma_kernel
 ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
-cfg = configs()[0]
-consts = {**cfg.kwargs, "EB": 32, "HAS_BIAS": True}
+cfg = configs(int(sys.argv[2]))[0]
+consts = {"XPF": True, **cfg.kwargs, "EB": 32, "HAS_BIAS": True}
 src = GluonASTSource(fixed_mma_kernel, signature={**ptrs, **ints, **dict.fromkeys(consts, "constexpr")},
                      constexprs=consts)
 k = triton.compile(src, target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": cfg.num_warps})
@@ -51,13 +51,13 @@ print("RESULT " + json.dumps({"shared": k.metadata.shared, "mma": ptx.count("mma
 
 
 @gluon
-@pytest.mark.parametrize("capability", [80, 90])
-def test_compiles_without_shared_memory(capability):
+@pytest.mark.parametrize("capability,rows", [(80, 16), (90, 16), (90, 64)])
+def test_compiles_without_shared_memory(capability, rows):
     if not hasattr(importlib.import_module("triton.experimental.gluon._runtime"), "GluonASTSource"):
         pytest.skip(f"triton {triton.__version__} has no ahead-of-time Gluon compile entry point")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability)], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability), str(rows)], env=env, capture_output=True,
                          text=True, timeout=600)
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert run.returncode == 0 and line, run.stderr[-3000:]
@@ -80,7 +80,8 @@ def rel(a, b):
 @gpu
 @gluon
 @pytest.mark.parametrize("N,K,M", [(96, 64, 3), (1000, 4104, 16), (777, 520, 5), (64, 4096, 16), (33, 70, 9),
-                                   (4096, 1024, 16)])
+                                   (4096, 1024, 16), (1000, 4104, 40), (777, 520, 17), (96, 64, 33),
+                                   (300, 1032, 100), (4096, 1024, 128), (520, 2048, 256), (130, 264, 250)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     w = weight(N, K, seed=N + K + M)
@@ -92,7 +93,7 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     ref = x.float() @ w.float().T + (b.float() if bias else 0)
     assert fx.pick_kind(M, x) == "mm"
     y = fx.linear(x, fw, b)
-    assert any(k[0] == "mma" for k in fx._BEST), "the mma kernel did not run"
+    assert any(k[0] == fx._mma_kind(M) for k in fx._BEST), "the mma kernel did not run"
     assert y.dtype == torch.bfloat16 and y.shape == (M, N)
     assert rel(y, ref) < 5e-3
     for split in (1, 2, 3, 8):

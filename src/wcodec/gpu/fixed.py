@@ -25,11 +25,15 @@ from ..errors import UnsupportedError
 #: decoded once into a scratch and multiplied by cuBLAS (there a fused GEMM re-decodes every W
 #: tile once per M-block: 4-6x slower than cuBLAS, measured; decode + cuBLAS 1.07-1.2x)
 GEMV_MAX_M = 4
-LARGE_M = 256
+LARGE_M = 512
 #: with the mma kernel (fixed_mma, M <= MMA_MAX_M, bf16 x): CUDA-core FMAs up to this M only
 #: (H100, M = 2: the GEMV 6-18 % faster on 5 of 7 Llama shapes; M = 4: the mma kernel 4-25 % on 7 of 7)
 MMA_GEMV_MAX_M = 2
-MMA_MAX_M = 16
+#: bf16 x of MMA_GEMV_MAX_M < M <= MMA_MAX_M rows runs the mma kernel (before LARGE_M's rule):
+#: it decodes each W tile once per MMA_BLOCK_ROWS[-1] rows of x
+MMA_MAX_M = 32
+#: the row-block heights of x the mma kernel is built for (see _mma_rows)
+MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
 MMA_ENABLED = os.environ.get("WCODEC_MMA", "1") != "0"
 KINDS = ("gemv", "mm", "decode")
@@ -224,14 +228,17 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
     if not _use_triton(fw.lo) or fw.N * fw.K == 0:
         return _decode_host(fw)
-    from .fixed_kernels import fixed_decode_kernel
+    from .fixed_kernels import fixed_decode_kernel, fixed_escape_patch_kernel
     G = fw.kpad // 8
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
-    BN, BI = 16, 32
+    # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
+    BN, BI = (16, 64) if not _interpreting() else (16, 32)
     fixed_decode_kernel[(_cdiv(fw.N, BN), _cdiv(G, BI))](fw.lo, fw.nib, out, fw.N, G, fw.base,
                                                           BN=BN, BI=BI, num_warps=4)
-    if fw.ecol.numel():
-        out.view(torch.int16)[fw.erow, fw.ecol.to(torch.int64)] = fw.eval.to(torch.int16)
+    E = fw.ecol.numel()
+    if E:  # one launch, no index tensors built per call
+        fixed_escape_patch_kernel[(_cdiv(E, 1024),)](fw.erow, fw.ecol, fw.eval, out.view(torch.int16), E, fw.kpad,
+                                                     BLOCK=1024, num_warps=4)
     return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
 
 
@@ -285,10 +292,15 @@ def _configs(kind: str) -> list:
                 C(4, 4, BM=16, BN=64, BI=8), C(4, 3, BM=16, BN=16, BI=32), C(4, 4, BM=16, BN=16, BI=64)]
     if kind == "mm_mid":
         return [C(4, 3, BM=64, BN=64, BI=16), C(4, 3, BM=64, BN=128, BI=8), C(8, 3, BM=64, BN=128, BI=16),
-                C(4, 4, BM=64, BN=64, BI=8), C(8, 3, BM=128, BN=64, BI=16)]
+                C(4, 4, BM=64, BN=64, BI=8), C(8, 3, BM=128, BN=64, BI=16),
+                C(4, 3, BM=32, BN=64, BI=16, SWAP=1), C(4, 3, BM=64, BN=64, BI=16, SWAP=1),
+                C(8, 3, BM=64, BN=128, BI=8, SWAP=1), C(4, 4, BM=128, BN=64, BI=8, SWAP=1),
+                C(8, 3, BM=128, BN=128, BI=8, SWAP=1)]
     if kind == "mm_large":
         return [C(8, 3, BM=128, BN=128, BI=8), C(8, 4, BM=128, BN=128, BI=8), C(8, 3, BM=128, BN=256, BI=8),
-                C(8, 3, BM=128, BN=128, BI=16), C(8, 3, BM=256, BN=128, BI=8), C(4, 4, BM=64, BN=128, BI=8)]
+                C(8, 3, BM=128, BN=128, BI=16), C(8, 3, BM=256, BN=128, BI=8), C(4, 4, BM=64, BN=128, BI=8),
+                C(8, 3, BM=128, BN=128, BI=8, SWAP=1), C(8, 3, BM=256, BN=128, BI=8, SWAP=1),
+                C(4, 3, BM=128, BN=64, BI=8, SWAP=1), C(8, 4, BM=64, BN=128, BI=16, SWAP=1)]
     return [C(8, 3, BM=128, BN=64, BI=16), C(8, 3, BM=128, BN=32, BI=16), C(4, 3, BM=64, BN=64, BI=16),
             C(8, 4, BM=128, BN=64, BI=8), C(8, 3, BM=128, BN=128, BI=8), C(4, 3, BM=64, BN=32, BI=32)]
 
@@ -302,17 +314,18 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
-    if kind == "mma":  # never interpreted (see _mma_ready)
+    if kind.startswith("mma"):  # "mma16" .. "mma128", by row block; never interpreted (see _mma_ready)
         from . import fixed_mma
         if kind not in _TUNED:
             import triton
-            _TUNED[kind] = triton.autotune(configs=fixed_mma.configs(), key=["N", "K", "MB", "SPLIT"],
+            _TUNED[kind] = triton.autotune(configs=fixed_mma.configs(int(kind[3:])), key=["N", "K", "MB", "SPLIT"],
                                            cache_results=True)(fixed_mma.fixed_mma_kernel)
         return _TUNED[kind], {}
     from . import fixed_kernels as fk
     base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
     if _interpreting():
-        return base, {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2)}.get(kind, dict(BM=16, BN=16, BI=2))
+        small = {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2), "mm_small": dict(BM=16, BN=16, BI=2)}
+        return base, small.get(kind, dict(BM=16, BN=16, BI=2, SWAP=1))  # above 16 rows: the swapped dot
     if kind not in _TUNED:
         import triton
         _TUNED[kind] = triton.autotune(configs=_configs(kind), key=["N", "K", "MB", "SPLIT"], cache_results=True)(base)
@@ -390,6 +403,17 @@ def _runs_mma(x2: torch.Tensor) -> bool:
     return x2.shape[0] <= MMA_MAX_M and _mma_ready(x2)
 
 
+def _mma_rows(m: int) -> int:
+    """The mma kernel's row block for m rows of x: the smallest of MMA_BLOCK_ROWS holding them,
+    else the tallest (its W tiles are then decoded once per block)."""
+    return next((b for b in MMA_BLOCK_ROWS if m <= b), MMA_BLOCK_ROWS[-1])
+
+
+def _mma_kind(m: int) -> str:
+    """The mma kernel's autotuned kind for m rows of x (its configs: fixed_mma.configs)."""
+    return f"mma{_mma_rows(m)}"
+
+
 def _gluon_available() -> bool:
     try:
         import inspect
@@ -412,10 +436,12 @@ def _mma_failed(err: Exception) -> None:
 
 def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
     """The kernel :func:`linear` runs for M activation rows of ``x`` (see GEMV_MAX_M,
-    MMA_GEMV_MAX_M, LARGE_M); without x, as for activations that cannot take the mma kernel."""
-    if M <= (MMA_GEMV_MAX_M if x is not None and _mma_ready(x) else GEMV_MAX_M):
+    MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M); without x, as for activations that cannot take the mma
+    kernel. This is the one place that routes by M."""
+    mma = x is not None and _mma_ready(x)
+    if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
-    return "mm" if M < LARGE_M else "decode"
+    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) else "decode"
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
@@ -492,15 +518,18 @@ def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, recor
     """y = x2 @ W.T (+ bias) by the Gluon mma kernel and, for split > 1, the split-K sum; False
     (nothing launched) when the kernel fails at its first launch (see _mma_failed)."""
     M = x2.shape[0]
+    kind = _mma_kind(M)
     split = split_k(M, fw.N, fw.K, x2.device, mma=True) if split is None else split
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
-    grid = lambda meta: (_cdiv(fw.N, meta["BN"]), split)  # noqa: E731
+    grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
+    mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
+    key = key[:2] + (mb,) + key[3:] + (split,)
     try:
-        _launch("mma", grid, key + (split,), x2, *args[:5], fw.erow, b, y, ws, *args[7:], split, EB=32,
+        _launch(kind, grid, key, x2, *args[:5], fw.erow, b, y, ws, *args[7:-1], mb, split, EB=32,
                 HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
     except Exception as err:
-        if ("mma", key + (split,)) in _BEST:
+        if (kind, key) in _BEST:
             raise  # it ran before: not a compile failure
         _mma_failed(err)
         return False
@@ -542,7 +571,7 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
     --sweep at M = 16 (benchmarks/RESULTS.md)."""
     sms = _sm_count(device)
     if mma:
-        tiles, programs, cols = _cdiv(N, 64), 3 * sms // 2, MMA_MIN_SPLIT_COLS
+        tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, _mma_rows(M)), 3 * sms // 2, MMA_MIN_SPLIT_COLS
     else:
         bm, bn = (16, 32) if M <= 16 else (64, 64)  # the tiles the autotuner mostly picks
         tiles, programs, cols = _cdiv(M, bm) * _cdiv(N, bn), 2 * sms, MIN_SPLIT_COLS

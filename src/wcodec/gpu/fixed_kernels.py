@@ -203,13 +203,17 @@ def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_
 def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB,
                     BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
-                    GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr):
+                    GROUP_M: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr,
+                    SWAP: tl.constexpr = 0):
     """y[M, N] = x[M, K] @ W.T (+ bias) on the tensor cores: tiles of BM x BN; per K-step the
     W tile [BN, 8*BI] is decoded in registers in natural column order and fed to one tl.dot.
     DOT 0: bf16 operands, 1: fp32 (tf32) for other activation dtypes. MB: autotuning key only.
     SPLIT > 1 (split-K, for few output tiles: more programs in flight): program axis 1 takes
     one of SPLIT slices of the groups and writes its fp32 partial sum to ws[slice, M, N] (the
-    escapes in slice 0); ``splitk_reduce_kernel`` then adds the slices in order and the bias."""
+    escapes in slice 0); ``splitk_reduce_kernel`` then adds the slices in order and the bias.
+    SWAP: multiply W tile @ x tile.T into a [BN, BM] accumulator (W's rows are the instruction's
+    M: Hopper's wgmma takes 64 of them a warpgroup, and the decoded tile may stay in registers as
+    its A operand; few x rows need no padding to 64), transposed once at the end."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     num_m = tl.cdiv(M, BM)
@@ -224,17 +228,29 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
     om = pid_m * BM + tl.arange(0, BM)
     xm = om[:, None] < M
     xrow = x_ptr + om[:, None].to(tl.int64) * stride_xm
-    acc = tl.zeros((BM, BN), tl.float32)
     g_len = tl.cdiv(tl.cdiv(G, SPLIT), BI) * BI
     g_lo = split * g_len
-    for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
-        wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
-        cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
-        xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
-        if DOT == 0:
-            acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
-        else:
-            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+    if SWAP:
+        acc_t = tl.zeros((BN, BM), tl.float32)
+        for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
+            wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
+            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+            if DOT == 0:
+                acc_t = tl.dot(wt, tl.trans(xt.to(tl.bfloat16)), acc_t)
+            else:
+                acc_t = tl.dot(wt.to(tl.float32), tl.trans(xt.to(tl.float32)), acc_t)
+        acc = tl.trans(acc_t)
+    else:
+        acc = tl.zeros((BM, BN), tl.float32)
+        for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
+            wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
+            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+            if DOT == 0:
+                acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
+            else:
+                acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
     if SPLIT == 1:
         acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
         _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
@@ -293,6 +309,18 @@ def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, BN: tl.constexpr, 
     wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
     cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
     tl.store(out_ptr + rows.to(tl.int64) * (8 * G) + cols, wt, mask=(rows < N) & (cols < 8 * G))
+
+
+@triton.jit
+def fixed_escape_patch_kernel(erow_ptr, ecol_ptr, eval_ptr, out_ptr, E, stride, BLOCK: tl.constexpr):
+    """out[erow[e], ecol[e]] = eval[e] (bf16 bits) for the E escapes: the values
+    ``fixed_decode_kernel`` left as placeholders; out viewed as int16."""
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = e < E
+    r = tl.load(erow_ptr + e, mask=m, other=0)
+    c = tl.load(ecol_ptr + e, mask=m, other=0).to(tl.int64)
+    v = tl.load(eval_ptr + e, mask=m, other=0)
+    tl.store(out_ptr + r * stride + c, v.to(tl.int16), mask=m)
 
 
 @triton.jit

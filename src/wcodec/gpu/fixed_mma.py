@@ -57,7 +57,7 @@ def _escape_meta(ecol_ptr, eval_ptr, erow_ptr, e0, e_end, aL: gl.constexpr, bL: 
 
 @gluon.jit
 def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split, SPLIT,
-             aL: gl.constexpr, bL: gl.constexpr, BN: gl.constexpr, EB: gl.constexpr):
+             aL: gl.constexpr, bL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, EB: gl.constexpr):
     """acc[m, n] += x[m, col] * value - x[m, col] * placeholder over the escapes of rows
     n0..n0+BN-1, blocks of EB escapes dealt round-robin to the SPLIT K slices (each adds its
     share to its partial sum). Software-pipelined by hand, two blocks deep (Gluon does not
@@ -67,7 +67,7 @@ def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n
     e_end = gl.load(eptr_ptr + gl.minimum(n0 + BN, N))
     e_first = gl.load(eptr_ptr + n0) + split * EB
     step = EB * SPLIT
-    xm = gl.arange(0, 16, layout=gl.SliceLayout(1, aL))[:, None]
+    xm = gl.arange(0, BM, layout=gl.SliceLayout(1, aL))[:, None]
     xrow = x_ptr + xm.to(gl.int64) * stride_xm
     xmask = xm < M
     on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, bL))[None, :]
@@ -90,55 +90,84 @@ def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n
 
 
 @gluon.jit
-def _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi, xrow, xk, xmask, K):
-    """The nibble and low-byte words of groups g0 + gi (those < g_hi) and x's columns for them."""
+def _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi):
+    """The nibble and low-byte words of groups g0 + gi (those < g_hi)."""
     g = g0 + gi
     m = rmask & (g < g_hi)
+    return gl.load(nib_ptr + roff + g, mask=m, other=0), gl.load(lo_ptr + roff + g, mask=m, other=0)
+
+
+@gluon.jit
+def _x_loads(xrow, xk, xmask, g0, K):
+    """x's columns of groups g0 .. g0 + BG - 1."""
     cols = 8 * g0 + xk
-    return (gl.load(nib_ptr + roff + g, mask=m, other=0), gl.load(lo_ptr + roff + g, mask=m, other=0),
-            gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0))
+    return gl.load(xrow + cols, mask=xmask & (cols < K), other=0.0)
+
+
+@gluon.jit
+def _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi, xrow, xk, xmask, K):
+    """The nibble and low-byte words of groups g0 + gi (those < g_hi) and x's columns for them."""
+    nw, lo = _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi)
+    return nw, lo, _x_loads(xrow, xk, xmask, g0, K)
 
 
 @gluon.jit
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
-                     BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """y[M, N] = x[M, K] @ W.T (+ bias), M <= 16, x bf16; program (n tile, K slice). SPLIT > 1:
-    slice s writes its fp32 partial sum to ws[s, M, N] (its share of the escapes included) for
-    ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added). MB: autotuning key only."""
+                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr,
+                     HAS_BIAS: gl.constexpr, XPF: gl.constexpr = True):
+    """y[M, N] = x[M, K] @ W.T (+ bias), x bf16; program (m block + n tile, K slice): axis 0 walks
+    the cdiv(M, BM) row blocks of x fastest, so the programs that decode one W tile run together
+    (its second read comes from L2). Each W tile is decoded once per program and multiplied into
+    all BM rows: the mma layout repeats the 16-row instruction BM / 16 times over the B registers
+    it already holds. SPLIT > 1: slice s writes its fp32 partial sum to ws[s, M, N] (its share of
+    the escapes included) for ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added).
+    XPF: prefetch x's next tile with W's words (False: load it in the step that uses it, which
+    holds one [BM, 8*BG] tile of x in every warp's registers instead of two). MB: autotuning key
+    only."""
     NW: gl.constexpr = gl.num_warps()
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
     aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
     bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
     # groups [BG, BN]: lanes 0-1 walk 4 groups, lanes 2-4 8 rows, warps the row blocks: bL / 8 in k
     gL: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
-    n0 = gl.program_id(0) * BN
+    pid = gl.program_id(0)
     split = gl.program_id(1)
+    n_mb = gl.cdiv(M, BM)
+    m0 = (pid % n_mb) * BM
+    n0 = (pid // n_mb) * BN
+    x_ptr = x_ptr + m0.to(gl.int64) * stride_xm
+    m_left = M - m0
     gi = gl.arange(0, BG, layout=gl.SliceLayout(1, gL))[:, None]
     rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, gL))[None, :]
     roff = rows.to(gl.int64) * G
     rmask = rows < N
-    xm = gl.arange(0, 16, layout=gl.SliceLayout(1, aL))[:, None]
+    xm = gl.arange(0, BM, layout=gl.SliceLayout(1, aL))[:, None]
     xk = gl.arange(0, 8 * BG, layout=gl.SliceLayout(0, aL))[None, :]
     xrow = x_ptr + xm.to(gl.int64) * stride_xm
-    xmask = xm < M
+    xmask = xm < m_left
     base4 = (base * 0x01010101).to(gl.uint32)
-    acc = gl.zeros([16, BN], gl.float32, mma)
+    acc = gl.zeros([BM, BN], gl.float32, mma)
     g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG
     g_lo = split * g_len
     g_hi = gl.minimum(G, g_lo + g_len)
     nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
     for g0 in range(g_lo, g_hi, BG):
         # the next step's words first: their latency hides behind this step's decode
-        nw_next, lo_next, xt_next = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi, xrow, xk,
-                                                xmask, K)
+        if XPF:
+            nw_next, lo_next, xt_next = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi, xrow, xk,
+                                                    xmask, K)
+        else:
+            nw_next, lo_next = _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi)
+            xt = _x_loads(xrow, xk, xmask, g0, K)
         acc = mma_v2(xt, _w_tile(nw, lo, base4, bL, BG, BN), acc)
         nw = nw_next
         lo = lo_next
-        xt = xt_next
-    acc = _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split, SPLIT,
-                   aL, bL, BN, EB)
-    om = gl.arange(0, 16, layout=gl.SliceLayout(1, mma))[:, None]
+        if XPF:
+            xt = xt_next
+    acc = _escapes(acc, x_ptr, stride_xm, m_left, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split,
+                   SPLIT, aL, bL, BM, BN, EB)
+    om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))[:, None]
     on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))[None, :]
     ym = (om < M) & (on < N)
     if SPLIT == 1:
@@ -149,12 +178,22 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
         gl.store(ws_ptr + (split.to(gl.int64) * M + om) * N + on, acc, mask=ym)
 
 
-def configs() -> list:
-    """Autotuning configs: BN rows x 8*BG columns per K step, 4 warps. On the H100 at M = 16 one of
-    these was the fastest tile on each of 8 Llama shapes; 128 x 128 with 8 warps and 64 x 64
-    never were (benchmarks/RESULTS.md)."""
-    C = lambda **kw: triton.Config(kw, num_warps=4, num_stages=1)  # noqa: E731
-    return [C(BN=64, BG=16), C(BN=64, BG=32), C(BN=32, BG=16), C(BN=32, BG=32)]
+def configs(bm: int = 16) -> list:
+    """Autotuning configs for up to ``bm`` rows of x (16, 32, 64, 128): BM rows of x x BN rows of W
+    x 8*BG columns per K step (a block of BM < bm rows decodes each W tile once per block). On the
+    H100 at M = 16 one of the 16-row ones was the fastest tile on each of 8 Llama shapes; 128 x 128
+    with 8 warps and 64 x 64 never were (benchmarks/RESULTS.md). Taller blocks take shorter K
+    steps: every warp holds x's [BM, 8*BG] tile in registers (twice with XPF; ptxas for sm_90:
+    BM = 64 with BG = 8 and BM = 128 with XPF spill)."""
+    C = lambda nw=4, **kw: triton.Config(kw, num_warps=nw, num_stages=1)  # noqa: E731
+    if bm == 16:
+        return [C(BM=16, BN=64, BG=16), C(BM=16, BN=64, BG=32), C(BM=16, BN=32, BG=16), C(BM=16, BN=32, BG=32)]
+    if bm == 32:
+        return [C(BM=32, BN=64, BG=8), C(BM=32, BN=64, BG=16), C(8, BM=32, BN=128, BG=8)]
+    if bm == 64:
+        return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=32, BN=64, BG=8), C(BM=64, BN=64, BG=8, XPF=False)]
+    return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=128, BN=64, BG=4, XPF=False),
+            C(8, BM=128, BN=128, BG=4, XPF=False)]
 
 
 __all__ = ["fixed_mma_kernel", "configs"]
