@@ -40,7 +40,7 @@ ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(int(sys.argv[2]))[0]
-consts = {"XPF": True, **cfg.kwargs, "EB": 32, "HAS_BIAS": True}
+consts = {"XPF": True, "ESC_FMA": sys.argv[3] == "1", **cfg.kwargs, "EB": 32, "HAS_BIAS": True}
 src = GluonASTSource(fixed_mma_kernel, signature={**ptrs, **ints, **dict.fromkeys(consts, "constexpr")},
                      constexprs=consts)
 k = triton.compile(src, target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": cfg.num_warps})
@@ -51,18 +51,23 @@ print("RESULT " + json.dumps({"shared": k.metadata.shared, "mma": ptx.count("mma
 
 
 @gluon
-@pytest.mark.parametrize("capability,rows", [(80, 16), (90, 16), (90, 64)])
-def test_compiles_without_shared_memory(capability, rows):
+@pytest.mark.parametrize("capability,rows,esc_fma", [(80, 16, 0), (90, 16, 0), (90, 64, 0), (90, 16, 1)])
+def test_compiles_without_shared_memory(capability, rows, esc_fma):
+    """The main loop keeps the decoded tile in registers; with ESC_FMA the accumulator takes one
+    trip through shared memory after it (to the escapes' one-column-a-thread layout)."""
     if not hasattr(importlib.import_module("triton.experimental.gluon._runtime"), "GluonASTSource"):
         pytest.skip(f"triton {triton.__version__} has no ahead-of-time Gluon compile entry point")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability), str(rows)], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability), str(rows), str(esc_fma)], env=env, capture_output=True,
                          text=True, timeout=600)
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert run.returncode == 0 and line, run.stderr[-3000:]
     got = json.loads(line[0][7:])
-    assert got["shared"] == 0 and got["smem_ops"] == 0 and got["mma"] > 0, got
+    if esc_fma:
+        assert 0 < got["shared"] <= 4 * rows * 64 and got["mma"] > 0, got
+    else:
+        assert got["shared"] == 0 and got["smem_ops"] == 0 and got["mma"] > 0, got
 
 
 def weight(N, K, seed, escapes=0.01):

@@ -90,6 +90,67 @@ def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n
 
 
 @gluon.jit
+def _esc_rows(eptr_ptr, n0, N, split, eL: gl.constexpr, BN: gl.constexpr):
+    """CSR range of the escapes of rows n0 .. n0+BN-1 (one row a thread column of eL), the
+    first moved on by this K slice's index: slice s takes escapes s, s + SPLIT, ... of a row."""
+    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, eL))
+    return gl.load(eptr_ptr + gl.minimum(on, N)) + split, gl.load(eptr_ptr + gl.minimum(on + 1, N))
+
+
+@gluon.jit
+def _esc_load(ecol_ptr, eval_ptr, e, end):
+    """Column and bf16 bits of escape e of each row (e < end; else column 0, value 0)."""
+    em = e < end
+    return gl.load(ecol_ptr + e, mask=em, other=0), gl.load(eval_ptr + e, mask=em, other=0)
+
+
+@gluon.jit
+def _esc_fma(acc, xrow, xmask, col, v, em, base):
+    """acc[m, n] += x[m, col[n]] * (value[n] - placeholder[n]) in fp32 where em[n]."""
+    v = v & 0xFFFF
+    ph = (v & 0x80FF) | ((base + 7) << 8)
+    d = gl.where(em, (v << 16).to(gl.float32, bitcast=True) - (ph << 16).to(gl.float32, bitcast=True), 0.0)
+    xv = gl.load(xrow + col[None, :], mask=xmask & em[None, :], other=0.0).to(gl.float32)
+    return acc + xv * d[None, :]
+
+
+@gluon.jit
+def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end, SPLIT, c0, v0, c1, v1,
+                 eL: gl.constexpr, BM: gl.constexpr):
+    """acc (layout eL: each thread holds rows of one output column n) += the escapes of each row n
+    with CUDA-core FMAs: every thread walks its own row's CSR list, off the tensor cores and with
+    no one-hot blocks. The first two escapes of each row (c0, v0, c1, v1) were loaded before the
+    main loop, so their latency hid behind it; rows with more take them two at a time."""
+    om = gl.arange(0, BM, layout=gl.SliceLayout(1, eL))[:, None]
+    xrow = x_ptr + om.to(gl.int64) * stride_xm
+    xmask = om < M
+    acc = _esc_fma(acc, xrow, xmask, c0, v0, start < end, base)
+    acc = _esc_fma(acc, xrow, xmask, c1, v1, start + SPLIT < end, base)
+    most = gl.max(end - start, axis=0)
+    for j in range(2 * SPLIT, most, 2 * SPLIT):
+        c0, v0 = _esc_load(ecol_ptr, eval_ptr, start + j, end)
+        c1, v1 = _esc_load(ecol_ptr, eval_ptr, start + j + SPLIT, end)
+        acc = _esc_fma(acc, xrow, xmask, c0, v0, start + j < end, base)
+        acc = _esc_fma(acc, xrow, xmask, c1, v1, start + j + SPLIT < end, base)
+    return acc
+
+
+@gluon.jit
+def _store(acc, b_ptr, y_ptr, ws_ptr, m0, n0, M, N, stride_ym, split, SPLIT, L: gl.constexpr, BM: gl.constexpr,
+           BN: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """acc [BM, BN] (layout L) -> y rows m0.., columns n0.. (bias added), or ws[split] for SPLIT > 1."""
+    om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, L))[:, None]
+    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L))[None, :]
+    ym = (om < M) & (on < N)
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)
+        gl.store(y_ptr + om.to(gl.int64) * stride_ym + on, acc.to(y_ptr.dtype.element_ty), mask=ym)
+    else:
+        gl.store(ws_ptr + (split.to(gl.int64) * M + om) * N + on, acc, mask=ym)
+
+
+@gluon.jit
 def _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi):
     """The nibble and low-byte words of groups g0 + gi (those < g_hi)."""
     g = g0 + gi
@@ -115,14 +176,15 @@ def _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi, xrow, xk, xmask, K):
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                      BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr,
-                     HAS_BIAS: gl.constexpr, XPF: gl.constexpr = True):
+                     HAS_BIAS: gl.constexpr, XPF: gl.constexpr = True, ESC_FMA: gl.constexpr = True):
     """y[M, N] = x[M, K] @ W.T (+ bias), x bf16; program (m block + n tile, K slice): axis 0 walks
     the cdiv(M, BM) row blocks of x fastest, so the programs that decode one W tile run together
     (its second read comes from L2). Each W tile is decoded once per program and multiplied into
     all BM rows: the mma layout repeats the 16-row instruction BM / 16 times over the B registers
     it already holds. SPLIT > 1: slice s writes its fp32 partial sum to ws[s, M, N] (its share of
     the escapes included) for ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added).
-    XPF: prefetch x's next tile with W's words (False: load it in the step that uses it, which
+    ESC_FMA: escapes by CUDA-core FMAs, each thread walking one row's list (``_escapes_fma``);
+    False: by one-hot mma blocks (``_escapes``). XPF: prefetch x's next tile with W's words (False: load it in the step that uses it, which
     holds one [BM, 8*BG] tile of x in every warp's registers instead of two). MB: autotuning key
     only."""
     NW: gl.constexpr = gl.num_warps()
@@ -151,6 +213,13 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
     g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG
     g_lo = split * g_len
     g_hi = gl.minimum(G, g_lo + g_len)
+    # escapes' layout: a thread holds rows of one output column (TM threads share a column)
+    TM: gl.constexpr = 32 * NW // BN
+    eL: gl.constexpr = gl.BlockedLayout([BM // TM, 1], [TM, 32 // TM], [1, NW], [0, 1])
+    if ESC_FMA:  # the first two escapes of each row: loaded now, used after the main loop
+        e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN)
+        c0, v0 = _esc_load(ecol_ptr, eval_ptr, e_start, e_end)
+        c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
     nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
     for g0 in range(g_lo, g_hi, BG):
         # the next step's words first: their latency hides behind this step's decode
@@ -165,17 +234,14 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
         lo = lo_next
         if XPF:
             xt = xt_next
-    acc = _escapes(acc, x_ptr, stride_xm, m_left, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split,
-                   SPLIT, aL, bL, BM, BN, EB)
-    om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, mma))[:, None]
-    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, mma))[None, :]
-    ym = (om < M) & (on < N)
-    if SPLIT == 1:
-        if HAS_BIAS:
-            acc += gl.load(b_ptr + on, mask=on < N, other=0.0).to(gl.float32)
-        gl.store(y_ptr + om.to(gl.int64) * stride_ym + on, acc.to(y_ptr.dtype.element_ty), mask=ym)
+    if ESC_FMA:
+        acc = _escapes_fma(gl.convert_layout(acc, eL), x_ptr, stride_xm, m_left, ecol_ptr, eval_ptr, base,
+                           e_start, e_end, SPLIT, c0, v0, c1, v1, eL, BM)
+        _store(acc, b_ptr, y_ptr, ws_ptr, m0, n0, M, N, stride_ym, split, SPLIT, eL, BM, BN, HAS_BIAS)
     else:
-        gl.store(ws_ptr + (split.to(gl.int64) * M + om) * N + on, acc, mask=ym)
+        acc = _escapes(acc, x_ptr, stride_xm, m_left, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split,
+                       SPLIT, aL, bL, BM, BN, EB)
+        _store(acc, b_ptr, y_ptr, ws_ptr, m0, n0, M, N, stride_ym, split, SPLIT, mma, BM, BN, HAS_BIAS)
 
 
 def configs(bm: int = 16) -> list:
