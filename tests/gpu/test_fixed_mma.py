@@ -89,6 +89,9 @@ def rel(a, b):
                                    (300, 1032, 100), (4096, 1024, 128), (520, 2048, 256), (130, 264, 250)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    """Every row block of the kernel (16-128 rows, several blocks above 128), whatever M the
+    routing gives it today (MMA_MAX_M)."""
+    monkeypatch.setattr(fx, "MMA_MAX_M", 256)
     w = weight(N, K, seed=N + K + M)
     fw = fx.encode_weight(w)
     assert fw.ecol.numel() > 0
@@ -105,6 +108,20 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
         assert rel(fx.linear(x, fw, b, split=split), ref) < 5e-3
     monkeypatch.setattr(fx, "MMA_ENABLED", False)
     assert rel(fx.linear(x, fw, b), y) < 5e-3  # the Triton kernel agrees
+
+
+def test_row_blocks():
+    assert [fx._mma_rows(m) for m in (3, 16, 17, 32, 33, 64, 100, 128, 129, 256)] == \
+        [16, 16, 32, 32, 64, 64, 128, 128, 128, 128]
+    assert fx._mma_kind(40) == "mma64"
+
+
+@gpu
+@gluon
+def test_routing_by_rows():
+    x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
+    assert fx._runs_mma(x[:fx.MMA_MAX_M]) and not fx._runs_mma(x[:fx.MMA_MAX_M + 1])
+    assert fx.pick_kind(fx.MMA_MAX_M + 1, x) == "mm" and fx.pick_kind(fx.LARGE_M, x) == "decode"
 
 
 @gpu

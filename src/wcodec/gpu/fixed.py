@@ -25,7 +25,7 @@ from ..errors import UnsupportedError
 #: decoded once into a scratch and multiplied by cuBLAS (there a fused GEMM re-decodes every W
 #: tile once per M-block: 4-6x slower than cuBLAS, measured; decode + cuBLAS 1.07-1.2x)
 GEMV_MAX_M = 4
-LARGE_M = 512
+LARGE_M = 256
 #: with the mma kernel (fixed_mma, M <= MMA_MAX_M, bf16 x): CUDA-core FMAs up to this M only
 #: (H100, M = 2: the GEMV 6-18 % faster on 5 of 7 Llama shapes; M = 4: the mma kernel 4-25 % on 7 of 7)
 MMA_GEMV_MAX_M = 2

@@ -115,12 +115,13 @@ def _esc_fma(acc, xrow, xmask, col, v, em, base):
 
 
 @gluon.jit
-def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end, SPLIT, c0, v0, c1, v1,
-                 eL: gl.constexpr, BM: gl.constexpr):
+def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end, SPLIT, c0, v0, c1, v1, c2, v2,
+                 c3, v3, eL: gl.constexpr, BM: gl.constexpr):
     """acc (layout eL: each thread holds rows of one output column n) += the escapes of each row n
     with CUDA-core FMAs: every thread walks its own row's CSR list, off the tensor cores and with
-    no one-hot blocks. The first two escapes of each row (c0, v0, c1, v1) were loaded before the
-    main loop, so their latency hid behind it; rows with more take them two at a time."""
+    no one-hot blocks. The first four escapes of each row (c0, v0 .. c3, v3) were loaded before
+    the main loop, so their latency hid behind it; rows with more take them two at a time, the
+    next two's columns and values loaded while these two multiply."""
     om = gl.arange(0, BM, layout=gl.SliceLayout(1, eL))[:, None]
     xrow = x_ptr + om.to(gl.int64) * stride_xm
     xmask = om < M
@@ -128,10 +129,14 @@ def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end,
     acc = _esc_fma(acc, xrow, xmask, c1, v1, start + SPLIT < end, base)
     most = gl.max(end - start, axis=0)
     for j in range(2 * SPLIT, most, 2 * SPLIT):
-        c0, v0 = _esc_load(ecol_ptr, eval_ptr, start + j, end)
-        c1, v1 = _esc_load(ecol_ptr, eval_ptr, start + j + SPLIT, end)
-        acc = _esc_fma(acc, xrow, xmask, c0, v0, start + j < end, base)
-        acc = _esc_fma(acc, xrow, xmask, c1, v1, start + j + SPLIT < end, base)
+        c0, v0 = _esc_load(ecol_ptr, eval_ptr, start + j + 2 * SPLIT, end)
+        c1, v1 = _esc_load(ecol_ptr, eval_ptr, start + j + 3 * SPLIT, end)
+        acc = _esc_fma(acc, xrow, xmask, c2, v2, start + j < end, base)
+        acc = _esc_fma(acc, xrow, xmask, c3, v3, start + j + SPLIT < end, base)
+        c2 = c0
+        v2 = v0
+        c3 = c1
+        v3 = v1
     return acc
 
 
@@ -216,10 +221,12 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
     # escapes' layout: a thread holds rows of one output column (TM threads share a column)
     TM: gl.constexpr = 32 * NW // BN
     eL: gl.constexpr = gl.BlockedLayout([BM // TM, 1], [TM, 32 // TM], [1, NW], [0, 1])
-    if ESC_FMA:  # the first two escapes of each row: loaded now, used after the main loop
+    if ESC_FMA:  # the first four escapes of each row: loaded now, used after the main loop
         e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN)
         c0, v0 = _esc_load(ecol_ptr, eval_ptr, e_start, e_end)
         c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
+        c2, v2 = _esc_load(ecol_ptr, eval_ptr, e_start + 2 * SPLIT, e_end)
+        c3, v3 = _esc_load(ecol_ptr, eval_ptr, e_start + 3 * SPLIT, e_end)
     nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
     for g0 in range(g_lo, g_hi, BG):
         # the next step's words first: their latency hides behind this step's decode
@@ -236,7 +243,7 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
             xt = xt_next
     if ESC_FMA:
         acc = _escapes_fma(gl.convert_layout(acc, eL), x_ptr, stride_xm, m_left, ecol_ptr, eval_ptr, base,
-                           e_start, e_end, SPLIT, c0, v0, c1, v1, eL, BM)
+                           e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, eL, BM)
         _store(acc, b_ptr, y_ptr, ws_ptr, m0, n0, M, N, stride_ym, split, SPLIT, eL, BM, BN, HAS_BIAS)
     else:
         acc = _escapes(acc, x_ptr, stride_xm, m_left, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n0, N, base, split,
@@ -253,9 +260,11 @@ def configs(bm: int = 16) -> list:
     BM = 64 with BG = 8 and BM = 128 with XPF spill)."""
     C = lambda nw=4, **kw: triton.Config(kw, num_warps=nw, num_stages=1)  # noqa: E731
     if bm == 16:
-        return [C(BM=16, BN=64, BG=16), C(BM=16, BN=64, BG=32), C(BM=16, BN=32, BG=16), C(BM=16, BN=32, BG=32)]
+        return [C(BM=16, BN=64, BG=16), C(BM=16, BN=64, BG=32), C(BM=16, BN=32, BG=16), C(BM=16, BN=32, BG=32),
+                C(BM=16, BN=128, BG=8)]
     if bm == 32:
-        return [C(BM=32, BN=64, BG=8), C(BM=32, BN=64, BG=16), C(8, BM=32, BN=128, BG=8)]
+        return [C(BM=32, BN=64, BG=8), C(BM=32, BN=64, BG=16), C(8, BM=32, BN=128, BG=8), C(BM=32, BN=128, BG=8),
+                C(BM=16, BN=64, BG=16)]
     if bm == 64:
         return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=32, BN=64, BG=8), C(BM=64, BN=64, BG=8, XPF=False)]
     return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=128, BN=64, BG=4, XPF=False),
