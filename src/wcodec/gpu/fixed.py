@@ -1,6 +1,6 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
 in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
-:mod:`wcodec.gpu.fixed_mma` for 3-16 rows of bf16 activations; torch ops on the CPU).
+:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations; torch ops on the CPU).
 
 ``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
 device tensors. ``encode_weight`` builds it from a bf16 tensor with torch ops on the tensor's own
@@ -20,17 +20,19 @@ import torch
 from ..codecs.fixed import ESCAPE_D, choose_base, decode_bits, nibble_order, padded_cols
 from ..errors import UnsupportedError
 
-#: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py): CUDA-core
-#: FMAs up to GEMV_MAX_M; the tiled fused tensor-core GEMM below LARGE_M; from LARGE_M on, W is
-#: decoded once into a scratch and multiplied by cuBLAS (there a fused GEMM re-decodes every W
-#: tile once per M-block: 4-6x slower than cuBLAS, measured; decode + cuBLAS 1.07-1.2x)
+#: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
+#: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
+#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS
+#: (2026-11-26, M = 256: decode + cuBLAS 1.99-2.56x cuBLAS, the tiled kernel 3.3-4.5x; M = 4096
+#: 1.05-1.21x)
 GEMV_MAX_M = 4
 LARGE_M = 256
 #: with the mma kernel (fixed_mma, M <= MMA_MAX_M, bf16 x): CUDA-core FMAs up to this M only
 #: (H100, M = 2: the GEMV 6-18 % faster on 5 of 7 Llama shapes; M = 4: the mma kernel 4-25 % on 7 of 7)
 MMA_GEMV_MAX_M = 2
-#: bf16 x of MMA_GEMV_MAX_M < M <= MMA_MAX_M rows runs the mma kernel (before LARGE_M's rule):
-#: it decodes each W tile once per MMA_BLOCK_ROWS[-1] rows of x
+#: bf16 x of MMA_GEMV_MAX_M < M <= MMA_MAX_M rows runs the mma kernel (before LARGE_M's rule).
+#: H100, 2026-11-26: at M = 32 it takes 1.09-1.29x cuBLAS where the tiled kernel took 1.18-1.78x;
+#: at 64-128 rows (blocks of 64 and 128) 2.1-4.1x, behind the tiled kernel
 MMA_MAX_M = 32
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
