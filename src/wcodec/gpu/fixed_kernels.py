@@ -261,6 +261,43 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
 
 
 @triton.jit
+def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, bases_ptr,
+                            y_ptr, N, K, G, stride_xm, stride_ym,
+                            BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
+                            DOT: tl.constexpr):
+    """y[s, :] = x[order[s], :] @ W_e.T for the routed slots s of expert e = program axis 2
+    (offsets[e] <= s < offsets[e+1]); axis 0: BN columns of y, axis 1: BM slots of that expert
+    (programs past its count do nothing). W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
+    (``fixed_grouped.stack_experts``), window bases[e], escapes in the stacked CSR."""
+    e = tl.program_id(2)
+    s_end = tl.load(offs_ptr + e + 1)
+    s0 = tl.load(offs_ptr + e) + tl.program_id(1) * BM
+    if s0 < s_end:
+        n0 = tl.program_id(0) * BN
+        r0 = e.to(tl.int64) * N  # first stacked row of expert e
+        r_end = r0 + N
+        base = tl.load(bases_ptr + e)
+        slots = s0 + tl.arange(0, BM)
+        sm = slots < s_end
+        tok = tl.load(order_ptr + slots, mask=sm, other=0)
+        xm = sm[:, None]
+        xrow = x_ptr + tok[:, None].to(tl.int64) * stride_xm
+        rows = r0 + n0 + tl.arange(0, BN)[:, None]
+        acc = tl.zeros((BM, BN), tl.float32)
+        for g0 in range(0, G, BI):
+            wt = _tile(lo_ptr, nib_ptr, rows, g0, r_end, G, base, BI)
+            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+            if DOT == 0:
+                acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
+            else:
+                acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+        acc = _escapes(acc, x_ptr, tok, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, r0 + n0, r_end, base, BN, EB,
+                       True)
+        _store_y(acc, y_ptr, y_ptr, slots, n0, s_end, N, stride_ym, BN, False)
+
+
+@triton.jit
 def splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
                          BLOCK: tl.constexpr):
     """y[m, n] = ws[0, m, n] + ws[1, m, n] + ... (in this order) (+ bias[n]): the split-K sum of

@@ -1,0 +1,127 @@
+"""Compressed MoE experts multiplied in one launch (issue 28, must-have 2).
+
+``stack_experts`` puts E experts' [N, K] weights in the fixed layout (``fixed.FixedWeight``, one
+window ``base`` each) into one set of device tensors: the rows of expert e are rows e*N .. e*N+N-1
+of the stack, the escape lists one CSR over all E*N rows. ``grouped_linear`` then computes, for
+the tokens routed to each expert, ``x[token] @ W_e.T`` for all experts in one Triton launch
+(``fixed_grouped_mm_kernel``: program (N tile, block of BM routed slots, expert); W tiles decoded
+in registers as in ``fixed_kernels.fixed_mm_kernel``, the x rows gathered by token index).
+Routing is given as transformers' MoE blocks use it, sorted by expert: ``order`` holds the token
+of each routed slot, expert e owning slots offsets[e] .. offsets[e+1]-1 (``route`` builds both
+from top-k expert ids); the caller weights the rows and adds them back (``index_add_``).
+On the CPU (no Triton) each expert is decoded and multiplied with torch ops, the same function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InvalidInputError
+from . import fixed as fx
+
+
+@dataclass
+class FixedExperts:
+    """E experts' [N, K] bf16 weights in the fixed layout, stacked on one device.
+
+    lo: int64 [E*N, kpad/8]; nib: int32 [E*N, kpad/8]; eptr: int32 [E*N+1] (CSR over the stacked
+    rows); ecol, eval: int32 [escapes]; erow: int64 [escapes] (stacked row); bases: int32 [E];
+    weights: the FixedWeights stacked (views kept for the CPU path and ``decode``)."""
+
+    lo: torch.Tensor
+    nib: torch.Tensor
+    eptr: torch.Tensor
+    ecol: torch.Tensor
+    eval: torch.Tensor
+    erow: torch.Tensor
+    bases: torch.Tensor
+    weights: list
+    E: int
+    N: int
+    K: int
+
+    @property
+    def device(self) -> torch.device:
+        return self.lo.device
+
+
+def stack_experts(weights) -> FixedExperts:
+    """A list of E FixedWeights of one shape [N, K], on one device -> FixedExperts (copies; the
+    inputs are not modified). Raises InvalidInputError for an empty list or mixed shapes/devices."""
+    weights = list(weights)
+    if not weights:
+        raise InvalidInputError("stack_experts: the expert list is empty")
+    N, K, dev = weights[0].N, weights[0].K, weights[0].device
+    for i, w in enumerate(weights):
+        if (w.N, w.K) != (N, K) or w.device != dev:
+            raise InvalidInputError(f"stack_experts: expert {i} is [{w.N}, {w.K}] on {w.device}, "
+                                    f"expert 0 is [{N}, {K}] on {dev}")
+    counts = torch.tensor([0] + [w.ecol.numel() for w in weights], device=dev).cumsum(0)
+    eptr = torch.cat([w.eptr[:-1] + counts[i].to(torch.int32) for i, w in enumerate(weights)]
+                     + [counts[-1:].to(torch.int32)])
+    erow = torch.cat([w.erow + i * N for i, w in enumerate(weights)])
+    return FixedExperts(torch.cat([w.lo for w in weights]), torch.cat([w.nib for w in weights]), eptr,
+                        torch.cat([w.ecol for w in weights]), torch.cat([w.eval for w in weights]), erow,
+                        torch.tensor([w.base for w in weights], dtype=torch.int32, device=dev), weights,
+                        len(weights), N, K)
+
+
+def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """expert_ids [T, k] (top-k experts of each token) -> (order, offsets, choice): the token of
+    each routed slot sorted by expert (tokens ascending within an expert; each token at most
+    once per expert, as top-k ids are distinct), int64 [T*k]; offsets int64 [E+1]
+    (expert e owns slots offsets[e]..offsets[e+1]-1); choice int64 [T*k], the column of
+    expert_ids each slot came from (to pick its routing weight). Raises InvalidInputError for
+    ids outside [0, n_experts)."""
+    if expert_ids.dim() != 2:
+        raise InvalidInputError(f"route: expert_ids must be [tokens, top_k], got {tuple(expert_ids.shape)}")
+    flat = expert_ids.reshape(-1).to(torch.int64)
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= n_experts):
+        raise InvalidInputError(f"route: expert_ids must lie in [0, {n_experts})")
+    k = expert_ids.shape[1]
+    slot = torch.sort(flat * flat.numel() + torch.arange(flat.numel(), device=flat.device)).values \
+        % max(1, flat.numel())
+    offsets = torch.zeros(n_experts + 1, dtype=torch.int64, device=flat.device)
+    offsets[1:] = torch.bincount(flat, minlength=n_experts).cumsum(0)
+    return slot // k, offsets, slot % k
+
+
+def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """y[s] = x[order[s]] @ W_e.T for every routed slot s of expert e (offsets[e] <= s < offsets[e+1]).
+
+    x: [T, K] bfloat16/float16/float32 on the experts' device; order: int [S] token indices in
+    [0, T); offsets: int [E+1], non-decreasing from 0 to S. Returns [S, N] in x's dtype,
+    accumulated in float32. On CUDA (or the Triton interpreter with WCODEC_FIXED_TRITON=1) one
+    launch covers all experts, no host synchronisation (the grid is sized by S); elsewhere each
+    expert is decoded and multiplied with torch ops. Raises InvalidInputError for shapes that
+    do not fit (indices themselves are not checked on the GPU path: that would synchronise)."""
+    if x.dim() != 2 or x.shape[1] != experts.K:
+        raise InvalidInputError(f"grouped_linear: x must be [tokens, {experts.K}], got {tuple(x.shape)}")
+    if order.dim() != 1 or offsets.shape != (experts.E + 1,):
+        raise InvalidInputError(f"grouped_linear: order must be 1-D and offsets [{experts.E + 1}], got "
+                                f"{tuple(order.shape)} and {tuple(offsets.shape)}")
+    S, N = order.numel(), experts.N
+    y = torch.empty((S, N), dtype=x.dtype, device=x.device)
+    if S == 0 or N == 0:
+        return y
+    if not fx._use_triton(experts.lo):
+        offs = offsets.tolist()
+        for e, w in enumerate(experts.weights):
+            if offs[e + 1] > offs[e]:
+                y[offs[e]:offs[e + 1]] = torch.nn.functional.linear(x[order[offs[e]:offs[e + 1]]], fx.decode(w).to(x.dtype))
+        return y
+    from .fixed_kernels import fixed_grouped_mm_kernel
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
+    grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
+    fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
+                                  experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
+                                  y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
+                                  num_warps=4)
+    return y
+
+
+__all__ = ["FixedExperts", "stack_experts", "route", "grouped_linear"]
