@@ -5,7 +5,7 @@ the four Llama shapes, for Gaussian weights (normal, std 0.02) and heavy-tailed 
 bandwidth over a few tiles. Needs a CUDA GPU.
 
     PYTHONPATH=src python3 benchmarks/serving_kernels.py [--ms 1,16,32,64,128,256] [--shapes 0,1,2,3]
-        [--heavy-ms 1,16,64] [--kinds] [--out DIR]
+        [--heavy-ms 1,16,64] [--kinds] [--decode] [--out DIR]
 
 Times: median GPU time per call of a CUDA graph replaying 20+ calls that rotate over more weight
 copies than the L2 holds (``fused_matmul.graph_time``). Every output is checked against an fp32
