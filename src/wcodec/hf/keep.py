@@ -18,8 +18,8 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   for them, swapped for the scratch view by :func:`finish`;
 - anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
 
-``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (dense) and
-"kept" ({name: why a Linear / Embedding / expert weight was not fused}).
+``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
+Embedding / expert weights held dense) and "kept" ({name: why such a weight was not fused}).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class KeepState:
     verify: bool = True
     reader: object = None        # CheckpointReader of the folder (None: a safetensors source)
     report: dict = field(default_factory=lambda: {"fused": [], "compressed": [], "decoded": [], "kept": {}})
-    jit: dict = field(default_factory=dict)       # id(placeholder) -> (placeholder, stored key, dtype)
+    jit: dict = field(default_factory=dict)       # storage id -> (placeholder, stored key, dtype, why)
     _parents: dict | None = None
     _tied: set | None = None
 
@@ -129,8 +129,7 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         return value
     matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
     expert = not matrix and _is_expert_param(module, attr, value)
-    if not (matrix or expert):
-        state.report["decoded"].append(name)
+    if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, attr, name, value) if state.mode is True and matrix else None
     if state.mode is True and expert:
@@ -150,7 +149,7 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         state.report["decoded"].append(name)
         return value
     placeholder = torch.empty(0, dtype=value.dtype, device=value.device)
-    state.jit[_storage_id(placeholder)] = (placeholder, key, value.dtype)
+    state.jit[_storage_id(placeholder)] = (placeholder, key, value.dtype, why)
     return placeholder
 
 
@@ -249,7 +248,7 @@ def finish(state: KeepState, model) -> None:
     if state.mode is True:
         _fuse_tied_linears(state, model)
     cws = {}
-    for placeholder, key, dtype in state.jit.values():
+    for placeholder, key, dtype, _ in state.jit.values():
         dev = placeholder.device
         cw = cws.get(dev)
         if cw is None:
@@ -266,9 +265,10 @@ def finish(state: KeepState, model) -> None:
             hit = state.jit.get(_storage_id(p)) if p is not None and p.numel() == 0 else None
             if hit is None:
                 continue
-            placeholder, key, dtype = hit
+            placeholder, key, dtype, why = hit
             cw = cws[placeholder.device]
             full = f"{mname}.{pname}" if mname else pname
+            state.report["kept"].setdefault(full, why)  # a tied partner: the same reason
             if pname == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                 if id(p) not in params:
                     params[id(p)] = torch.nn.Parameter(cw.weights[key].view, requires_grad=False)

@@ -170,7 +170,7 @@ class WcodecHfQuantizer(HfQuantizer):
 
             finish(state, model)
         finally:
-            if state.reader is not None and not state.jit:
+            if state.reader is not None:  # records kept just in time are copies
                 state.reader.close()
         bind_save(model)
         return model
