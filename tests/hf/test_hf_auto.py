@@ -21,7 +21,6 @@ if not hasattr(importlib.import_module("transformers.quantizers.auto"), "registe
     pytest.skip("this transformers has no quantizer registration API", allow_module_level=True)
 
 from wcodec.hf import convert_folder  # noqa: E402
-from wcodec.hf.placeholders import write_stub  # noqa: E402
 from wcodec.hf.quantizer import _OPTIONS_WARNING, WcodecConfig  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -61,7 +60,7 @@ def test_causal_lm_decoded_is_an_ordinary_model(llama, tmp_path):
         warnings.simplefilter("error")  # no warning of ours (deprecations included)
         model = transformers.AutoModelForCausalLM.from_pretrained(str(dst))
     assert type(model) is transformers.LlamaForCausalLM and not getattr(model, "is_quantized", False)
-    assert getattr(model.config, "quantization_config", None) is None and not list(Path("/tmp").glob("wcodec-stub-*/placeholders.safetensors"))
+    assert getattr(model.config, "quantization_config", None) is None
     assert "transformers_weights" not in model.config.to_dict()
     assert model.lm_head.weight.requires_grad and model.lm_head.weight.dtype == ref.lm_head.weight.dtype
     with torch.no_grad():
@@ -141,14 +140,26 @@ def test_sentence_transformer_and_pipeline(tmp_path):
     assert pipe("hello world") == ref("hello world")
 
 
-def test_placeholder_stub_and_options(tmp_path):
-    from safetensors import safe_open
+def test_checkpoint_view_and_options(llama):
+    """What transformers reads: the folder through safetensors' interface (shape and dtype from
+    the header, values decoded when indexed); any other path goes to safetensors itself."""
+    import transformers.modeling_utils as mu
 
-    path = write_stub(["a.weight", "b", "c.bias"], tmp_path)
-    with safe_open(str(path), framework="pt") as f:
-        assert list(f.keys()) == ["a.weight", "b", "c.bias"]
-        assert [tuple(f.get_tensor(k).shape) for k in f.keys()] == [(0, 0), (0, 1), (0, 2)]
-    assert path.stat().st_size % 8 == 0 and json.loads(path.read_bytes()[8:])["b"]["data_offsets"] == [0, 0]
+    import wcodec
+    from wcodec.hf import checkpoint
+
+    src, dst = llama
+    assert checkpoint.install() and mu.safe_open is checkpoint.safe_open
+    want = wcodec.load_file(str(dst))
+    with mu.safe_open(str(dst / checkpoint.CHECKPOINT_NAME), framework="pt") as f:
+        assert sorted(f.keys()) == sorted(want) and f.metadata()["format"] == "pt"
+        s = f.get_slice("model.embed_tokens.weight")
+        assert s.get_shape() == list(want["model.embed_tokens.weight"].shape) and s.get_dtype() == "F32"
+        w = want["model.embed_tokens.weight"]
+        assert torch.equal(s[...], w) and torch.equal(s[1:3], w[1:3])
+    plain = src / "model.safetensors"
+    with mu.safe_open(str(plain), framework="pt") as f:
+        assert not isinstance(f, checkpoint.CheckpointView) and list(f.keys())
     with pytest.raises(ValueError, match="keep_compressed"):
         WcodecConfig(keep_compressed="yes")
     with pytest.raises(ValueError, match="decoder"):
@@ -156,25 +167,13 @@ def test_placeholder_stub_and_options(tmp_path):
     assert WcodecConfig().dequantize and not WcodecConfig(keep_compressed="jit").dequantize
 
 
-def test_weights_resolve_through_a_config_hook_or_a_clear_error(llama, monkeypatch):
+def test_unsupported_transformers_is_a_clear_error(llama, monkeypatch):
+    """A transformers that no longer reads checkpoints through modeling_utils.safe_open: a wcodec
+    error saying so, not transformers' missing-file OSError."""
     from wcodec.errors import UnsupportedError
-    from wcodec.hf import quantizer
+    from wcodec.hf import checkpoint
 
     _, dst = llama
-    assert quantizer.register()
-    # this transformers calls one of the quantizer's config hooks before resolving the weights
-    # file (update_tp_plan up to 5.2x, update_attn_implementation after): a new one may not
-    assert quantizer.config_hook_reached() is True, transformers.__version__
-    # one that does not: a wcodec error naming our loader, not transformers' missing-file OSError
-    monkeypatch.setattr(quantizer, "_REACHED", False)
-    with pytest.raises(UnsupportedError, match=r"WCodecModel\.from_pretrained"):
+    monkeypatch.setattr(checkpoint, "install", lambda: False)
+    with pytest.raises(UnsupportedError, match="safe_open"):
         transformers.AutoModelForCausalLM.from_pretrained(str(dst))
-    # our loader does not go through the quantizer: unaffected
-    from wcodec.hf import WCodecModel
-
-    ref = WCodecModel.from_pretrained(dst, dtype="bfloat16")
-    with torch.no_grad():
-        want = ref(IDS).logits
-        for mode in (True, "jit"):
-            model = WCodecModel.from_pretrained(dst, dtype="bfloat16", keep_compressed=mode)
-            assert torch.equal(model(IDS).logits, want), mode

@@ -82,23 +82,6 @@ def test_fused_kernels_on_gpu_follow_the_bf16_logits(folders):
             assert err < 1e-2 and safe > 0.5
 
 
-def test_fused_weights_are_transcoded_largest_first(folders, monkeypatch):
-    """So that each transcode's transient comes while little of the model is resident."""
-    from wcodec.hf import materialize
-
-    sizes, real = [], materialize._fixed_weight
-
-    def spy(reader, key, *args):
-        sizes.append(reader.numel(key))
-        return real(reader, key, *args)
-
-    monkeypatch.setattr(materialize, "_fixed_weight", spy)
-    ref, dst = folders
-    model = WCodecModel.from_pretrained(dst, dtype="bfloat16", keep_compressed=True)
-    assert len(sizes) == 7 * ref.config.num_hidden_layers + 1 and sizes == sorted(sizes, reverse=True)
-    assert sizes[0] == model.lm_head.out_features * model.lm_head.in_features > sizes[-1]
-
-
 def test_fp32_model_keeps_linears_just_in_time(folders):
     _, dst = folders
     model = WCodecModel.from_pretrained(dst, dtype="float32", keep_compressed=True)

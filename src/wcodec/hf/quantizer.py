@@ -5,19 +5,22 @@ pipelines and ``SentenceTransformer(folder)`` load a folder written by
 
 Registered with transformers' public API (``register_quantization_config`` /
 ``register_quantizer``) by :func:`register`, which ``import wcodec`` arranges lazily (see
-:mod:`wcodec.hf.hook`). transformers reads only safetensors / torch files and the quantizer API
-has no hook that supplies tensors, so the quantizer (checked with transformers 5.17 and 5.23):
+:mod:`wcodec.hf.hook`). Loading goes through transformers' own machinery (checked with 5.24):
 
-1. names a weights file that does not exist (``config.transformers_weights``) so that the folder
-   resolves, and, before loading, swaps it for a stub of placeholders (:mod:`.placeholders`);
-2. lets transformers load the placeholders (renaming, ``device_map`` placement, weight tying,
-   missing / unexpected key report: all its own);
-3. after loading, decodes each stored tensor on the device its placeholder landed on (each GPU of
-   ``device_map="auto"`` decodes only its layers, in one batched launch per device), or keeps it
-   compressed there (``keep_compressed``).
+1. the quantizer names the folder's weights :data:`wcodec.hf.checkpoint.CHECKPOINT_NAME`
+   (``config.transformers_weights``) before transformers resolves them, and transformers opens
+   that name through ``safe_open``, which :mod:`wcodec.hf.checkpoint` routes to a view of the
+   .wcodec shards: transformers reads real tensors, decoded on demand, and applies its own
+   renames, ``key_mapping``, expert merges, ties, dtype and ``device_map`` placement;
+2. with ``keep_compressed``, each tensor then passes through the quantize operation of
+   :mod:`wcodec.hf.keep` as it is loaded, which keeps Linear, Embedding and expert weights
+   compressed on their device (so the load's transient is one tensor);
+3. a loaded model saves back to a wcodec folder (:mod:`wcodec.hf.save`) and ``dequantize()``
+   turns it into a plain one.
 
 Options go in :class:`WcodecConfig`, passed as ``from_pretrained(folder,
-quantization_config=WcodecConfig(keep_compressed=True))``.
+quantization_config=WcodecConfig(keep_compressed=True))``; ``WcodecConfig(keep_compressed=True)``
+also compresses a plain safetensors folder's bf16 weights on load.
 """
 
 from __future__ import annotations
@@ -28,10 +31,9 @@ import torch
 from transformers.quantizers import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
+from .checkpoint import CHECKPOINT_NAME, is_checkpoint_name
 from .convert import QUANT_METHOD
-from .placeholders import find_placeholders, remove_stub, write_stub
 
-STUB_NAME = "wcodec-placeholders.safetensors"  # named to transformers, never written in the folder
 KEEP_COMPRESSED = (False, True, "jit")
 
 
@@ -79,80 +81,107 @@ class WcodecConfig(QuantizationConfigMixin):
 class WcodecHfQuantizer(HfQuantizer):
     """transformers' side of loading a wcodec folder; see the module docstring."""
 
-    requires_calibration = True  # only folders written by convert_folder: no on-the-fly encoding
+    requires_calibration = False  # keep_compressed also compresses a plain folder on load
 
     def __init__(self, quantization_config: WcodecConfig, **kwargs):
         super().__init__(quantization_config, **kwargs)
-        self.reader = self.stub = None
-        self.names: list[str] = []
-        self.meta: dict[str, tuple] = {}
+        # pre_quantized: the folder's config.json names wcodec (its weights are .wcodec files).
+        # transformers applies a quantize operation only when not pre_quantized: that is how
+        # keep_compressed sees each tensor as it loads
+        self.from_folder = self.pre_quantized
+        self.pre_quantized = self.from_folder and not quantization_config.keep_compressed
+        self.state = None
 
     def validate_environment(self, *args, **kwargs):
-        # called before the weights file is resolved (5.17, 5.23)
-        if not _PROBING and config_hook_reached() is False:
+        from .checkpoint import install
+
+        if not install():
             import transformers
 
             from ..errors import UnsupportedError
 
-            raise UnsupportedError(
-                f"wcodec: transformers {transformers.__version__} resolves the weights file before any quantizer "
-                f"hook sees the model config, so AutoModel*.from_pretrained cannot load a wcodec folder with it; "
-                f"load with wcodec.hf.WCodecModel.from_pretrained(folder, device=..., keep_compressed=...)")
+            raise UnsupportedError(f"wcodec: transformers {transformers.__version__} does not read checkpoints "
+                                   f"through transformers.modeling_utils.safe_open; wcodec folders cannot load with it")
 
-    # The hooks that transformers calls with the model config before it resolves the weights file:
-    # update_tp_plan and update_ep_plan in 5.17, update_attn_implementation in 5.23 (the version
-    # in between that switched is not known here). Each names the stub; naming it twice is harmless.
+    # The hooks that transformers calls with the model config before it resolves the weights file
+    # (update_attn_implementation in 5.2x; update_tp_plan / update_ep_plan in 5.17). Each names
+    # the checkpoint; naming it twice is harmless.
     def update_attn_implementation(self, config):
-        return name_stub(config)
+        return self._name_checkpoint(config)
 
     def update_tp_plan(self, config):
-        return name_stub(config)
+        return self._name_checkpoint(config)
 
     def update_ep_plan(self, config):
-        return name_stub(config)
+        return self._name_checkpoint(config)
+
+    def _name_checkpoint(self, config):
+        if self.from_folder and getattr(config, "transformers_weights", None) is None:
+            config.transformers_weights = CHECKPOINT_NAME
+        return config
 
     def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-        # placeholders have their own shape: transformers must not report them as mismatched
-        return self.pre_quantized
+        # every tensor passes through KeepCompressed (which hands back what it does not keep)
+        return bool(self.quantization_config.keep_compressed)
+
+    def get_quantize_ops(self):
+        return KeepCompressed(self)
 
     @property
     def quantized_element_size(self):
-        # device_map="auto" sizing: about 11.5 bits per weight kept compressed
-        return 1.45 if self.quantization_config.keep_compressed else None
+        # device_map="auto" sizing: about 12 bits per weight kept compressed
+        return 1.5 if self.quantization_config.keep_compressed else None
 
     def param_element_size(self, model, param_name: str, param) -> float:
         # transformers reserves sum(numel * this) on each GPU before loading
-        # (caching_allocator_warmup): the kept-compressed size, where 5.17's default (the dtype's
-        # size) reserved the bf16 model's and put a kept-compressed 7B model's load peak at 1.0x
+        # (caching_allocator_warmup): the kept-compressed size, not the bf16 model's
         size = self.quantized_element_size
-        return param.element_size() if size is None else size
+        return param.element_size() if size is None or not param.is_floating_point() else size
 
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
-        from ..format import CheckpointReader
+        from .keep import KeepState
 
-        if not checkpoint_files or Path(checkpoint_files[0]).name != STUB_NAME:
-            raise RuntimeError(f"wcodec: transformers did not resolve the weights to {STUB_NAME} "
-                               f"(got {checkpoint_files}); load with wcodec.hf.WCodecModel.from_pretrained")
-        self.reader = CheckpointReader(Path(checkpoint_files[0]).parent)
-        self.names = self.reader.keys()
-        self.stub = write_stub(self.names)
-        checkpoint_files[:] = [str(self.stub)]
-        self.meta = {n: (t.dtype, tuple(t.shape)) for n, t in model.state_dict(keep_vars=True).items()}
         if "transformers_weights" in model.config.__dict__:
             del model.config.transformers_weights
+        reader = None
+        if self.from_folder:
+            if not checkpoint_files or not is_checkpoint_name(checkpoint_files[0]):
+                raise RuntimeError(f"wcodec: transformers did not resolve the weights to {CHECKPOINT_NAME} "
+                                   f"(got {checkpoint_files}); this transformers is not supported")
+            from ..format import CheckpointReader
+
+            reader = CheckpointReader(Path(checkpoint_files[0]).parent)
+            check_model_size(model, reader)
+        q = self.quantization_config
+        if q.keep_compressed:
+            self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader)
+        elif reader is not None:
+            reader.close()
         return model
 
     def _process_model_after_weight_loading(self, model, **kwargs):
+        from .save import bind_save
+
+        state, self.state = self.state, None
+        if state is None:
+            return model
         try:
-            fill(model, self.reader, self.names, self.meta, self.quantization_config)
+            from .keep import finish
+
+            finish(state, model)
         finally:
-            self.reader.close()
-            remove_stub(self.stub)
-            self.reader = self.stub = None
+            if state.reader is not None:  # records kept just in time are copies
+                state.reader.close()
+        bind_save(model)
         return model
 
+    def _dequantize(self, model, dtype=None):
+        from .save import dequantize_model
+
+        return dequantize_model(model)
+
     def is_serializable(self, safe_serialization=None):
-        return False  # a decoded model has no quantizer left; a compressed one saves as its folder
+        return True  # save_pretrained writes a wcodec folder (wcodec.hf.save)
 
     @property
     def is_trainable(self) -> bool:
@@ -163,67 +192,55 @@ class WcodecHfQuantizer(HfQuantizer):
         return True
 
 
-def name_stub(config):
-    """Point transformers' weight-file resolution at STUB_NAME (``config.transformers_weights``,
-    which it resolves inside the folder without checking that the file exists) and give the
-    config a dtype (else transformers reads the absent file for it). Returns ``config``."""
-    if getattr(config, "transformers_weights", None) is None:
-        config.transformers_weights = STUB_NAME
-    if getattr(config, "dtype", None) is None:
-        config.dtype = torch.get_default_dtype()
-    return config
+def check_model_size(model, reader, slack: float = 0.05, floor: int = 1 << 24) -> None:
+    """Refuse a config whose model (built on the meta device, nothing allocated yet) holds more
+    elements than the checkpoint can fill: transformers would allocate and initialise every
+    missing parameter (a config.json claiming vocab_size 2**40 asked for 70 TB). Allows
+    ``slack`` of the stored elements, at least ``floor``, for heads a checkpoint may lack.
+    Raises :class:`wcodec.errors.FormatError` naming the largest parameters."""
+    from ..errors import FormatError
+
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # filled from their source
+    seen, total, sizes = set(), 0, []
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if id(t) in seen or name in tied:
+            continue
+        seen.add(id(t))
+        total += t.numel()
+        sizes.append((t.numel(), name, tuple(t.shape)))
+    stored = sum(reader.numel(n) for n in reader.keys() if not reader.alias_of(n))
+    if total > stored + max(floor, int(slack * stored)):
+        big = ", ".join(f"{n} {s}" for _, n, s in sorted(sizes, reverse=True)[:3])
+        raise FormatError(f"config.json implies {total:,} parameter elements but the checkpoint stores {stored:,}: "
+                          f"refusing to allocate (largest: {big})")
 
 
-_PROBING = False
-_REACHED: bool | None = None
+try:  # transformers' base class of conversion operations (5.x); duck-typed where it is missing
+    from transformers.core_model_loading import ConversionOps as _Op
+except ImportError:  # pragma: no cover
+    _Op = object
 
 
-def config_hook_reached() -> bool | None:
-    """Whether this transformers calls one of the config hooks of :class:`WcodecHfQuantizer`
-    before resolving the weights file: a dry run of its ``get_hf_quantizer`` (the function
-    ``from_pretrained`` calls for that, not public) on an empty config of a wcodec folder, once.
-    None when wcodec is not registered, or that function is missing or fails (the load then
-    tells by itself)."""
-    global _PROBING, _REACHED
-    if _REACHED is not None:
-        return _REACHED
-    try:
-        from transformers import PretrainedConfig
-        from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING, get_hf_quantizer
-    except ImportError:
-        return None
-    if AUTO_QUANTIZER_MAPPING.get(QUANT_METHOD) is not WcodecHfQuantizer:
-        return None  # not registered (yet): nothing to check
-    config = PretrainedConfig(quantization_config={"quant_method": QUANT_METHOD})
-    _PROBING = True
-    try:
-        get_hf_quantizer(config, None, None, True, {})
-    except Exception:
-        return None
-    finally:
-        _PROBING = False
-    _REACHED = getattr(config, "transformers_weights", None) == STUB_NAME
-    return _REACHED
+class KeepCompressed(_Op):
+    """transformers' quantize operation for keep_compressed: see :mod:`wcodec.hf.keep`."""
 
+    def __init__(self, quantizer: WcodecHfQuantizer):
+        self.quantizer = quantizer
 
-def fill(model, reader, names: list[str], meta: dict, options: WcodecConfig) -> None:
-    """Replace every placeholder of ``model`` by its stored tensor on the placeholder's device
-    (:func:`wcodec.hf.materialize.fill_slots`); ``model.wcodec_weights``: the
-    CompressedWeights (a list when several devices hold some). Raises NotImplementedError when
-    transformers converted placeholders on load (e.g. merged MoE experts): such models load with
-    :class:`wcodec.hf.WCodecModel`."""
-    from .materialize import LoadOptions, fill_slots
+    def convert(self, input_dict: dict, source_patterns=None, target_patterns=None, model=None,
+                missing_keys=None, **kwargs) -> dict:
+        from .keep import keep_tensor
 
-    opts = LoadOptions(options.keep_compressed, options.decoder, options.jit_embeddings, options.offload,
-                       options.verify)
-    cws = fill_slots(model, find_placeholders(model, names), reader, meta, opts)
-    if cws:
-        model.wcodec_weights = cws[0] if len(cws) == 1 else cws
-    empty = [n for n, t in [*model.named_parameters(), *model.named_buffers()]
-             if t.numel() == 0 and n in meta and 0 not in meta[n][1]]
-    if empty:
-        raise NotImplementedError(f"wcodec: transformers converted these weights on load, which the placeholders "
-                                  f"cannot follow: {empty[:4]}; load with wcodec.hf.WCodecModel.from_pretrained")
+        out = {}
+        for name, value in input_dict.items():
+            value = value[0] if isinstance(value, list) else value
+            kept = keep_tensor(self.quantizer.state, model, name, value, source_patterns)
+            if kept is None:
+                if missing_keys is not None:
+                    missing_keys.discard(name)
+            else:
+                out[name] = kept
+        return out
 
 
 def register() -> bool:
@@ -241,6 +258,9 @@ def register() -> bool:
         AUTO_QUANTIZER_MAPPING.pop(QUANT_METHOD, None)
         register_quantizer(QUANT_METHOD)(WcodecHfQuantizer)
     _accept_loading_options()
+    from .checkpoint import install
+
+    install()
     return True
 
 

@@ -1,0 +1,291 @@
+"""keep_compressed: what becomes of each tensor as transformers loads it.
+
+:class:`KeepCompressed` is the quantize operation that transformers' loader applies to every
+tensor after its own conversions (renames, expert merges) and placement, one tensor at a time
+(transformers loads sequentially when a quantizer quantizes on load, so the transient is one
+tensor). For a parameter ``name`` holding ``value`` (already on its device, in the load dtype):
+
+- with ``keep_compressed=True``: the weight of a plain ``nn.Linear`` in bfloat16 becomes a
+  :class:`wcodec.torch.linear.CompressedLinear` (fused decode + matmul), the weight of a plain
+  untied bfloat16 ``nn.Embedding`` a :class:`wcodec.torch.embedding.CompressedEmbedding`, a 3-D
+  expert parameter of an experts module compressed experts (:mod:`wcodec.torch.experts`); the
+  fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
+  and reached the model unchanged, else it is encoded on the device;
+- weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
+  tied, or another dtype, with ``jit_embeddings``) and that reached the model unchanged from a
+  stored record stay that record, decoded just in time into a shared scratch
+  (:class:`wcodec.torch.CompressedWeights`); transformers ties and places an empty placeholder
+  for them, swapped for the scratch view by :func:`finish`;
+- anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
+
+``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
+Embedding / expert weights held dense) and "kept" ({name: why such a weight was not fused}).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+_FLOAT_CODES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
+
+
+@dataclass
+class KeepState:
+    """What one load keeps, filled by :class:`KeepCompressed`, finished by :func:`finish`."""
+
+    mode: object                 # True or "jit"
+    jit_embeddings: bool = True
+    decoder: str = "auto"
+    offload: bool = False
+    verify: bool = True
+    reader: object = None        # CheckpointReader of the folder (None: a safetensors source)
+    report: dict = field(default_factory=lambda: {"fused": [], "compressed": [], "decoded": [], "kept": {}})
+    jit: dict = field(default_factory=dict)       # storage id -> (placeholder, stored key, dtype, why)
+    _parents: dict | None = None
+    _tied: set | None = None
+
+    # -- model facts, computed once per load ------------------------------------------------
+    def parents(self, model) -> dict:
+        """{id(module): [(parent, child name)]}: a module under several names is swapped under each."""
+        if self._parents is None:
+            self._parents = {}
+            for _, parent in model.named_modules(remove_duplicate=False):
+                for cname, child in parent._modules.items():
+                    if child is not None:
+                        self._parents.setdefault(id(child), []).append((parent, cname))
+        return self._parents
+
+    def tied(self, model) -> set:
+        """Parameter names that transformers ties after loading (either side of a tie)."""
+        if self._tied is None:
+            keys = getattr(model, "all_tied_weights_keys", None)
+            if keys is None and hasattr(model, "get_expanded_tied_weights_keys"):
+                keys = model.get_expanded_tied_weights_keys(all_submodels=True)
+            keys = keys or {}
+            self._tied = set(keys) | set(keys.values())
+        return self._tied
+
+
+def _locate(model, name: str):
+    mname, _, attr = name.rpartition(".")
+    return (model.get_submodule(mname) if mname else model), attr
+
+
+def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtype: bool = True) -> str | None:
+    """The stored name whose record ``value`` is, unchanged (one source, same shape, and the same
+    dtype unless ``same_dtype`` is False: a cast), else None (converted by transformers, or a
+    safetensors source)."""
+    if state.reader is None or not sources or len(sources) != 1:
+        return None
+    key = sources[0]
+    if key not in state.reader:
+        return None
+    entry = state.reader.entry(key)
+    stored = _FLOAT_CODES.get(entry["dtype"])
+    if tuple(entry["shape"]) != tuple(value.shape) or stored is None or (same_dtype and stored != value.dtype):
+        return None
+    return key
+
+
+def _why_not_fused(state: KeepState, model, module, attr: str, name: str, value: torch.Tensor) -> str | None:
+    if value.dtype != torch.bfloat16:
+        return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
+    if name in state.tied(model):
+        return "tied to another weight (transformers ties it by parameter after loading)"
+    if type(module) is torch.nn.Embedding and module.max_norm is not None:
+        return "embedding with max_norm (renormalises its table in place)"
+    if type(module) not in (torch.nn.Linear, torch.nn.Embedding):
+        return f"{type(module).__name__} (not a plain nn.Linear or nn.Embedding)"
+    return None
+
+
+def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
+    """The fixed-rate layout of ``value`` on its device: the stored sections when ``key`` is a
+    record stored with codec "fixed", else encoded from ``value``."""
+    from ..gpu import fixed as fx
+
+    if key is not None and state.reader.entry(key).get("codec") == "fixed":
+        rec = state.reader.record(key, verify=state.verify)
+        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device)
+    return fx.encode_weight(value)
+
+
+def _device_scope(t: torch.Tensor):
+    # Triton launches its kernels on the current device, whatever the pointers
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+
+
+def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources) -> torch.Tensor | None:
+    """Keep one loaded tensor compressed if it can be; returns None when it was consumed (its
+    module now holds it compressed), else the tensor to set (dense, or a just-in-time placeholder)."""
+    module, attr = _locate(model, name)
+    current = getattr(module, attr, None)
+    want = current.dtype if isinstance(current, torch.Tensor) and current.is_floating_point() else None
+    if not value.is_floating_point():
+        return value
+    matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
+    expert = not matrix and _is_expert_param(module, attr, value)
+    if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
+        return value if want is None or value.dtype == want else value.to(want)
+    why = _why_not_fused(state, model, module, attr, name, value) if state.mode is True and matrix else None
+    if state.mode is True and expert:
+        why = _keep_expert(state, module, attr, name, value)
+        if why is None:
+            return None
+    elif state.mode is True and why is None:
+        with _device_scope(value):
+            _fuse(state, model, module, name, _fixed_weight(state, _stored_record_key(state, sources, value), value))
+        return None
+    if why is None:
+        why = "keep_compressed='jit'"
+    state.report["kept"][name] = why
+    jit = matrix and (state.mode == "jit" or state.jit_embeddings)
+    key = _stored_record_key(state, sources, value, same_dtype=False) if jit else None
+    if key is None:
+        state.report["decoded"].append(name)
+        return value
+    placeholder = torch.empty(0, dtype=value.dtype, device=value.device)
+    state.jit[_storage_id(placeholder)] = (placeholder, key, value.dtype, why)
+    return placeholder
+
+
+def _fuse_tied_linears(state: KeepState, model) -> None:
+    """The output layer tied to an embedding (``lm_head``) is the largest matmul of a decode
+    step: fuse it from the tied weight (kept as loaded for the embedding, just in time or dense),
+    with its own fixed-rate copy; the tie is then dropped from transformers' mapping."""
+    from ..api import _load
+
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    for target in list(tied):
+        try:
+            module, attr = _locate(model, target)
+        except AttributeError:
+            continue
+        p = module._parameters.get(attr) if attr == "weight" and type(module) is torch.nn.Linear else None
+        if p is None or p.dtype != torch.bfloat16:
+            continue
+        hit = state.jit.get(_storage_id(p)) if p.numel() == 0 else None
+        with _device_scope(p):
+            if hit is not None:
+                value = _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]].to(torch.bfloat16)
+                fw = _fixed_weight(state, hit[1], value)
+                del value
+            elif p.numel():
+                fw = _fixed_weight(state, None, p.detach())
+            else:
+                continue
+            _fuse(state, model, module, target, fw)
+        state.report["kept"].pop(target, None)
+        if target in state.report["decoded"]:
+            state.report["decoded"].remove(target)
+        tied.pop(target, None)
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    """Identity of a tensor's storage: transformers wraps our placeholder in a new Parameter
+    object and ties parameters by object, both sharing the placeholder's storage."""
+    return t.untyped_storage()._cdata
+
+
+def _is_expert_param(module, attr: str, value: torch.Tensor) -> bool:
+    try:
+        from ..torch.experts import is_expert_param
+    except ImportError:
+        return False
+    return value.dim() == 3 and is_expert_param(module, attr)
+
+
+def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor) -> str | None:
+    """None when the expert tensor is now held compressed by its module, else why not."""
+    from ..errors import WcodecError
+    from ..torch.experts import compress_expert_param
+
+    if value.dtype != torch.bfloat16:
+        return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
+    try:
+        with _device_scope(value):
+            compress_expert_param(module, attr, value)
+    except WcodecError as e:
+        return str(e)
+    state.report["fused"].append(name)
+    return None
+
+
+def _fuse(state: KeepState, model, module, name: str, fw) -> None:
+    from ..torch.embedding import CompressedEmbedding
+    from ..torch.linear import CompressedLinear
+
+    if isinstance(module, torch.nn.Embedding):
+        new = CompressedEmbedding(fw, module.padding_idx)
+    else:
+        bias = module.bias
+        new = CompressedLinear(fw, None)
+        if bias is not None:  # loaded already, or still on meta (transformers sets it later)
+            new.bias = bias if isinstance(bias, torch.nn.Parameter) else torch.nn.Parameter(bias)
+    for parent, cname in state.parents(model).get(id(module), []):
+        parent._modules[cname] = new
+    state.parents(model)[id(new)] = state.parents(model).pop(id(module), [])
+    state.report["fused"].append(name)
+
+
+class Report:
+    """``model.wcodec_weights`` when no weight is decoded just in time."""
+
+    def __init__(self, report: dict):
+        self.report, self.weights, self.compressed_nbytes = report, {}, 0
+
+
+def finish(state: KeepState, model) -> None:
+    """After transformers loaded and tied everything: swap just-in-time placeholders for views of
+    a shared decode scratch (one :class:`CompressedWeights` per device), attach the decode hooks,
+    and set ``model.wcodec_weights``. Warns with the count of Linear / expert weights kept dense."""
+    from ..torch import CompressedWeights
+
+    if state.mode is True:
+        _fuse_tied_linears(state, model)
+    cws = {}
+    for placeholder, key, dtype, _ in state.jit.values():
+        dev = placeholder.device
+        cw = cws.get(dev)
+        if cw is None:
+            cw = cws[dev] = CompressedWeights(dev, decoder=state.decoder, offload=state.offload)
+        if key not in cw.weights:
+            cw.add(key, key, state.reader.record(key, verify=state.verify), dtype)
+            cw.names = {}  # parameter name -> key, for save_pretrained / dequantize
+    for cw in cws.values():
+        with torch.cuda.device(cw.device) if cw.device.type == "cuda" else contextlib.nullcontext():
+            cw.allocate()
+    params: dict = {}
+    for mname, module in model.named_modules(remove_duplicate=False):
+        for pname, p in list(module._parameters.items()):
+            hit = state.jit.get(_storage_id(p)) if p is not None and p.numel() == 0 else None
+            if hit is None:
+                continue
+            placeholder, key, dtype, why = hit
+            cw = cws[placeholder.device]
+            full = f"{mname}.{pname}" if mname else pname
+            state.report["kept"].setdefault(full, why)  # a tied partner: the same reason
+            if pname == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                if id(p) not in params:
+                    params[id(p)] = torch.nn.Parameter(cw.weights[key].view, requires_grad=False)
+                module._parameters[pname] = params[id(p)]
+                cw.attach(module, key)
+                cw.names[full] = key
+                state.report["compressed"].append(full)
+            else:  # only Linear / Embedding weights decode just in time
+                module._parameters[pname] = torch.nn.Parameter(cw.materialize(key), requires_grad=False)
+                state.report["decoded"].append(full)
+    state.report["compressed"] = sorted(set(state.report["compressed"]))
+    for cw in cws.values():
+        cw.report = state.report
+    holders = list(cws.values())
+    model.wcodec_weights = holders[0] if len(holders) == 1 else (holders or Report(state.report))
+    dense = [n for n, why in state.report["kept"].items() if n in state.report["decoded"]]
+    if dense:
+        warnings.warn(f"wcodec: {len(dense)} Linear/Embedding/expert weight(s) kept dense (see "
+                      f"model.wcodec_weights.report['kept'] for each reason), e.g. {dense[0]}: "
+                      f"{state.report['kept'][dense[0]]}", UserWarning, stacklevel=3)
