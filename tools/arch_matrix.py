@@ -1,7 +1,8 @@
 """The architecture matrix of issue 26 as a script: for each architecture x codec x loading path,
 whether the wcodec folder loads with the original's outputs and dtype (and what stays compressed),
 saves and reloads, and takes a LoRA step; then the round trips (save / reload, adapter save /
-reload, merge, state_dict) on the fused, just-in-time and plain paths. Prints Markdown tables
+reload, merge, state_dict) on the fused, just-in-time and plain paths, and the dtype of a folder
+whose config.json names none. Prints Markdown tables
 (pass, or the exception class and first line) and the time taken; the same checks as
 tests/hf/test_arch_matrix.py (tests/hf/_arch.py).
 
@@ -113,6 +114,15 @@ def main(argv=None) -> int:
                     total += len(texts)
                     print(f"| {codec} | {path} | " + " | ".join(texts) + f" | {secs:.1f} |", flush=True)
             print(f"\nround trips: {passed} of {total} pass, {time.perf_counter() - t0:.1f} s")
+            print(f"\nno dtype in config.json ({args.round_trip_arch}): the dtype of the stored weights\n")
+            print("| codec | path | result |\n|---|---|---|")
+            for codec in args.round_trip_codec:
+                for path in args.path:
+                    with contextlib.redirect_stderr(io.StringIO()):
+                        text, s, _ = _run(_arch.check_dtype_from_weights, cell, codec, path,
+                                          Path(tmp) / f"dtype-{codec}-{path}")
+                    rows.append({"dtype_from_weights": text, "codec": codec, "path": path, "seconds": round(s, 2)})
+                    print(f"| {codec} | {path} | {text} |", flush=True)
     print(f"total {time.perf_counter() - start:.1f} s")
     if args.json:
         _arch.write_json(args.json, rows)

@@ -229,11 +229,44 @@ def check_load(cell: Cell, codec: str, path: str) -> dict:
     assert_same_outputs(outputs(model, cell.feed), cell.want, "outputs")
     rep = report(model)
     if keep:
-        kept = set(rep.get("fused", [])) | set(rep.get("compressed", []))
-        dense = [n for n in must_stay_compressed(cell.ref) if n not in kept]
-        assert kept and not dense, f"{len(dense)} weights not kept compressed: {dense[:4]}" \
-            f"{' (reason: ' + str(rep.get('kept', {}).get(dense[0])) + ')' if dense else ''}"
+        _assert_kept(cell, rep)
     return rep
+
+
+def _assert_kept(cell: Cell, rep: dict) -> None:
+    kept = set(rep.get("fused", [])) | set(rep.get("compressed", []))
+    dense = [n for n in must_stay_compressed(cell.ref) if n not in kept]
+    assert kept and not dense, f"{len(dense)} weights not kept compressed: {dense[:4]}" \
+        f"{' (reason: ' + str(rep.get('kept', {}).get(dense[0])) + ')' if dense else ''}"
+
+
+def without_config_dtype(folder: Path, dst: Path) -> Path:
+    """A copy of ``folder`` whose config.json names no dtype (as configs from before transformers
+    recorded one): the dtype then comes from the stored weights."""
+    import shutil
+
+    shutil.copytree(folder, dst)
+    cfg = json.loads((dst / "config.json").read_text(encoding="utf-8"))
+    for k in ("dtype", "torch_dtype"):
+        cfg.pop(k, None)
+        cfg.get("text_config", {}).pop(k, None)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+    return dst
+
+
+def check_dtype_from_weights(cell: Cell, codec: str, path: str, tmp: Path) -> None:
+    """With no dtype in config.json and none passed, the wcodec folder loads in the dtype the
+    original folder loads in (the stored one), with its outputs; kept compressed, the Linear /
+    experts weights still stay compressed (issue 26: fp32 and every Linear dense)."""
+    src = without_config_dtype(cell.src, Path(tmp) / "src")
+    dst = without_config_dtype(cell.converted[codec], Path(tmp) / "wc")
+    keep = True if path == "keep" else None
+    ref, model = load(cell.name, src), load(cell.name, dst, keep)
+    assert ref.dtype == cell.ref.dtype, f"the original folder without a config dtype loads as {ref.dtype}"
+    assert model.dtype == ref.dtype, f"model dtype {model.dtype}, the original folder gives {ref.dtype}"
+    assert_same_outputs(outputs(model, cell.feed), cell.want, "outputs")
+    if keep:
+        _assert_kept(cell, report(model))
 
 
 def check_save_reload(cell: Cell, codec: str, path: str, tmp: Path) -> None:

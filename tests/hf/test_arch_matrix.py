@@ -51,6 +51,11 @@ def test_lora_step_changes_only_the_adapter(cell, arch, codec, path):
     _arch.check_lora(cell(arch), codec, path)
 
 
+@pytest.mark.parametrize("codec,path", [(c, p) for c in _arch.CODECS for p in _arch.PATHS])
+def test_dtype_from_the_weights_without_config_dtype(cell, codec, path, tmp_path):
+    _arch.check_dtype_from_weights(cell(ROUND_TRIP_ARCH), codec, path, tmp_path)
+
+
 @pytest.mark.parametrize("op", _arch.ROUND_TRIPS)
 @pytest.mark.parametrize("path", sorted(_arch.ROUND_TRIP_PATHS))
 @pytest.mark.parametrize("codec", _arch.CODECS)
