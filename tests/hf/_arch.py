@@ -38,7 +38,7 @@ _QKV = ["q_proj", "v_proj"]
 @dataclass(frozen=True)
 class Arch:
     """One architecture: transformers ``model_type``, Auto class, config overrides, input kind
-    ("text", "masked", "seq2seq", "image", "audio") and the Linear names LoRA targets."""
+    ("text", "masked", "seq2seq", "image", "image_text", "audio") and the Linear names LoRA targets."""
 
     model_type: str
     auto: str
@@ -56,6 +56,13 @@ ARCHS = {
                                                         "sliding_window": 32}, "text"),
     "gemma3": Arch("gemma3_text", "AutoModelForCausalLM", {**_DEC, "head_dim": 16, "query_pre_attn_scalar": 16,
                                                              "sliding_window": 32}, "text"),
+    # the multimodal model (4B and up): its checkpoint names (language_model.model.*) renamed on load
+    "gemma3_vlm": Arch("gemma3", "AutoModelForImageTextToText",
+                       dict(text_config={**_DEC, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 32},
+                            vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                               num_attention_heads=4, image_size=32, patch_size=8),
+                            mm_tokens_per_image=4, image_token_index=5, boi_token_index=3, eoi_token_index=4),
+                       "image_text"),
     "phi3": Arch("phi3", "AutoModelForCausalLM", _DEC, "text", ["qkv_proj", "o_proj"]),
     "gpt2": Arch("gpt2", "AutoModelForCausalLM",
                  dict(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=128, bos_token_id=1,
@@ -107,6 +114,10 @@ def build_source(name: str, folder: Path) -> Path:
     config = transformers.AutoConfig.for_model(arch.model_type, **arch.config)
     torch.manual_seed(SEED)
     model = auto_class(arch).from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():  # zero-initialised (Gemma3's image projection, gpt-oss expert biases): random,
+        for p in model.parameters():  # else no gradient reaches what feeds them (the vision tower)
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, 0.02)
     model.save_pretrained(folder)
     assert any(Path(folder).glob("*.safetensors")), f"{name}: save_pretrained wrote no safetensors"
     return Path(folder)
@@ -131,14 +142,19 @@ def inputs(name: str, config, dtype: torch.dtype) -> dict:
     kind = ARCHS[name].inputs
 
     def ids(n):
-        return torch.randint(3, config.vocab_size, (2, n), generator=g)
+        return torch.randint(6, getattr(config, "text_config", config).vocab_size, (2, n), generator=g)
 
     if kind in ("text", "masked"):
         return {"input_ids": ids(8)}
     if kind == "seq2seq":
         return {"input_ids": ids(8), "decoder_input_ids": ids(4)}
-    if kind == "image":
-        return {"pixel_values": torch.randn(2, 3, config.image_size, config.image_size, generator=g).to(dtype)}
+    if kind in ("image", "image_text"):
+        size = getattr(config, "vision_config", config).image_size
+        pixels = {"pixel_values": torch.randn(2, 3, size, size, generator=g).to(dtype)}
+        if kind == "image":
+            return pixels
+        image = [config.boi_token_index, *[config.image_token_index] * config.mm_tokens_per_image, config.eoi_token_index]
+        return {"input_ids": torch.cat([torch.tensor([[1, *image]] * 2), ids(4)], dim=1), **pixels}
     frames = 2 * config.max_source_positions  # the encoder's two convolutions halve the frames
     return {"input_features": torch.randn(2, config.num_mel_bins, frames, generator=g).to(dtype),
             "decoder_input_ids": ids(4)}

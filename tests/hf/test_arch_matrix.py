@@ -72,5 +72,6 @@ def test_matrix_covers_the_issue():
             "qwen3_moe", "deepseek_v3", "gpt_oss", "bert", "t5", "vit", "whisper"}
     assert want <= set(_arch.ARCHS)
     for name, arch in _arch.ARCHS.items():
-        width = arch.config.get("hidden_size", arch.config.get("d_model", arch.config.get("n_embd")))
+        cfg = arch.config.get("text_config", arch.config)
+        width = cfg.get("hidden_size", cfg.get("d_model", cfg.get("n_embd")))
         assert width >= 64, name
