@@ -213,6 +213,15 @@ def must_stay_compressed(ref) -> list[str]:
     return sorted(set(names))
 
 
+def must_be_reported(ref) -> list[str]:
+    """Names of the other matrix weights (transformers' Conv1D: GPT-2's attention and MLP) that
+    keep_compressed=True must keep compressed or name in its report (issue 26, must-have 4:
+    never silently dense)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return sorted(f"{n}.weight" for n, m in ref.named_modules(remove_duplicate=False) if isinstance(m, Conv1D))
+
+
 @dataclass
 class Cell:
     """One architecture's folders and reference: the source (bf16 safetensors), its conversions
@@ -254,6 +263,9 @@ def _assert_kept(cell: Cell, rep: dict) -> None:
     dense = [n for n in must_stay_compressed(cell.ref) if n not in kept]
     assert kept and not dense, f"{len(dense)} weights not kept compressed: {dense[:4]}" \
         f"{' (reason: ' + str(rep.get('kept', {}).get(dense[0])) + ')' if dense else ''}"
+    told = kept | set(rep.get("kept", {})) | set(rep.get("decoded", []))
+    silent = [n for n in must_be_reported(cell.ref) if n not in told]
+    assert not silent, f"{len(silent)} matrices left dense without a word in the report: {silent[:4]}"
 
 
 def without_config_dtype(folder: Path, dst: Path) -> Path:
