@@ -26,6 +26,15 @@ def folders(stories_folders):
     return ref, dst
 
 
+def _static_tokens(ref):
+    """The bf16 model's own greedy tokens with a static cache. Not its dynamic-cache tokens: with
+    transformers 5.24 on CPU (sdpa, bf16) those differ for stories260K at the third new token,
+    where two bf16 logits tie exactly (14.0 for ids 261 and 383) and SDPA over the static cache's
+    padded length (prompt + 8 slots) rounds them apart; eager attention and fp32 give the same
+    tokens on both caches. The static path is compared with itself, still bit for bit."""
+    return ref.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static")
+
+
 LOADERS = {
     "auto": lambda dst, **kw: transformers.AutoModelForCausalLM.from_pretrained(
         str(dst), dtype=torch.bfloat16, quantization_config=WcodecConfig(keep_compressed=True, **kw)),
@@ -46,7 +55,8 @@ def test_fused_same_tokens_as_bf16(folders, loader):
         assert torch.equal(model(IDS).logits, ref(IDS).logits)
         g = ref.generate(IDS, max_new_tokens=8, do_sample=False)
         assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False), g)
-        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"), g)
+        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"),
+                           _static_tokens(ref))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused kernels' GPU path needs a CUDA GPU (CI has none)")
@@ -173,7 +183,7 @@ def test_untied_embedding_fused_no_graph_break(untied, loader):
     assert isinstance(model.model.embed_tokens, CompressedEmbedding)
     with torch.no_grad():
         assert torch.equal(model(IDS).logits, ref(IDS).logits)
-        g = ref.generate(IDS, max_new_tokens=8, do_sample=False)
-        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"), g)
+        assert torch.equal(model.generate(IDS, max_new_tokens=8, do_sample=False, cache_implementation="static"),
+                           _static_tokens(ref))
         explained = dynamo.explain(model)(IDS)
         assert explained.graph_break_count == 0, explained.break_reasons
