@@ -135,7 +135,8 @@ class CompressedWeights:
     """A set of weights kept compressed on ``device`` and decoded on use into a shared scratch.
 
     Usage: :meth:`add` every weight, :meth:`allocate` the scratch (returns the views that the
-    modules must hold as their weights), then :meth:`attach` each module to its weight.
+    modules must hold as their weights), then :meth:`attach` each module to its weight;
+    :meth:`release` gives one module its own decoded weight again.
 
     Args:
         device: where modules run ("cpu", "cuda", "cuda:1", torch.device).
@@ -155,7 +156,6 @@ class CompressedWeights:
         self.decoder, self.offload = decoder, offload and self.device.type == "cuda"
         self.weights: dict[str, _Weight] = {}
         self.scratch = self.raw = self.work = None
-        self.hooks = []  # forward pre-hook handles, one per attached module
         self.bound: dict = {}  # attached module -> (key, [its hook handles])
 
     # -- building --------------------------------------------------------------------------
@@ -244,7 +244,6 @@ class CompressedWeights:
         h = module.register_forward_pre_hook(pre_hook)
         handles = [h, module.register_state_dict_post_hook(state_dict_hook),
                    module.register_load_state_dict_pre_hook(load_hook)]
-        self.hooks.append(h)
         module.weight.requires_grad_(False)
         if isinstance(module, torch.nn.Linear):
             module.forward = _linear_forward(module, self, key)
@@ -261,12 +260,15 @@ class CompressedWeights:
         """Stop decoding ``module``'s weight just in time: it gets its own decoded copy (a new
         frozen Parameter, model dtype, on this set's device), which it keeps; the record stays
         here for the other modules using it (tied weights). For changing a weight in place, as
-        a LoRA merge does. Returns the new Parameter. Raises KeyError for a module not attached."""
+        a LoRA merge does. Returns the new Parameter. Raises InvalidInputError for a module not
+        attached here."""
+        if module not in self.bound:
+            from ..errors import InvalidInputError
+
+            raise InvalidInputError(f"{type(module).__name__}: not attached to these compressed weights")
         key, handles = self.bound.pop(module)
         for h in handles:
             h.remove()
-        if handles[0] in self.hooks:
-            self.hooks.remove(handles[0])
         module.__dict__.pop("forward", None)
         module.__dict__.pop("_wcodec_jit", None)
         module.weight = torch.nn.Parameter(self.materialize(key), requires_grad=False)
@@ -281,7 +283,6 @@ class CompressedWeights:
             module.__dict__.pop("forward", None)
             module.__dict__.pop("_wcodec_jit", None)
         self.bound.clear()
-        self.hooks.clear()
 
     def _holds(self, key: str, t: torch.Tensor) -> bool:
         """Whether ``t`` is the scratch view of ``key`` or equals the stored weight."""
