@@ -151,6 +151,31 @@ def test_merge_then_unmerge_restores_the_base(stories, mode):
         assert _rel(_logits(model), base) < 0.1 * _rel(base, adapted)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("option", [{"use_dora": True}, {"init_lora_weights": "pissa"}])
+def test_options_that_read_the_base_weight_get_a_dense_copy(stories, mode, option):
+    """DoRA reads the base weight's norms in every forward, PiSSA reads and rewrites the weight at
+    init: the wrapped layers turn dense (the others stay compressed) and compute what they
+    compute on the bf16 model."""
+    ref, bf16, dst = stories
+    cfg = dict(r=4, lora_alpha=8, target_modules=["q_proj"], **option)
+    torch.manual_seed(0)
+    model = peft.get_peft_model(_load(dst, mode), peft.LoraConfig(**cfg)).eval()
+    torch.manual_seed(0)
+    plain = peft.get_peft_model(bf16(), peft.LoraConfig(**cfg)).eval()
+    layers = model.base_model.model.model.layers
+    assert type(layers[0].self_attn.q_proj.base_layer) is torch.nn.Linear
+    assert "_wcodec_jit" not in layers[0].self_attn.q_proj.base_layer.__dict__
+    k = layers[0].self_attn.k_proj
+    assert isinstance(k, CompressedLinear) if mode is True else "_wcodec_jit" in k.__dict__
+    for layer in (model, plain):  # the adapters differ from their init, so that the test can fail
+        for n, p in layer.named_parameters():
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.02, generator=torch.Generator().manual_seed(len(n)))
+    got, want = _logits(model), _logits(plain)
+    assert torch.equal(got, want) and not torch.equal(got, _logits(ref))
+
+
 @pytest.mark.parametrize("codec,mode", [("lossless", True), ("lossless", "jit"), ("fixed", "jit")])
 def test_tiny_llama_lora_round_trip(tiny, codec, mode, tmp_path):
     src, lossless, fixed = tiny

@@ -8,12 +8,16 @@ so an adapter saved on a compressed base loads on the bf16 one and back); only w
 base weight differs:
 
 - :class:`LoraCompressedLinear`: told the fused layer's sizes, device and dtype, which peft would
-  read from a ``weight``. Merging replaces the fused layer by a dense nn.Linear holding its
-  decoded weight, then merges into that (``merge_and_unload()`` gives dense bf16 layers;
-  :func:`wcodec.torch.linear.compress_model` compresses them again, losslessly).
-- :class:`LoraJitLinear`: merging first gives the layer its own decoded weight
-  (:meth:`wcodec.torch.CompressedWeights.release`): merged into the shared scratch, the
-  adapter would be overwritten by the next decode.
+  read from a ``weight``.
+- :class:`LoraJitLinear`: an nn.Linear whose weight is a view of the shared decode scratch.
+
+Whatever reads or writes the base weight as a tensor (a merge, DoRA, peft's data-driven inits
+such as PiSSA) first turns that one base layer dense: the fused layer is replaced by an
+nn.Linear of its decoded weight, the just-in-time layer gets its own decoded weight
+(:meth:`wcodec.torch.CompressedWeights.release`; merged into the scratch, the adapter would be
+overwritten by the next decode). So ``merge_and_unload()`` gives the weights peft gives on the
+bf16 model, as dense layers; :func:`wcodec.torch.linear.compress_model` compresses them again,
+losslessly.
 
 :func:`lora_config` / :func:`register` (a config with the mapping registered) still work; they
 are no longer needed.
@@ -46,10 +50,39 @@ def _swap_base(layer: BaseTunerLayer, old: torch.nn.Module, new: torch.nn.Module
     holder.base_layer = new
 
 
-class LoraCompressedLinear(LoraLinear):
-    """peft's LoRA Linear over a CompressedLinear base (frozen, fused kernels). :meth:`merge`
-    first replaces the base by a dense nn.Linear of the decoded weight (bf16, bit-exact), then
-    merges as peft does (the merged weight is rounded to bf16 once, as for an nn.Linear base)."""
+def _reads_base_weight(config) -> bool:
+    """Whether an adapter of ``config`` needs the base weight as a tensor: DoRA (its norm, in
+    every forward and backward) and peft's data-driven inits (PiSSA, OLoRA, CorDA, LoftQ,
+    LoRA-GA, orthogonal: they read it, and most rewrite it)."""
+    init = getattr(config, "init_lora_weights", True)
+    return bool(getattr(config, "use_dora", False)) or (
+        isinstance(init, str) and init.lower() not in ("gaussian", "eva"))
+
+
+class _DenseWhenWritten(LoraLinear):
+    """peft's LoRA Linear over a compressed base that becomes a dense copy (:meth:`_densify`)
+    before anything reads or writes the base weight as a tensor: a merge, DoRA, a data-driven
+    init. Everything else runs on the compressed base."""
+
+    def _densify(self) -> None:
+        raise NotImplementedError
+
+    def update_layer(self, adapter_name, r, lora_alpha, config, **kwargs):
+        if _reads_base_weight(config):
+            self._densify()
+        return super().update_layer(adapter_name, r, lora_alpha=lora_alpha, config=config, **kwargs)
+
+    def merge(self, safe_merge: bool = False, adapter_names=None) -> None:
+        """peft's merge, into a dense copy of the base weight (see the module docstring)."""
+        if check_adapters_to_merge(self, adapter_names):
+            self._densify()
+        super().merge(safe_merge, adapter_names)
+
+
+class LoraCompressedLinear(_DenseWhenWritten):
+    """peft's LoRA Linear over a CompressedLinear base (frozen, fused kernels). Densifying
+    replaces the base by a dense nn.Linear of the decoded weight (bf16, bit-exact); a merge then
+    rounds the merged weight to bf16 once, as for an nn.Linear base."""
 
     def __init__(self, base_layer, adapter_name, **kwargs):
         if type(base_layer) is CompressedLinear:  # peft finds a module's device through a weight
@@ -67,29 +100,31 @@ class LoraCompressedLinear(LoraLinear):
             return (None if buf is None else buf.device), base_layer.weight_dtype
         return super()._get_base_layer_device_and_dtype(base_layer)
 
-    def merge(self, safe_merge: bool = False, adapter_names=None) -> None:
-        """peft's merge, into a dense copy of the fused weight (see the class docstring)."""
+    def _densify(self) -> None:
         base = self.get_base_layer()
-        if isinstance(base, CompressedLinear) and check_adapters_to_merge(self, adapter_names):
-            dense = base.to_linear()
-            dense.weight.requires_grad_(False)
-            if base.bias is not None:
-                dense.bias.requires_grad_(base.bias.requires_grad)
-            _swap_base(self, base, dense)
-        super().merge(safe_merge, adapter_names)
+        if not isinstance(base, CompressedLinear):
+            return
+        # built on meta, then given the decoded weight: nn.Linear's random init would draw from
+        # the RNG that the adapters' own init (or the user's next draw) expects untouched
+        w = base.decoded_weight()
+        dense = torch.nn.Linear(base.in_features, base.out_features, bias=base.bias is not None,
+                                device="meta", dtype=w.dtype)
+        dense.weight = torch.nn.Parameter(w, requires_grad=False)
+        if base.bias is not None:
+            dense.bias = torch.nn.Parameter(base.bias.detach().clone(), requires_grad=base.bias.requires_grad)
+        _swap_base(self, base, dense)
 
 
-class LoraJitLinear(LoraLinear):
-    """peft's LoRA Linear over an nn.Linear whose weight is decoded just in time. :meth:`merge`
-    first gives the base layer its own decoded weight (see the module docstring)."""
+class LoraJitLinear(_DenseWhenWritten):
+    """peft's LoRA Linear over an nn.Linear whose weight is decoded just in time. Densifying
+    gives the base layer its own decoded weight (:meth:`wcodec.torch.CompressedWeights.release`):
+    written into the shared scratch, a merge would be overwritten by the next decode."""
 
-    def merge(self, safe_merge: bool = False, adapter_names=None) -> None:
-        """peft's merge, into the layer's own decoded weight (see the module docstring)."""
+    def _densify(self) -> None:
         base = self.get_base_layer()
         cw = base.__dict__.get("_wcodec_jit")
-        if cw is not None and check_adapters_to_merge(self, adapter_names):
+        if cw is not None:
             cw.release(base)
-        super().merge(safe_merge, adapter_names)
 
 
 def dispatch(target, adapter_name: str, config, **kwargs):
