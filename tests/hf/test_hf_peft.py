@@ -138,6 +138,26 @@ def test_merge_and_unload_gives_peft_merged_weights(stories, mode):
         assert torch.equal(_logits(merged), got)
 
 
+def test_jit_embedding_lora_merges_into_its_own_weight(stories):
+    """The tied embedding decoded just in time (its lm_head shares the record): merging a LoRA on
+    the embedding changes the embedding alone, to the weight peft merges on the bf16 model, and
+    the outputs stay the adapter's (on the bf16 model the merge also changes the tied lm_head)."""
+    ref, bf16, dst = stories
+    cfg = dict(r=4, lora_alpha=8, target_modules=["embed_tokens"], init_lora_weights=False)
+    torch.manual_seed(0)
+    model = peft.get_peft_model(_load(dst, "jit"), peft.LoraConfig(**cfg)).eval()
+    torch.manual_seed(0)
+    plain = peft.get_peft_model(bf16(), peft.LoraConfig(**cfg)).eval()
+    assert type(model.base_model.model.model.embed_tokens).__name__ == "LoraJitEmbedding"
+    unmerged = _logits(model)
+    assert torch.equal(unmerged, _logits(plain))
+    merged, want = model.merge_and_unload(), plain.merge_and_unload()
+    got = _logits(merged)
+    assert torch.equal(merged.model.embed_tokens.weight, want.model.embed_tokens.weight)
+    assert _rel(got, unmerged) < 0.1 * _rel(_logits(ref), unmerged)
+    assert merged.wcodec_weights.key_of(merged.lm_head) is not None  # still decoded just in time
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_merge_then_unmerge_restores_the_base(stories, mode):
     ref, bf16, dst = stories

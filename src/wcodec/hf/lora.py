@@ -9,7 +9,8 @@ base weight differs:
 
 - :class:`LoraCompressedLinear`: told the fused layer's sizes, device and dtype, which peft would
   read from a ``weight``.
-- :class:`LoraJitLinear`: an nn.Linear whose weight is a view of the shared decode scratch.
+- :class:`LoraJitLinear`, :class:`LoraJitEmbedding`: an nn.Linear / nn.Embedding whose weight is
+  a view of the shared decode scratch.
 
 Whatever reads or writes the base weight as a tensor (a merge, DoRA, peft's data-driven inits
 such as PiSSA) first turns that one base layer dense: the fused layer is replaced by an
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import torch
 from peft import LoraConfig
+from peft.tuners.lora.layer import Embedding as LoraEmbedding
 from peft.tuners.lora.layer import Linear as LoraLinear
 from peft.tuners.tuners_utils import BaseTunerLayer, check_adapters_to_merge
 
@@ -59,10 +61,10 @@ def _reads_base_weight(config) -> bool:
         isinstance(init, str) and init.lower() not in ("gaussian", "eva"))
 
 
-class _DenseWhenWritten(LoraLinear):
-    """peft's LoRA Linear over a compressed base that becomes a dense copy (:meth:`_densify`)
-    before anything reads or writes the base weight as a tensor: a merge, DoRA, a data-driven
-    init. Everything else runs on the compressed base."""
+class _DenseWhenWritten:
+    """Mixed into a peft LoRA layer over a compressed base: the base becomes a dense copy
+    (:meth:`_densify`) before anything reads or writes its weight as a tensor: a merge, DoRA, a
+    data-driven init. Everything else runs on the compressed base."""
 
     def _densify(self) -> None:
         raise NotImplementedError
@@ -79,7 +81,7 @@ class _DenseWhenWritten(LoraLinear):
         super().merge(safe_merge, adapter_names)
 
 
-class LoraCompressedLinear(_DenseWhenWritten):
+class LoraCompressedLinear(_DenseWhenWritten, LoraLinear):
     """peft's LoRA Linear over a CompressedLinear base (frozen, fused kernels). Densifying
     replaces the base by a dense nn.Linear of the decoded weight (bf16, bit-exact); a merge then
     rounds the merged weight to bf16 once, as for an nn.Linear base."""
@@ -115,16 +117,24 @@ class LoraCompressedLinear(_DenseWhenWritten):
         _swap_base(self, base, dense)
 
 
-class LoraJitLinear(_DenseWhenWritten):
-    """peft's LoRA Linear over an nn.Linear whose weight is decoded just in time. Densifying
-    gives the base layer its own decoded weight (:meth:`wcodec.torch.CompressedWeights.release`):
-    written into the shared scratch, a merge would be overwritten by the next decode."""
+class _JitDensify(_DenseWhenWritten):
+    """Densifying gives the base layer its own decoded weight
+    (:meth:`wcodec.torch.CompressedWeights.release`): written into the shared scratch, a merge
+    would be overwritten by the next decode."""
 
     def _densify(self) -> None:
         base = self.get_base_layer()
         cw = base.__dict__.get("_wcodec_jit")
         if cw is not None:
             cw.release(base)
+
+
+class LoraJitLinear(_JitDensify, LoraLinear):
+    """peft's LoRA Linear over an nn.Linear whose weight is decoded just in time."""
+
+
+class LoraJitEmbedding(_JitDensify, LoraEmbedding):
+    """peft's LoRA Embedding over an nn.Embedding whose weight is decoded just in time."""
 
 
 def dispatch(target, adapter_name: str, config, **kwargs):
@@ -139,8 +149,11 @@ def dispatch(target, adapter_name: str, config, **kwargs):
         return None
     if isinstance(base, CompressedLinear):
         return LoraCompressedLinear(target, adapter_name, config=config, **kwargs)
-    if isinstance(base, torch.nn.Linear) and base.__dict__.get("_wcodec_jit") is not None:
-        return LoraJitLinear(target, adapter_name, config=config, **kwargs)
+    if base.__dict__.get("_wcodec_jit") is not None:
+        if isinstance(base, torch.nn.Linear):
+            return LoraJitLinear(target, adapter_name, config=config, **kwargs)
+        if isinstance(base, torch.nn.Embedding):
+            return LoraJitEmbedding(target, adapter_name, config=config, **kwargs)
     return None
 
 
@@ -158,4 +171,4 @@ def register(config: LoraConfig) -> LoraConfig:
     return config
 
 
-__all__ = ["LoraCompressedLinear", "LoraJitLinear", "dispatch", "lora_config", "register"]
+__all__ = ["LoraCompressedLinear", "LoraJitLinear", "LoraJitEmbedding", "dispatch", "lora_config", "register"]
