@@ -1,17 +1,36 @@
-"""peft LoRA adapters on fused ``CompressedLinear`` layers (``keep_compressed=True``).
+"""peft LoRA adapters on layers kept compressed: fused ``CompressedLinear`` (``keep_compressed=True``)
+and nn.Linear decoded just in time (``keep_compressed="jit"``).
 
-peft wraps only the layer types it knows; others go through its (experimental) custom-module
-registry of a ``LoraConfig``. :func:`lora_config` returns a ``LoraConfig`` with
-``CompressedLinear -> LoraCompressedLinear`` registered: peft's own ``lora.Linear`` around the
-fused layer (``base_layer(x)`` plus the adapters), told the layer's sizes, device and dtype,
-which it would otherwise read from a ``weight`` that a CompressedLinear does not have.
-Just-in-time layers (``keep_compressed="jit"``) are plain nn.Linear and need none of this.
+After ``import wcodec``, plain ``peft.LoraConfig`` / ``get_peft_model`` / ``PeftModel.from_pretrained``
+build these layers (:mod:`wcodec.hf.peft_hook` puts :func:`dispatch` in front of peft's own
+dispatchers). The adapters are peft's own ``lora.Linear`` (same parameters, same state-dict keys,
+so an adapter saved on a compressed base loads on the bf16 one and back); only what touches the
+base weight differs:
+
+- :class:`LoraCompressedLinear`: told the fused layer's sizes, device and dtype, which peft would
+  read from a ``weight``.
+- :class:`LoraJitLinear`, :class:`LoraJitEmbedding`: an nn.Linear / nn.Embedding whose weight is
+  a view of the shared decode scratch.
+
+Whatever reads or writes the base weight as a tensor (a merge, DoRA, peft's data-driven inits
+such as PiSSA) first turns that one base layer dense: the fused layer is replaced by an
+nn.Linear of its decoded weight, the just-in-time layer gets its own decoded weight
+(:meth:`wcodec.torch.CompressedWeights.release`; merged into the scratch, the adapter would be
+overwritten by the next decode). So ``merge_and_unload()`` gives the weights peft gives on the
+bf16 model, as dense layers; :func:`wcodec.torch.linear.compress_model` compresses them again,
+losslessly.
+
+:func:`lora_config` / :func:`register` (a config with the mapping registered) still work; they
+are no longer needed.
 """
 
 from __future__ import annotations
 
+import torch
 from peft import LoraConfig
+from peft.tuners.lora.layer import Embedding as LoraEmbedding
 from peft.tuners.lora.layer import Linear as LoraLinear
+from peft.tuners.tuners_utils import BaseTunerLayer, check_adapters_to_merge
 
 from ..torch.linear import CompressedLinear
 
@@ -25,9 +44,47 @@ class _PeftCompressedLinear(CompressedLinear):
         return next(self.buffers())
 
 
-class LoraCompressedLinear(LoraLinear):
-    """peft's LoRA Linear over a CompressedLinear base (frozen, fused kernels); merging the
-    adapters into the compressed weight is not supported (it would need a re-encode)."""
+def _swap_base(layer: BaseTunerLayer, old: torch.nn.Module, new: torch.nn.Module) -> None:
+    """Put ``new`` where ``old`` is in the chain of ``base_layer``s below ``layer``."""
+    holder = layer
+    while holder.base_layer is not old:
+        holder = holder.base_layer
+    holder.base_layer = new
+
+
+def _reads_base_weight(config) -> bool:
+    """Whether an adapter of ``config`` needs the base weight as a tensor: DoRA (its norm, in
+    every forward and backward) and peft's data-driven inits (PiSSA, OLoRA, CorDA, LoftQ,
+    LoRA-GA, orthogonal: they read it, and most rewrite it)."""
+    init = getattr(config, "init_lora_weights", True)
+    return bool(getattr(config, "use_dora", False)) or (
+        isinstance(init, str) and init.lower() not in ("gaussian", "eva"))
+
+
+class _DenseWhenWritten:
+    """Mixed into a peft LoRA layer over a compressed base: the base becomes a dense copy
+    (:meth:`_densify`) before anything reads or writes its weight as a tensor: a merge, DoRA, a
+    data-driven init. Everything else runs on the compressed base."""
+
+    def _densify(self) -> None:
+        raise NotImplementedError
+
+    def update_layer(self, adapter_name, r, lora_alpha, config, **kwargs):
+        if _reads_base_weight(config):
+            self._densify()
+        return super().update_layer(adapter_name, r, lora_alpha=lora_alpha, config=config, **kwargs)
+
+    def merge(self, safe_merge: bool = False, adapter_names=None) -> None:
+        """peft's merge, into a dense copy of the base weight (see the module docstring)."""
+        if check_adapters_to_merge(self, adapter_names):
+            self._densify()
+        super().merge(safe_merge, adapter_names)
+
+
+class LoraCompressedLinear(_DenseWhenWritten, LoraLinear):
+    """peft's LoRA Linear over a CompressedLinear base (frozen, fused kernels). Densifying
+    replaces the base by a dense nn.Linear of the decoded weight (bf16, bit-exact); a merge then
+    rounds the merged weight to bf16 once, as for an nn.Linear base."""
 
     def __init__(self, base_layer, adapter_name, **kwargs):
         if type(base_layer) is CompressedLinear:  # peft finds a module's device through a weight
@@ -35,18 +92,74 @@ class LoraCompressedLinear(LoraLinear):
         super().__init__(base_layer, adapter_name, **kwargs)
 
     def _get_in_out_features(self, module):
-        return module.in_features, module.out_features
+        if isinstance(module, CompressedLinear):
+            return module.in_features, module.out_features
+        return super()._get_in_out_features(module)
 
     def _get_base_layer_device_and_dtype(self, base_layer):
-        buf = next(base_layer.buffers(), None)
-        return (None if buf is None else buf.device), base_layer.weight_dtype
+        if isinstance(base_layer, CompressedLinear):
+            buf = next(base_layer.buffers(), None)
+            return (None if buf is None else buf.device), base_layer.weight_dtype
+        return super()._get_base_layer_device_and_dtype(base_layer)
 
-    def merge(self, *args, **kwargs):
-        raise NotImplementedError("LoRA adapters cannot be merged into a CompressedLinear (frozen fixed-rate weight)")
+    def _densify(self) -> None:
+        base = self.get_base_layer()
+        if not isinstance(base, CompressedLinear):
+            return
+        # built on meta, then given the decoded weight: nn.Linear's random init would draw from
+        # the RNG that the adapters' own init (or the user's next draw) expects untouched
+        w = base.decoded_weight()
+        dense = torch.nn.Linear(base.in_features, base.out_features, bias=base.bias is not None,
+                                device="meta", dtype=w.dtype)
+        dense.weight = torch.nn.Parameter(w, requires_grad=False)
+        if base.bias is not None:
+            dense.bias = torch.nn.Parameter(base.bias.detach().clone(), requires_grad=base.bias.requires_grad)
+        _swap_base(self, base, dense)
+
+
+class _JitDensify(_DenseWhenWritten):
+    """Densifying gives the base layer its own decoded weight
+    (:meth:`wcodec.torch.CompressedWeights.release`): written into the shared scratch, a merge
+    would be overwritten by the next decode."""
+
+    def _densify(self) -> None:
+        base = self.get_base_layer()
+        cw = base.__dict__.get("_wcodec_jit")
+        if cw is not None:
+            cw.release(base)
+
+
+class LoraJitLinear(_JitDensify, LoraLinear):
+    """peft's LoRA Linear over an nn.Linear whose weight is decoded just in time."""
+
+
+class LoraJitEmbedding(_JitDensify, LoraEmbedding):
+    """peft's LoRA Embedding over an nn.Embedding whose weight is decoded just in time."""
+
+
+def dispatch(target, adapter_name: str, config, **kwargs):
+    """The wcodec LoRA layer for ``target`` (a module peft is about to wrap), or None when peft's
+    own dispatchers should handle it: not a wcodec layer, a parameter target
+    (``target_parameters``), or a layer type the config maps itself."""
+    if kwargs.get("parameter_name") is not None:
+        return None
+    base = target.get_base_layer() if isinstance(target, BaseTunerLayer) else target
+    custom = getattr(config, "_custom_modules", None) or {}
+    if any(isinstance(base, t) for t in custom):
+        return None
+    if isinstance(base, CompressedLinear):
+        return LoraCompressedLinear(target, adapter_name, config=config, **kwargs)
+    if base.__dict__.get("_wcodec_jit") is not None:
+        if isinstance(base, torch.nn.Linear):
+            return LoraJitLinear(target, adapter_name, config=config, **kwargs)
+        if isinstance(base, torch.nn.Embedding):
+            return LoraJitEmbedding(target, adapter_name, config=config, **kwargs)
+    return None
 
 
 def lora_config(**kwargs) -> LoraConfig:
-    """``peft.LoraConfig(**kwargs)`` that also adapts CompressedLinear layers."""
+    """``peft.LoraConfig(**kwargs)`` that also adapts CompressedLinear layers (plain
+    ``LoraConfig`` does too after ``import wcodec``; kept for earlier code)."""
     cfg = LoraConfig(**kwargs)
     register(cfg)
     return cfg
@@ -58,4 +171,4 @@ def register(config: LoraConfig) -> LoraConfig:
     return config
 
 
-__all__ = ["LoraCompressedLinear", "lora_config", "register"]
+__all__ = ["LoraCompressedLinear", "LoraJitLinear", "LoraJitEmbedding", "dispatch", "lora_config", "register"]

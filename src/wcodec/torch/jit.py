@@ -13,6 +13,11 @@ on the CPU. The weights are frozen. Autograd must not keep a scratch view for a 
 next module overwrites it): an attached nn.Linear runs :class:`_JitLinear`, which saves nothing of
 the weight and decodes it again in the backward for the input gradient (LoRA adapters on a
 compressed base: memory stays compressed weights + one scratch, at one more decode per layer).
+
+The scratch never leaves as a weight: ``state_dict()`` decodes each weight into a new tensor
+(transient memory: that weight's dense size, for every weight in the dict; peft's adapter
+``save_pretrained`` calls it as well), ``load_state_dict`` refuses values other than the stored
+ones, and :meth:`CompressedWeights.release` gives a module its own decoded weight (LoRA merge).
 """
 
 from __future__ import annotations
@@ -130,7 +135,8 @@ class CompressedWeights:
     """A set of weights kept compressed on ``device`` and decoded on use into a shared scratch.
 
     Usage: :meth:`add` every weight, :meth:`allocate` the scratch (returns the views that the
-    modules must hold as their weights), then :meth:`attach` each module to its weight.
+    modules must hold as their weights), then :meth:`attach` each module to its weight;
+    :meth:`release` gives one module its own decoded weight again.
 
     Args:
         device: where modules run ("cpu", "cuda", "cuda:1", torch.device).
@@ -150,7 +156,7 @@ class CompressedWeights:
         self.decoder, self.offload = decoder, offload and self.device.type == "cuda"
         self.weights: dict[str, _Weight] = {}
         self.scratch = self.raw = self.work = None
-        self.hooks, self.forwards = [], []
+        self.bound: dict = {}  # attached module -> (key, [its hook handles])
 
     # -- building --------------------------------------------------------------------------
     def add(self, key: str, name: str, record, dtype: torch.dtype | None = None) -> None:
@@ -214,26 +220,76 @@ class CompressedWeights:
     def attach(self, module: torch.nn.Module, key: str):
         """Decode weight ``key`` before every forward of ``module`` (its weight is frozen:
         requires_grad False); an nn.Linear also gets the forward of :class:`_JitLinear` so that
-        training adapters on top works. Returns the hook handle."""
+        training adapters on top works. The module's ``state_dict()`` then holds the weight
+        decoded (a new tensor, never the scratch), and ``load_state_dict`` refuses a weight
+        other than the stored one. Returns the forward pre-hook's handle."""
         def pre_hook(mod, args):
             self.decode(key)
 
+        def state_dict_hook(mod, state_dict, prefix, local_metadata):
+            name = prefix + "weight"
+            if name in state_dict:  # the parameter is a scratch view: hand out the true weight
+                state_dict[name] = self.materialize(key)
+
+        def load_hook(mod, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+            name = prefix + "weight"
+            if name in state_dict and not self._holds(key, state_dict[name]):
+                from ..errors import InvalidInputError
+
+                raise InvalidInputError(
+                    f"{name}: this weight is kept compressed and frozen (decoded just in time); the "
+                    f"state dict holds another value, which loading would lose. Load it into a model "
+                    f"that is not kept compressed, or call release() on the module first")
+
         h = module.register_forward_pre_hook(pre_hook)
-        self.hooks.append(h)
+        handles = [h, module.register_state_dict_post_hook(state_dict_hook),
+                   module.register_load_state_dict_pre_hook(load_hook)]
         module.weight.requires_grad_(False)
         if isinstance(module, torch.nn.Linear):
             module.forward = _linear_forward(module, self, key)
-            self.forwards.append(module)
+        self.bound[module] = (key, handles)
+        module.__dict__["_wcodec_jit"] = self  # how peft's LoRA layers find the set (wcodec.hf.lora)
         return h
 
-    def detach(self) -> None:
-        """Remove every hook and forward installed by :meth:`attach`."""
-        for h in self.hooks:
+    def key_of(self, module: torch.nn.Module) -> str | None:
+        """The key of the weight ``module`` decodes just in time, None when it is not attached."""
+        entry = self.bound.get(module)
+        return None if entry is None else entry[0]
+
+    def release(self, module: torch.nn.Module) -> torch.nn.Parameter:
+        """Stop decoding ``module``'s weight just in time: it gets its own decoded copy (a new
+        frozen Parameter, model dtype, on this set's device), which it keeps; the record stays
+        here for the other modules using it (tied weights). For changing a weight in place, as
+        a LoRA merge does. Returns the new Parameter. Raises InvalidInputError for a module not
+        attached here."""
+        if module not in self.bound:
+            from ..errors import InvalidInputError
+
+            raise InvalidInputError(f"{type(module).__name__}: not attached to these compressed weights")
+        key, handles = self.bound.pop(module)
+        for h in handles:
             h.remove()
-        for m in self.forwards:
-            m.__dict__.pop("forward", None)
-        self.hooks.clear()
-        self.forwards.clear()
+        module.__dict__.pop("forward", None)
+        module.__dict__.pop("_wcodec_jit", None)
+        module.weight = torch.nn.Parameter(self.materialize(key), requires_grad=False)
+        return module.weight
+
+    def detach(self) -> None:
+        """Remove every hook and forward installed by :meth:`attach` (the modules' weights are
+        then scratch views: call this only when dropping the model)."""
+        for module, (_, handles) in self.bound.items():
+            for h in handles:
+                h.remove()
+            module.__dict__.pop("forward", None)
+            module.__dict__.pop("_wcodec_jit", None)
+        self.bound.clear()
+
+    def _holds(self, key: str, t: torch.Tensor) -> bool:
+        """Whether ``t`` is the scratch view of ``key`` or equals the stored weight."""
+        w = self.weights[key]
+        if t.data_ptr() == w.view.data_ptr() and t.dtype == w.view.dtype:
+            return True
+        return tuple(t.shape) == w.shape and torch.equal(t.to(w.dtype).to(self.device), self.materialize(key))
 
     @property
     def compressed_nbytes(self) -> int:
