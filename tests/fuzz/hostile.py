@@ -321,7 +321,7 @@ def read_model_folder(path) -> None:
 
 
 def read_vectors(path) -> None:
-    from wcodec.vectors.storage import load_index
+    from wcodec.vectors.index import load_index
     load_index(path)
 
 
