@@ -194,8 +194,10 @@ def from_sections(params: dict, sections: dict, shape: tuple, device, name: str 
         raise type(e)(f"tensor '{name}': {e}" if name else str(e)) from None
     if N == 0 and len(shape) == 2:  # the record's view has 0 columns too: keep K = shape[1]
         return encode_weight(torch.zeros(tuple(shape), dtype=torch.bfloat16, device=device))
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device) if a.size \
-        else torch.empty(a.shape, dtype=torch.from_numpy(a).dtype, device=device)  # noqa: E731  (numpy's empty arrays come with stride 0)
+    # a read-only section (a view of the file) is copied: torch takes no read-only arrays; numpy's
+    # empty arrays come with stride 0, which the packed buffer cannot take
+    t = lambda a: torch.from_numpy(np.require(a, requirements=("C", "W"))).to(device) if a.size \
+        else torch.empty(a.shape, dtype=torch.from_numpy(np.require(a, requirements="W")).dtype, device=device)  # noqa: E731
     return FixedWeight(_words(t(c.lo).reshape(N, c.kpad), torch.int64),
                        _words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
                        t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
