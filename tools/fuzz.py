@@ -39,11 +39,13 @@ def worker(args) -> None:
     import hostile
 
     fz = hostile.Fuzzer(Path(args.out) / f"work-{os.getpid()}", seed=args.seed)
+    hostile.warm_up()  # torch / triton imports once, not inside the first case's hang timer
     log = open(args.log, "a", buffering=1)
     kinds = args.kinds.split(",") if args.kinds else list(hostile.KINDS)
     weights = [hostile.WEIGHTS[k] for k in kinds]
     for i in range(args.cases):
         kind = fz.rng.choices(kinds, weights)[0]
+        os.utime(args.log)  # making a case is not a hang of the previous one
         fn, path, desc, raw = fz.make(kind)
         (Path(args.out) / f"current-{os.getpid()}.bin").write_bytes(raw)
         log.write(json.dumps({"event": "start", "kind": kind, "desc": desc, "pid": os.getpid()}) + "\n")

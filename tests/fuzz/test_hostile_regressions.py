@@ -131,7 +131,7 @@ def test_int8_ratio_bound(seeds, tmp_path):
         e["params"]["res"]["n_symbols"] = 1 << 22
 
     path = _edit_container(seeds["container"], tmp_path / "big.wcodec", edit)
-    with pytest.raises(CorruptDataError, match="int8 codec's bound is 1024 symbols"):
+    with pytest.raises(CorruptDataError, match="int8 codec.s bound is 256 symbols"):
         Reader(path)
 
 

@@ -153,7 +153,7 @@ class CompressedIndex:
         if not self._adc:
             self._adc = self._adc_terms()
         norms, scale = self._adc
-        return adc_search(q, k, self.anchors, self.assignments.astype(np.int64), self.codes,
+        return adc_search(q, k, self.anchors, self.assignments.astype(np.int64, copy=False), self.codes,
                           self.books, norms, scale)
 
     def _adc_terms(self):
