@@ -232,7 +232,7 @@ def _fixed_weight(reader, key: str, dev, dtype, verify: bool):
     entry = reader.entry(key)
     if entry.get("codec") == "fixed" and entry["dtype"] == "BF16" and dtype == torch.bfloat16:
         rec = reader.record(key, verify=verify)
-        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), dev)
+        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), dev, name=key)
     from ..api import _load
 
     w = _load(reader, [key], dev, "pt", verify)[key].to(dtype)
