@@ -1,11 +1,17 @@
 """Figures behind docs/FORMAT.md "Resource bounds": decoder peak memory per declared output byte,
-the largest legitimate ratios, and the cost of reading sections with pread instead of mmap views.
+the largest legitimate ratios, the cost of reading sections with pread instead of mmap views,
+and the amplification a hostile file can reach (peak memory / file bytes, the densest file each
+reader accepts).
 
     PYTHONPATH=src python benchmarks/hostile_bounds.py [--mib 64]
 
 Each decode runs in a fresh process (Linux); peak = VmHWM after the decode (reset through
 /proc/self/clear_refs just before) minus VmRSS after reading the record (so the compressed bytes are not counted; numba kernels load from its disk
-cache, a few MB). Prints one table.
+cache, a few MB). Prints two tables. Amplification cases: constant tensors coded with the most
+symbols per stored byte the reader takes (rANS chunks of 1024 steps: 248 of the 256 allowed;
+fixed: 1.5 bytes per weight whatever the values), whole file size as the denominator; a vectors
+index with all N vectors on one anchor written by save_index (248 vectors per plane byte, the
+256 allowed), peak of load and of one search.
 """
 
 from __future__ import annotations
@@ -37,6 +43,70 @@ out = decode_tensor(rec, name)
 peak = status("VmHWM:")
 print(json.dumps({"out": out.nbytes, "base_kb": base, "peak_kb": peak}))
 """
+
+
+AMP_CHILD = r"""
+import json, sys, numpy as np
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1])
+path, what = sys.argv[1], sys.argv[2]
+if what == "vectors":
+    from wcodec.vectors import load
+    load(path).search(np.ones((1, 64), np.float32), k=1)  # numba compiled outside the measurement
+    base = status("VmRSS:")
+    open("/proc/self/clear_refs", "w").write("5")
+    idx = load(path)
+    load_peak = status("VmHWM:") - base
+    open("/proc/self/clear_refs", "w").write("5")
+    idx.search(np.ones((1, idx.dim), np.float32), k=1)
+    print(json.dumps({"load_kb": load_peak, "search_kb": status("VmHWM:") - base}))
+else:
+    from wcodec.format import Reader
+    from wcodec.codecs import _load_all, decode_tensor
+    _load_all()
+    r = Reader(path); rec = r.record(what)
+    decode_tensor(rec, what)  # compiles the numba kernels (LLVM's memory is not the decoder's)
+    base = status("VmRSS:")
+    open("/proc/self/clear_refs", "w").write("5")
+    decode_tensor(rec, what)
+    print(json.dumps({"load_kb": status("VmHWM:") - base}))
+"""
+
+
+def amplification(n: int) -> list:
+    """(case, file bytes, decoded bytes, peak bytes) of the densest files each reader accepts."""
+    from wcodec.codecs import decode_tensor, encode_tensor
+    from wcodec.format import Writer, spec
+    from wcodec.vectors import CompressedIndex
+    cases = {
+        "int8 constant": (np.zeros(n, np.int8).reshape(-1, 4096), "I8", {"chunk_steps": 1024}),
+        "int8-quant BF16 constant": (np.full((n // 4096, 4096), 0x3F80, np.uint16), "BF16",
+                                     {"mode": "int8", "chunk_steps": 1024}),
+        "fp8 constant": (np.zeros((n // 4096, 4096), np.uint8), "F8_E4M3", {"chunk_steps": 1024}),
+        "float BF16 constant": (np.zeros((n // 8192, 4096), np.uint16), "BF16", {}),
+        "fixed BF16": (np.full((n // 8192, 4096), 0x3F80, np.uint16), "BF16", {"codec": "fixed"}),
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name, (arr, dt, opts) in cases.items():
+            path = os.path.join(d, "a.wcodec")
+            rec = encode_tensor(arr, dt, name=name, **opts)
+            with Writer(path) as w:
+                w.add_record(name, rec, spec.crc32(decode_tensor(rec, name)))
+            res = json.loads(subprocess.run([sys.executable, "-c", AMP_CHILD, path, name], capture_output=True,
+                                            text=True, check=True).stdout)
+            rows.append((name, os.path.getsize(path), rec.raw_nbytes, res["load_kb"] * 1024))
+        path = os.path.join(d, "v.wcodec")
+        nv = n // 8
+        CompressedIndex(np.ones((1, 64), np.float32), np.zeros(nv, np.int64), 0.0, 0).save(path)
+        res = json.loads(subprocess.run([sys.executable, "-c", AMP_CHILD, path, "vectors"], capture_output=True,
+                                        text=True, check=True).stdout)
+        size = os.path.getsize(path)
+        rows.append((f"vectors {nv} x 64, load", size, 0, res["load_kb"] * 1024))
+        rows.append((f"vectors {nv} x 64, search", size, 0, res["search_kb"] * 1024))
+    return rows
 
 
 def main() -> None:
@@ -94,6 +164,10 @@ def main() -> None:
     mib = (span[1] - span[0]) / 2**20
     print(f"record() of '{big}' ({mib:.1f} MiB of sections) with crc32: pread {1e3 * t_pread:.1f} ms, "
           f"mmap views {1e3 * t_mmap:.1f} ms")
+    print(f"\nhostile amplification ({args.mib} Mi elements claimed, densest accepted file)")
+    print(f"{'case':30s} {'file KiB':>9s} {'decoded MiB':>11s} {'peak MiB':>9s} {'peak/file':>10s}")
+    for name, size, out, peak in amplification(n):
+        print(f"{name:30s} {size / 1024:9.1f} {out / 2**20:11.1f} {peak / 2**20:9.1f} {peak / size:10.0f}")
 
 
 if __name__ == "__main__":

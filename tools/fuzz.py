@@ -2,7 +2,10 @@
 """Long fuzz runs of the readers (the bounded CI run is tests/fuzz/test_fuzz_hostile.py).
 
 Hostile files come from ``tests/fuzz/hostile.py``: valid seeds mutated with every checksum
-recomputed. Cases run in worker processes, each limited to ``--mem-gb`` of address space; a
+recomputed, codec "fixed" records with mutated escape lists (read by every CPU consumer, and run
+through the Triton kernels in the interpreter against the decoder), and module state dicts
+(``torch.load(weights_only=True)`` + ``load_state_dict``). Kinds are drawn with
+``hostile.WEIGHTS`` (``--kinds`` restricts them). Cases run in worker processes, each limited to ``--mem-gb`` of address space; a
 case that runs longer than ``--case-timeout`` seconds is a hang and its worker is killed. A
 worker that dies (SIGBUS, SIGSEGV, out of memory) is charged to the case it was running. Every
 non-WcodecError outcome is saved as a reproducer under ``--out``.
@@ -32,12 +35,17 @@ def worker(args) -> None:
     """Run ``args.cases`` cases; log 'start' before and the outcome after each (JSON lines)."""
     gb = int(args.mem_gb * (1 << 30))
     resource.setrlimit(resource.RLIMIT_AS, (gb, gb))
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the fixed-kernels kind, on the CPU; before triton loads
     import hostile
 
     fz = hostile.Fuzzer(Path(args.out) / f"work-{os.getpid()}", seed=args.seed)
+    hostile.warm_up()  # torch / triton imports once, not inside the first case's hang timer
     log = open(args.log, "a", buffering=1)
+    kinds = args.kinds.split(",") if args.kinds else list(hostile.KINDS)
+    weights = [hostile.WEIGHTS[k] for k in kinds]
     for i in range(args.cases):
-        kind = hostile.KINDS[fz.rng.randrange(len(hostile.KINDS))]
+        kind = fz.rng.choices(kinds, weights)[0]
+        os.utime(args.log)  # making a case is not a hang of the previous one
         fn, path, desc, raw = fz.make(kind)
         (Path(args.out) / f"current-{os.getpid()}.bin").write_bytes(raw)
         log.write(json.dumps({"event": "start", "kind": kind, "desc": desc, "pid": os.getpid()}) + "\n")
@@ -57,6 +65,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=300, help="cases per worker process")
     ap.add_argument("--mem-gb", type=float, default=4.0)
     ap.add_argument("--case-timeout", type=float, default=30.0)
+    ap.add_argument("--kinds", default="", help="comma-separated kinds of tests/fuzz/hostile.py (default: all)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cases", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--log", default="", help=argparse.SUPPRESS)
@@ -78,7 +87,7 @@ def main() -> int:
         batch_log.unlink(missing_ok=True)
         p = subprocess.Popen([sys.executable, __file__, "--worker", "--seed", str(seed), "--cases",
                               str(args.batch), "--out", str(out), "--log", str(batch_log),
-                              "--mem-gb", str(args.mem_gb)], env=env)
+                              "--mem-gb", str(args.mem_gb), "--kinds", args.kinds], env=env)
         hung = False
         while p.poll() is None:
             time.sleep(1.0)

@@ -181,7 +181,7 @@ class Slice:
         # A truncation racing this one decode call can still raise SIGBUS (docs/FORMAT.md)
         rec = r.record(self.name, verify=self._h.verify and self.name not in self._h._verified, copy=False)
         self._h._verified.add(self.name)
-        flat = decode_range(rec, r0 * inner, r1 * inner)
+        flat = decode_range(rec, r0 * inner, r1 * inner, self.name)
         if not self.shape:
             arr = flat.reshape(())[rest] if rest else flat.reshape(())
         else:

@@ -7,6 +7,15 @@ or section bytes are flipped. Every checksum the mutation invalidates is then **
 (preamble header crc32, section crc32s), so the checksums are not what catches the mutation:
 the schema checks and the decoders' validation must.
 
+Families added for issue 27: codec "fixed" records whose escape lists, row pointer, nibbles,
+low bytes and values are mutated structurally (escapes duplicated, dropped, swapped, moved;
+the file then written with a consistent checksum), read by every CPU consumer ("fixed-record")
+or, when the decoder accepts one, run through the Triton kernels in the interpreter and compared
+with the decoder's weights ("fixed-kernels": a difference is the outcome ``leak:KernelMismatch``);
+and ``CompressedLinear`` / ``CompressedEmbedding`` state dicts saved with ``torch.save``, mutated
+(packed bytes, sizes, strides, dtypes, ``_extra_state``, the six-buffer layout) and loaded with
+``torch.load(weights_only=True)`` + ``load_state_dict`` into a fresh module, then run ("state-dict").
+
 A case's outcome is ``"ok"`` (read without error), ``"rejected"`` (a WcodecError) or
 ``"leak:<ExceptionType>"`` (anything else: a defect).
 """
@@ -23,7 +32,10 @@ from pathlib import Path
 import numpy as np
 
 KINDS = ("container-header", "container-params", "container-sections", "sharded-index",
-         "safetensors", "safetensors-index", "vectors")
+         "safetensors", "safetensors-index", "vectors", "fixed-record", "fixed-kernels", "state-dict")
+#: relative frequency of each kind in long runs (tools/fuzz.py): a "fixed-kernels" case runs five
+#: Triton kernels in the interpreter (~1 s), the others take milliseconds
+WEIGHTS = {k: 10 for k in KINDS} | {"fixed-kernels": 1}
 
 HOSTILE = [float("nan"), float("inf"), -float("inf"), 2 ** 64, 2 ** 63, 2 ** 63 - 1, 2 ** 62, 2 ** 40,
            2 ** 31, 2 ** 32 + 1, -1, -2 ** 63, 0, 1, 2, 3, 255, 256, 65536, 1.5, -0.0, 1e308, True, False,
@@ -168,10 +180,9 @@ def make_seeds(folder) -> dict:
     out["safetensors"] = st
     try:
         from wcodec.vectors import AnnealingConfig, compress
-        from wcodec.vectors.storage import save_index
         pts = np.random.default_rng(1).standard_normal((300, 16)).astype(np.float32)
         idx = compress(pts, AnnealingConfig(m=8, max_iterations=4, bytes_per_vector=40, pq_iterations=2))
-        save_index(idx, folder / "seed.vectors.wcodec")
+        idx.save(folder / "seed.vectors.wcodec")
         out["vectors"] = folder / "seed.vectors.wcodec"
     except ImportError:  # pragma: no cover - vectors extras missing
         pass
@@ -321,8 +332,277 @@ def read_model_folder(path) -> None:
 
 
 def read_vectors(path) -> None:
-    from wcodec.vectors.storage import load_index
+    from wcodec.vectors.index import load_index
     load_index(path)
+
+
+# -- codec "fixed" records: structural mutations, every consumer, the kernels ----------------------
+FIXED_SPECIALS = [0x7FC1, 0xFFC0, 0x7F80, 0xFF80, 0x8000, 0x0000, 0x0001, 0x7F7F, 0x4F00, 0x2000]
+FIXED_OPS = ("col", "dup", "swap", "nib", "lo", "val", "ptr", "drop", "move")
+
+
+class KernelMismatch(AssertionError):
+    """A kernel computed with other weights than the decoder (the defect of issue 27)."""
+
+
+def fixed_record(r: np.random.Generator, n: int, k: int):
+    """A valid codec "fixed" record of an [n, k] bf16 weight with escapes (specials, zeros)."""
+    from wcodec.codecs import encode_tensor
+    u = (r.standard_normal((n, k)) * 0.05).astype(np.float32).view(np.uint32)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    flat = bits.reshape(-1)
+    m = max(1, flat.size // 6)
+    flat[r.integers(0, flat.size, m)] = r.choice(FIXED_SPECIALS, m)
+    return encode_tensor(bits, "BF16", codec="fixed")
+
+
+def mutate_fixed(rec, op: str, r: np.random.Generator) -> str:
+    """Mutate a fixed record's escape list / pointer / planes in place (params kept consistent
+    with the section sizes); returns a description."""
+    s, p = rec.sections, rec.params
+    col, val, ptr = s["esc.col"].copy(), s["esc.val"].copy(), s["esc.ptr"].copy()
+    n_esc = col.size
+    i = int(r.integers(n_esc)) if n_esc else 0
+    row = int(np.searchsorted(ptr, i, side="right")) - 1 if n_esc else 0
+    if op == "col" and n_esc:
+        col[i] = r.integers(0, int(rec.shape[-1]) + 2)
+    elif op == "dup" and n_esc:  # a well-formed CSR list with one escape listed twice
+        col, val = np.insert(col, i, col[i]), np.insert(val, i, val[i] ^ np.uint16(r.integers(0, 2) << 14))
+        ptr[row + 1:] += 1
+        p["n_escapes"] += 1
+    elif op == "swap" and n_esc > 1:
+        j = min(i + 1, n_esc - 1)
+        col[[i, j]] = col[[j, i]]
+    elif op == "nib":
+        nib = s["nib"].copy()
+        nib[r.integers(nib.size)] ^= np.uint8(r.integers(1, 256))
+        s["nib"] = nib
+    elif op == "lo":
+        lo = s["lo"].copy()
+        lo[r.integers(lo.size)] ^= np.uint8(r.integers(1, 256))
+        s["lo"] = lo
+    elif op == "val" and n_esc:
+        val[i] = r.integers(0, 1 << 16)
+    elif op == "ptr":
+        ptr[r.integers(ptr.size)] += np.uint32(r.integers(1, 3))
+    elif op == "drop" and n_esc:
+        col, val = np.delete(col, i), np.delete(val, i)
+        ptr[row + 1:] -= 1
+        p["n_escapes"] -= 1
+    elif op == "move" and n_esc and ptr.size > 2:  # the escape into a neighbouring row
+        if row + 1 < ptr.size - 1 and ptr[row + 1] == i + 1:
+            ptr[row + 1] -= 1
+        elif row > 0 and ptr[row] == i:
+            ptr[row] += 1
+    s["esc.col"], s["esc.val"], s["esc.ptr"] = col, val, ptr
+    return f"{op} at escape {i} of {n_esc}"
+
+
+def hostile_fixed(rng: random.Random) -> tuple:
+    """(record, description) of a mutated fixed record of a small random shape."""
+    r = np.random.default_rng(rng.randrange(1 << 32))
+    n, k = rng.randint(1, 9), rng.choice([1, 5, 16, 17, 40])
+    rec = fixed_record(r, n, k)
+    descs = [mutate_fixed(rec, rng.choice(FIXED_OPS), r) for _ in range(rng.choice([0, 1, 1, 2, 3]))]
+    return rec, f"fixed [{n}, {k}]: " + ("; ".join(descs) or "unchanged")
+
+
+def write_record(path, name: str, rec) -> bytes:
+    """A .wcodec file of ``rec`` whose checksum is the decoder's output (or 0 when it refuses
+    the record), so the decoders' checks, not the checksum, must catch the mutation."""
+    from wcodec.codecs import decode_tensor
+    from wcodec.errors import WcodecError
+    from wcodec.format import Writer, spec
+    try:
+        crc = spec.crc32(decode_tensor(rec, name))
+    except WcodecError:
+        crc = 0
+    with Writer(path) as w:
+        w.add_record(name, rec, crc)
+    return Path(path).read_bytes()
+
+
+def read_fixed_file(path) -> None:
+    """Every CPU consumer of a fixed record: verify, get_slice, the GPU loader's CPU path,
+    from_sections into a CompressedLinear and its forward."""
+    import wcodec
+    read_container(path)
+    with wcodec.safe_open(path, framework="np") as f:
+        for name in f.keys():
+            sl = f.get_slice(name)
+            sl[0:1]
+            sl[len(sl) - 1:]
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return
+    from wcodec.format import Reader
+    from wcodec.gpu import fixed as fx
+    from wcodec.gpu.loader import load_records
+    from wcodec.torch.linear import CompressedLinear
+    with Reader(path) as r:
+        items = [(n, r.record(n)) for n in r.keys()]
+    load_records(items, device=torch.device("cpu"))
+    for name, rec in items:
+        fw = fx.from_sections(rec.params, rec.sections, rec.shape, "cpu", name=name)
+        cl = CompressedLinear(fw)
+        cl(torch.ones(2, fw.K, dtype=torch.bfloat16))
+
+
+def check_fixed_kernels(rec, r: np.random.Generator, device: str = "cpu") -> None:
+    """If the decoder accepts ``rec``, every Triton kernel must compute with its weights:
+    decode and rows kernels bit for bit, GEMV / tiled (split-K too) / input gradient up to fp32
+    rounding of the sums and of ``placeholder + (value - placeholder)``. Raises the decoder's
+    CorruptDataError (after checking that from_sections refuses the record too) or KernelMismatch."""
+    import os
+
+    import torch
+    from wcodec.codecs import decode_tensor
+    from wcodec.errors import CorruptDataError
+    from wcodec.gpu import fixed as fx
+    try:
+        w_bits = decode_tensor(rec, "w")
+    except CorruptDataError:
+        try:
+            fx.from_sections(rec.params, rec.sections, rec.shape, device, name="w")
+        except CorruptDataError:
+            raise
+        raise KernelMismatch("the decoder refuses the record, from_sections takes it") from None
+    n, k = w_bits.shape
+    old = os.environ.get("WCODEC_FIXED_TRITON")
+    os.environ["WCODEC_FIXED_TRITON"] = "1"
+    try:
+        w = torch.from_numpy(w_bits.view(np.int16).copy()).view(torch.bfloat16).to(device)
+        fw = fx.from_sections(rec.params, rec.sections, rec.shape, device, name="w")
+        if not torch.equal(fx.decode(fw).view(torch.int16), w.view(torch.int16)):
+            raise KernelMismatch("decode kernel")
+        if not torch.equal(fx.embedding(torch.arange(n, device=device), fw).view(torch.int16), w.view(torch.int16)):
+            raise KernelMismatch("rows kernel")
+        wd = w.double().cpu().numpy()
+        placeholder = np.where(np.isfinite(wd), np.abs(wd), 0) + 2.0 ** (2 * (fw.base + 7) - 126)
+        # fp32 sums (interpreter); on a GPU fp32 tensor-core products round to tf32 and bf16
+        # outputs to 8 bits: a double-counted or misplaced escape still errs by ~|placeholder|
+        tol = 1e-5 if device == "cpu" else 1e-2
+        m = int(r.integers(1, 4))
+        x = torch.from_numpy(r.uniform(-1e-3, 1e-3, (m, k)).astype(np.float32)).to(device)
+        runs = [(x, kind, split) for kind, split in (("gemv", None), ("mm", None), ("mm", 2))]
+        if device != "cpu":  # bf16 activations: the default routing, the mma kernel for 3-16 rows
+            runs += [(x.to(torch.bfloat16), None, None), (torch.cat([x] * 3).to(torch.bfloat16), None, None)]
+        for xi, kind, split in runs:
+            xd = xi.double().cpu().numpy()
+            ref, scale = np.einsum("mk,nk->mn", xd, wd), np.abs(xd) @ placeholder.T
+            if not _close(fx.linear(xi, fw, kind=kind, split=split), ref, scale, tol):
+                raise KernelMismatch(f"linear kind={kind} split={split} x {xi.dtype} {tuple(xi.shape)}")
+        g = torch.from_numpy(r.uniform(-1e-3, 1e-3, (m, n)).astype(np.float32)).to(device)
+        gd = g.double().cpu().numpy()
+        if not _close(fx.grad_input(g, fw), np.einsum("mn,nk->mk", gd, wd), np.abs(gd) @ placeholder, tol):
+            raise KernelMismatch(f"grad_input M={m}")
+    finally:
+        if old is None:
+            os.environ.pop("WCODEC_FIXED_TRITON", None)
+        else:
+            os.environ["WCODEC_FIXED_TRITON"] = old
+
+
+def _close(y, ref: np.ndarray, scale: np.ndarray, tol: float) -> bool:
+    y = y.double().cpu().numpy()
+    fin = np.isfinite(ref)
+    if not np.array_equal(np.isnan(y), np.isnan(ref)) or not np.array_equal(y[np.isinf(ref)], ref[np.isinf(ref)]):
+        return False
+    return bool(np.all(np.abs(y[fin] - ref[fin]) <= tol * scale[fin] + 1e-30))
+
+
+def run_fixed_kernels(path) -> None:
+    from wcodec.format import Reader
+    with Reader(path) as rd:
+        rec = rd.record("w", verify=False)
+    check_fixed_kernels(rec, np.random.default_rng(len(rec.sections["lo"])))
+
+
+# -- CompressedLinear / CompressedEmbedding state dicts ---------------------------------------------
+def module_state(kind: str, seed: int = 0):
+    """(module class, its state dict) of a small layer with escapes."""
+    import torch
+    from wcodec.gpu import fixed as fx
+    from wcodec.torch.embedding import CompressedEmbedding
+    from wcodec.torch.linear import CompressedLinear
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(24, 40, generator=g) * 0.05).to(torch.bfloat16)
+    w.view(torch.int16).view(-1)[torch.randperm(960, generator=g)[:25]] = 0
+    cls = CompressedLinear if kind == "linear" else CompressedEmbedding
+    m = cls(fx.encode_weight(w), torch.zeros(24, dtype=torch.bfloat16)) if cls is CompressedLinear \
+        else cls(fx.encode_weight(w))
+    return cls, m.state_dict()
+
+
+OLD_NAMES = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val", "erow": "esc_row"}
+
+
+def hostile_state(rng: random.Random) -> tuple:
+    """(module kind, mutated state dict, description)."""
+    import torch
+    from wcodec.gpu import fixed as fx
+    kind = rng.choice(["linear", "embedding"])
+    _, sd = module_state(kind, rng.randrange(1000))
+    sd = dict(sd)
+    op = rng.choice(["bytes", "bytes", "size", "stride0", "dtype", "extra", "old", "old-bytes", "old-size"])
+    packed = sd["w_packed"].clone()
+    if op in ("old", "old-bytes", "old-size"):  # the six-buffer layout of earlier versions
+        extra = sd["_extra_state"]
+        fw = fx.unpack(sd.pop("w_packed"), extra["base"], 24, 40)
+        old = {name: getattr(fw, f).clone() for f, name in OLD_NAMES.items()}
+        name = rng.choice(sorted(old))
+        t = old[name]
+        if op == "old-bytes" and t.numel():
+            b = t.view(torch.uint8).view(-1)
+            b[rng.randrange(b.numel())] = rng.randrange(256)
+        elif op == "old-size":
+            old[name] = t.reshape(-1)[:rng.randrange(t.numel() + 1)].clone() if rng.random() < 0.5 \
+                else torch.cat([t.reshape(-1), t.reshape(-1)[:rng.randrange(1, 40)]])
+        sd.update(old)
+        return kind, sd, f"{kind}: {op} {name}"
+    if op == "bytes":
+        for _ in range(rng.choice([1, 2, 4])):
+            packed[rng.randrange(packed.numel())] = rng.randrange(256)
+        sd["w_packed"] = packed
+    elif op == "size":
+        cut = rng.choice([0, 1, 16, 17, 32, packed.numel() // 2])
+        sd["w_packed"] = packed[:-cut].clone() if cut and rng.random() < 0.5 else \
+            torch.cat([packed, torch.zeros(cut or 16, dtype=torch.uint8)])
+    elif op == "stride0":
+        sd["w_packed"] = torch.zeros(1, dtype=torch.uint8).expand(rng.choice([packed.numel(), packed.numel() + 16, 1 << 31]))
+    elif op == "dtype":
+        sd["w_packed"] = packed.to(rng.choice([torch.int16, torch.float32, torch.int64]))
+    else:
+        new, desc = mutate_json(dict(sd["_extra_state"]), rng)
+        sd["_extra_state"] = new
+        return kind, sd, f"{kind}: extra_state {desc}"
+    return kind, sd, f"{kind}: {op}"
+
+
+def load_state(path) -> None:
+    """torch.load(weights_only=True) into a fresh module of the same shape, then run it."""
+    import torch
+    kind = "linear" if "linear" in Path(path).name else "embedding"
+    cls, _ = module_state(kind, 12345)
+    from wcodec.gpu import fixed as fx
+    m = cls(fx.encode_weight(torch.zeros(24, 40, dtype=torch.bfloat16)))
+    m.load_state_dict(torch.load(path, weights_only=True), strict=False)
+    if kind == "linear":
+        m(torch.ones(3, 40, dtype=torch.bfloat16))
+    else:
+        m(torch.tensor([0, 23]))
+    m.decoded_weight()
+
+
+def warm_up() -> None:
+    """Import what the torch and kernel kinds use (seconds on a busy machine), when available."""
+    try:
+        import torch  # noqa: F401
+        import wcodec.torch.embedding  # noqa: F401
+        import wcodec.gpu.fixed_kernels  # noqa: F401
+    except ImportError:  # pragma: no cover
+        pass
 
 
 class Fuzzer:
@@ -357,6 +637,23 @@ class Fuzzer:
             path = self.work / "case.vectors.wcodec"
             path.write_bytes(raw)
             return read_vectors, path, desc, raw
+        if kind in ("fixed-record", "fixed-kernels"):
+            from wcodec.errors import UnsupportedError
+            path = self.work / "case.fixed.wcodec"
+            while True:  # until the writer takes the record (it refuses params out of range)
+                rec, desc = hostile_fixed(rng)
+                try:
+                    raw = write_record(path, "w", rec)
+                    break
+                except UnsupportedError:
+                    continue
+            return (read_fixed_file if kind == "fixed-record" else run_fixed_kernels), path, desc, raw
+        if kind == "state-dict":
+            import torch
+            mkind, sd, desc = hostile_state(rng)
+            path = self.work / f"case.{mkind}.pt"
+            torch.save(sd, path)
+            return load_state, path, desc, path.read_bytes()
         if kind == "safetensors-index":
             folder = self.work / "st-folder"
             if folder.exists():

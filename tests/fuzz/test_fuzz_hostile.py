@@ -1,7 +1,9 @@
 """Bounded fuzz run (fixed seed): hostile files with recomputed checksums raise only WcodecError.
 
 Each kind (container header, codec params of float / int8 / int8-quant / raw, section bytes,
-sharded index, safetensors input, vectors index) gets CASES mutated files from
+sharded index, safetensors input, vectors index, fixed records read by every CPU consumer,
+fixed records through the Triton kernels in the interpreter, module state dicts) gets CASES
+(slower kinds: KIND_CASES) mutated files from
 ``hostile.Fuzzer`` (seed fixed, so a failure reproduces); every checksum is recomputed after
 the mutation, so the schema checks and decoders, not the checksums, must catch them. Long runs:
 ``tools/fuzz.py``.
@@ -17,6 +19,9 @@ import hostile
 
 SEED = 20261122
 CASES = 350
+#: fewer cases of the slower kinds: five kernels in the Triton interpreter (~1 s; a mismatch is
+#: leak:KernelMismatch), a record through every CPU consumer, a torch.save/load round trip
+KIND_CASES = {"fixed-kernels": 8, "fixed-record": 40, "state-dict": 80}
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +33,18 @@ def fuzzer(tmp_path_factory):
 def test_hostile_files_raise_only_wcodec_errors(fuzzer, kind):
     outcomes = collections.Counter()
     leaks = []
-    for _ in range(CASES):
+    cases = KIND_CASES.get(kind, CASES)
+    for _ in range(cases):
         fn, path, desc, _ = fuzzer.make(kind)
         res = hostile.outcome(fn, path)
         outcomes[res] += 1
         if res.startswith("leak"):
             leaks.append(f"{res}: {desc}")
-    assert not leaks, f"{len(leaks)} of {CASES} cases raised a non-WcodecError:\n" + "\n".join(leaks[:20])
-    # the mutations must be hostile enough that most are caught (else this test proves nothing)
-    assert outcomes["rejected"] >= CASES // 2, dict(outcomes)
+    assert not leaks, f"{len(leaks)} of {cases} cases raised a non-WcodecError:\n" + "\n".join(leaks[:20])
+    if kind.startswith("fixed"):  # a mutated nibble or low byte of a plain weight is a valid record
+        assert outcomes["rejected"] >= cases // 4 and outcomes["ok"] >= 1, dict(outcomes)
+    else:  # the mutations must be hostile enough that most are caught (else this test proves nothing)
+        assert outcomes["rejected"] >= cases // 2, dict(outcomes)
 
 
 def test_params_mutations_cover_every_codec(fuzzer):

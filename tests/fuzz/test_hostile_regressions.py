@@ -131,7 +131,7 @@ def test_int8_ratio_bound(seeds, tmp_path):
         e["params"]["res"]["n_symbols"] = 1 << 22
 
     path = _edit_container(seeds["container"], tmp_path / "big.wcodec", edit)
-    with pytest.raises(CorruptDataError, match="int8 codec's bound is 1024 symbols"):
+    with pytest.raises(CorruptDataError, match="int8 codec.s bound is 256 symbols"):
         Reader(path)
 
 
@@ -261,7 +261,7 @@ def test_deep_json_everywhere(seeds, tmp_path):
     h_off, header = hostile.split_container(vdata)
     header["metadata"]["wcodec.vectors"] = DEEP.decode()
     v.write_bytes(hostile.join_container(vdata, h_off, hostile.dump(header)))
-    from wcodec.vectors.storage import load_index
+    from wcodec.vectors.index import load_index
     with pytest.raises(CorruptDataError, match="nested too deeply"):
         load_index(v)
 
@@ -315,7 +315,7 @@ def test_malformed_safetensors_headers(tmp_path, header):
     lambda m: m["assignment_planes"][0].update(n_symbols=1.5),
 ])
 def test_malformed_vectors_metadata(seeds, tmp_path, edit):
-    from wcodec.vectors.storage import load_index
+    from wcodec.vectors.index import load_index
     data = Path(seeds["vectors"]).read_bytes()
     h_off, header = hostile.split_container(data)
     meta = json.loads(header["metadata"]["wcodec.vectors"])

@@ -138,13 +138,38 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
     """
     if out is not None:
         out = check_out(record, out, name)
-    if record.codec != "raw":
-        _load_all()
-    try:
-        (_check_params or _checker())(record.codec, record.dtype, record.shape, record.params)
+    with named_errors(name):
+        check_record_params(record)
         codec = get_codec(record.codec)
         return codec.decode(record) if out is None else codec.decode(record, out=out)
-    except WcodecError as e:
-        raise type(e)(f"tensor '{name}': {e}") from None
-    except (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError) as e:  # malformed params
-        raise CorruptDataError(f"tensor '{name}': malformed record ({type(e).__name__}: {e})") from None
+
+
+def check_record_params(record: EncodedTensor) -> None:
+    """The codec's params schema (``format.params.check_params``), loading the codec modules
+    first; raises CorruptDataError. Run by every decode path (full and partial)."""
+    if record.codec != "raw":
+        _load_all()
+    (_check_params or _checker())(record.codec, record.dtype, record.shape, record.params)
+
+
+class named_errors:
+    """Context manager: a WcodecError raised inside gets "tensor '<name>': " in front, and a
+    ValueError / IndexError / KeyError / TypeError / AttributeError / OverflowError (malformed
+    params reaching a decoder) becomes a CorruptDataError naming the tensor."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is None:
+            return False
+        if isinstance(e, WcodecError):
+            if str(e).startswith(f"tensor '{self.name}': "):
+                return False  # named by an inner decode
+            raise type(e)(f"tensor '{self.name}': {e}") from None
+        if isinstance(e, (ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError)):
+            raise CorruptDataError(f"tensor '{self.name}': malformed record ({type(e).__name__}: {e})") from None
+        return False

@@ -27,6 +27,8 @@ Decoding is exact for every bit pattern (NaN payloads, infinities, -0.0, subnorm
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import CorruptDataError, UnsupportedError
@@ -98,38 +100,107 @@ def encode_bits(bits: np.ndarray, rows: int, cols: int) -> tuple[dict, dict]:
 
 def decode_bits(params: dict, sections: dict, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
     """(params, sections) -> uint16 [rows*cols] bf16 bits, written into ``out`` (writable
-    C-contiguous uint16 [rows*cols]) when given. Raises CorruptDataError (before ``out`` is
-    touched: the checks come first)."""
-    base, kpad, n_esc, col_bits = _check_params(params, rows, cols)
-    lo = _sec(sections, "lo", np.uint8, rows * kpad).reshape(rows, kpad)
-    nib_b = _sec(sections, "nib", np.uint8, rows * kpad // 2).reshape(rows, kpad // 2)
-    ptr = _sec(sections, "esc.ptr", np.uint32, rows + 1)
-    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
-    val = _sec(sections, "esc.val", np.uint16, n_esc)
-    nib = np.empty((rows, kpad), np.uint8)
-    order = nibble_order(kpad)
-    nib[:, order[0::2]] = nib_b & 0x0F
-    nib[:, order[1::2]] = nib_b >> 4
-    hi = ((nib & 0x08).astype(np.uint16) << 4) | ((nib & 0x07).astype(np.uint16) + base)
-    v = (hi << 8) | lo
-    er = escape_rows(ptr, col, n_esc, cols)
-    v[er, col.astype(np.int64)] = val
+    C-contiguous uint16 [rows*cols]) when given. Raises CorruptDataError naming the field for a
+    record that is not canonical (:func:`check_record`), before ``out`` is touched."""
+    rec = check_record(params, sections, rows, cols)
+    nib = rec.nibbles
+    hi = ((nib & 0x08).astype(np.uint16) << 4) | ((nib & 0x07).astype(np.uint16) + rec.base)
+    v = (hi << 8) | rec.lo.reshape(rows, rec.kpad)
+    v[rec.erow, rec.col.astype(np.int64)] = rec.val
     if out is None:
         return np.ascontiguousarray(v[:, :cols]).reshape(-1)
     out.reshape(rows, cols)[...] = v[:, :cols]
     return out
 
 
-def escape_rows(ptr: np.ndarray, col: np.ndarray, n_esc: int, cols: int) -> np.ndarray:
-    """The row of each escape (int64 [n_esc]) from the CSR row pointer, after checking that ptr is
-    a CSR index of n_esc entries and every column is < cols. Raises CorruptDataError."""
-    ptr = ptr.astype(np.int64)
+class Checked(NamedTuple):
+    """A canonical record's fields (see :func:`check_record`): the sections as stored, the
+    unpacked nibbles uint8 [rows, kpad] and the row of each escape int64 [n_escapes]."""
+
+    base: int
+    kpad: int
+    col_bits: int
+    lo: np.ndarray
+    nib: np.ndarray
+    ptr: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+    nibbles: np.ndarray
+    erow: np.ndarray
+
+
+def check_record(params: dict, sections: dict, rows: int, cols: int) -> Checked:
+    """The one validation of a codec "fixed" record, shared by every consumer (numpy decode,
+    partial decode, CPU fallback, GPU loader, ``gpu.fixed.from_sections``, the state dicts of
+    ``CompressedLinear`` / ``CompressedEmbedding``): params and section sizes, then
+    :func:`check_layout`. Raises CorruptDataError naming the field."""
+    base, kpad, n_esc, col_bits = _check_params(params, rows, cols)
+    lo = _sec(sections, "lo", np.uint8, rows * kpad)
+    nib = _sec(sections, "nib", np.uint8, rows * kpad // 2)
+    ptr = _sec(sections, "esc.ptr", np.uint32, rows + 1)
+    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
+    val = _sec(sections, "esc.val", np.uint16, n_esc)
+    nibbles = unpack_nibbles(nib, rows, kpad)
+    erow = check_layout(base, rows, cols, lo.reshape(rows, kpad), nibbles, ptr, col, val)
+    return Checked(base, kpad, col_bits, lo, nib, ptr, col, val, nibbles, erow)
+
+
+def unpack_nibbles(nib: np.ndarray, rows: int, kpad: int) -> np.ndarray:
+    """Packed nibble bytes uint8 [rows*kpad/2] -> nibbles uint8 [rows, kpad] in column order."""
+    nib_b = nib.reshape(rows, kpad // 2)
+    out = np.empty((rows, kpad), np.uint8)
+    order = nibble_order(kpad)
+    out[:, order[0::2]] = nib_b & 0x0F
+    out[:, order[1::2]] = nib_b >> 4
+    return out
+
+
+def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nibbles: np.ndarray, ptr: np.ndarray,
+                 col: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """Check that a fixed layout is the encoder's (canonical), so that every decoder (numpy, the
+    rows / GEMV / tiled / mma kernels, which add ``value - placeholder`` per listed escape) gives
+    the same weights. lo: uint8 [rows, kpad]; nibbles: uint8 [rows, kpad]; ptr: [rows+1] ints;
+    col, val: [E] ints (any integer dtype: values are checked, not cast). Returns the row of
+    each escape, int64 [E]. Raises CorruptDataError naming the field:
+
+    - ``esc.ptr``: starts at 0, ends at E, never decreases;
+    - ``esc.col``: every column < cols, strictly increasing within a row (sorted, no duplicate);
+    - ``esc.val``: 16-bit values whose high byte is outside the window [base, base+6] (a value
+      inside it has a nibble and is never an escape);
+    - ``nib``: nibble ``sign|7`` exactly at the escapes (sign: the value's), 0 in the padding;
+    - ``lo``: the value's low byte at each escape, 0 in the padding.
+    """
+    ptr = np.asarray(ptr).astype(np.int64)
+    n_esc = int(col.size)
     steps = np.diff(ptr)
-    if ptr[0] != 0 or ptr[-1] != n_esc or np.any(steps < 0):
-        raise CorruptDataError("codec fixed: escape row pointer is not a valid CSR index")
-    if np.any(col >= cols):
-        raise CorruptDataError("codec fixed: escape column out of range")
-    return np.repeat(np.arange(ptr.size - 1), steps)
+    if ptr.size != rows + 1 or ptr[0] != 0 or ptr[-1] != n_esc or np.any(steps < 0):
+        raise CorruptDataError("codec fixed: field esc.ptr: escape row pointer is not a CSR index of "
+                               f"{n_esc} escapes over {rows} rows")
+    if val.size != n_esc:
+        raise CorruptDataError(f"codec fixed: field esc.val: {val.size} values for {n_esc} escapes")
+    c = np.asarray(col).astype(np.int64)
+    if n_esc and (int(c.min()) < 0 or int(c.max()) >= cols):
+        raise CorruptDataError(f"codec fixed: field esc.col: escape column out of range [0, {cols})")
+    erow = np.repeat(np.arange(rows, dtype=np.int64), steps)
+    if n_esc > 1 and np.any((np.diff(c) <= 0) & (erow[1:] == erow[:-1])):
+        raise CorruptDataError("codec fixed: field esc.col: escape columns not strictly increasing within a row "
+                               "(unsorted or duplicate)")
+    v = np.asarray(val).astype(np.int64)
+    if n_esc and (int(v.min()) < 0 or int(v.max()) > 0xFFFF):
+        raise CorruptDataError("codec fixed: field esc.val: escape value outside 16 bits")
+    d = ((v >> 8) & 0x7F) - base
+    if np.any((d >= 0) & (d <= 6)):
+        raise CorruptDataError("codec fixed: field esc.val: an escape value lies inside the window (it has a nibble)")
+    if np.any(nibbles[:, cols:]) or np.any(lo[:, cols:]):
+        raise CorruptDataError("codec fixed: field nib/lo: padding columns are not zero")
+    at = nibbles[erow, c]
+    if np.any(at != ((v >> 15) << 3 | ESCAPE_D)):
+        raise CorruptDataError("codec fixed: field nib: an escape's nibble is not sign|7 of its value")
+    if np.any(lo[erow, c] != (v & 0xFF)):
+        raise CorruptDataError("codec fixed: field lo: an escape's low byte is not its value's")
+    if int(np.count_nonzero((nibbles[:, :cols] & 0x07) == ESCAPE_D)) != n_esc:
+        raise CorruptDataError("codec fixed: field nib: escape nibble (7) where no escape is listed")
+    return erow
 
 
 def _check_params(params: dict, rows: int, cols: int) -> tuple[int, int, int, int]:
@@ -138,12 +209,17 @@ def _check_params(params: dict, rows: int, cols: int) -> tuple[int, int, int, in
         n_esc, col_bits = params["n_escapes"], params["col_bits"]
     except (KeyError, TypeError):
         raise CorruptDataError("codec fixed: params need base, kpad, n_escapes, col_bits") from None
-    for k, x in (("base", base), ("kpad", kpad), ("n_escapes", n_esc)):
+    for k, x in (("base", base), ("kpad", kpad), ("n_escapes", n_esc), ("col_bits", col_bits)):
         if type(x) is not int or x < 0:
-            raise CorruptDataError(f"codec fixed: params.{k} must be a non-negative integer")
-    if base > MAX_BASE or kpad != padded_cols(cols) or col_bits not in (16, 32) \
-            or n_esc > rows * cols:
-        raise CorruptDataError(f"codec fixed: params {params} do not fit a {rows}x{cols} tensor")
+            raise CorruptDataError(f"codec fixed: field params.{k} must be a non-negative integer")
+    if base > MAX_BASE:
+        raise CorruptDataError(f"codec fixed: field params.base {base} > {MAX_BASE}")
+    if kpad != padded_cols(cols):
+        raise CorruptDataError(f"codec fixed: field params.kpad {kpad} is not {padded_cols(cols)} for {cols} columns")
+    if col_bits != (16 if cols <= 0x10000 else 32):
+        raise CorruptDataError(f"codec fixed: field params.col_bits {col_bits} is not the encoder's for {cols} columns")
+    if n_esc > rows * cols:
+        raise CorruptDataError(f"codec fixed: field params.n_escapes {n_esc} > the {rows}x{cols} weights")
     return base, kpad, n_esc, col_bits
 
 

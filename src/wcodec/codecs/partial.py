@@ -101,31 +101,38 @@ def _int8_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
     k = rr1 - rr0
     q = P.reconstruct(res, k, cols, th, tw, modes, bool(p["signed"]), size=k * cols).reshape(-1)
     if quant:
-        from .quant import dequantize
-        scales = rec.section("scales", np.float32, rows)[rr0:rr1]
+        from .quant import checked_scales, dequantize
+        scales = checked_scales(rec, rows)[rr0:rr1]  # all rows, as the full decode checks
         q = dequantize(q.view(np.int8), scales, k, rec.dtype)
     return q[e0 - rr0 * cols:e1 - rr0 * cols]
 
 
-def decode_range(rec: EncodedTensor, e0: int, e1: int) -> np.ndarray:
+def decode_range(rec: EncodedTensor, e0: int, e1: int, name: str = "") -> np.ndarray:
     """Elements ``[e0, e1)`` of the record's tensor in C order, as a flat numpy array of its
-    dtype (BF16 / FP8 as unsigned bits). Raises CorruptDataError like the full decode."""
-    from . import decode_tensor
+    dtype (BF16 / FP8 as unsigned bits). Makes the full decode's checks (params schema, the
+    codec's record checks, finite scales) and raises what it raises: a CorruptDataError naming
+    tensor ``name``. ValueError for a range outside the tensor."""
+    from . import check_record_params, decode_tensor, named_errors
     if not (0 <= e0 <= e1 <= rec.numel):
-        raise ValueError(f"element range [{e0}, {e1}) outside a tensor of {rec.numel}")
+        raise ValueError(f"tensor '{name}': element range [{e0}, {e1}) outside a tensor of {rec.numel}")
+    with named_errors(name):
+        check_record_params(rec)
+        return _range(rec, e0, e1, name, decode_tensor)
+
+
+def _range(rec: EncodedTensor, e0: int, e1: int, name: str, decode_tensor) -> np.ndarray:
     dt = DTYPES[rec.dtype]
     if e0 == e1:
         return np.empty(0, dt)
     if rec.codec == "raw":
         size = np.dtype(dt).itemsize
         return rec.section("data", np.uint8, rec.numel * size)[e0 * size:e1 * size].view(dt).copy()
-    if 2 * (e1 - e0) > rec.numel:  # most of the tensor: one parallel decode of all chunks is faster
-        return decode_tensor(rec).reshape(-1)[e0:e1].copy()
+    if 2 * (e1 - e0) > rec.numel or rec.codec not in ("float", "fp8", "int8", "int8-quant"):
+        # most of the tensor (one parallel decode of all chunks is faster), or no partial path
+        return decode_tensor(rec, name).reshape(-1)[e0:e1].copy()
     if rec.codec == "float":
         return _float_range(rec, e0, e1).view(dt)
     if rec.codec == "fp8":
         from .fp8 import parse
         return decode_symbols(parse(rec), e0, e1, "fp8 data plane").copy()
-    if rec.codec in ("int8", "int8-quant"):
-        return np.ascontiguousarray(_int8_range(rec, e0, e1)).view(dt)
-    return decode_tensor(rec).reshape(-1)[e0:e1].copy()
+    return np.ascontiguousarray(_int8_range(rec, e0, e1)).view(dt)

@@ -82,6 +82,15 @@ def _encode_one(item: Item, mode: str, codec: str | None = None):
     return rec, crc
 
 
+def _check_input_name(name) -> None:
+    """An input tensor's name must be storable: a non-empty str. Raises InvalidInputError (a
+    WcodecError and a ValueError) before anything of the tensor is encoded."""
+    from ..errors import InvalidInputError
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"input tensor name {name!r}: a .wcodec file cannot store an empty or "
+                                "non-string tensor name (rename it in the input)")
+
+
 def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: int | None = None,
                 progress=None, codec: str | None = None) -> dict:
     """Encode ``items`` in order into ``sink`` (a Writer or ShardedWriter).
@@ -112,6 +121,7 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
     ex = ThreadPoolExecutor(workers)
     try:
         for item in items:
+            _check_input_name(item.name)
             key = item.ident if item.ident is not None and item.array.size else None
             if key is not None and key in seen:
                 while pending:  # the target must be in the sink before its alias

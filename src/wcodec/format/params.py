@@ -20,6 +20,8 @@ MAX_TILE = 1 << 16
 #: float layouts: dtype -> (mantissa bits, low byte planes), as wcodec.codecs.float.LAYOUT
 FLOAT_LAYOUT = {"BF16": (7, 0), "F16": (10, 0), "F32": (23, 2)}
 MAX_HEAD_BITS = 4
+#: as wcodec.codecs.base.FP8_DTYPES (no numpy import here)
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
 
 
 def _int(p: dict, key: str, lo: int, hi: int, where: str) -> int:
@@ -102,6 +104,23 @@ def _int8_dtype(params, dtype, shape, numel):
     _int8(params, dtype, shape, numel)
 
 
+def _fp8(params: dict, dtype: str, shape: list, numel: int) -> None:
+    if dtype not in FP8_DTYPES:
+        raise CorruptDataError(f"fp8 codec: dtype {dtype} not supported")
+    check_plane(params.get("data"), numel, "fp8 params 'data'")
+
+
+def _fixed(params: dict, dtype: str, shape: list, numel: int) -> None:
+    """Types and ranges; the fit to the shape is wcodec.codecs.fixed.check_record's (numpy-free here)."""
+    if dtype != "BF16":
+        raise CorruptDataError(f"fixed codec: dtype must be BF16, got {dtype}")
+    _int(params, "base", 0, 119, "fixed params")
+    _int(params, "kpad", 0, MAX_SYMBOLS, "fixed params")
+    _int(params, "n_escapes", 0, max(numel, 0), "fixed params")
+    if params.get("col_bits") not in (16, 32) or type(params.get("col_bits")) is not int:
+        raise CorruptDataError(f"fixed params: 'col_bits' must be 16 or 32, got {params.get('col_bits')!r}"[:300])
+
+
 _PLANE_SECTIONS = {"freqs": "U8", "freqs_big": "U16", "states": "U32", "offsets": "U32", "words": "U16"}
 
 
@@ -116,6 +135,7 @@ SECTIONS = {
               **_plane_sections("head", "low1", "low0")},
     "int8": {"modes": "U8", **_plane_sections("res", "hi")},
     "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res", "hi")},
+    "fp8": _plane_sections("data"),
 }
 
 
@@ -134,7 +154,7 @@ def check_sections(codec: str, dtypes: dict) -> None:
             raise CorruptDataError(f"{codec} codec: section '{name}' must be {known[name]}, got {dt!r}"[:300])
 
 
-CHECKS = {"float": _float, "int8": _int8_dtype, "int8-quant": _quant, "raw": _raw}
+CHECKS = {"float": _float, "int8": _int8_dtype, "int8-quant": _quant, "raw": _raw, "fp8": _fp8, "fixed": _fixed}
 
 
 def check_params(codec: str, dtype: str, shape, params) -> None:

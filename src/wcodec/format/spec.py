@@ -31,13 +31,17 @@ MAX_NDIM = 32
 MAX_RATIO = 1 << 16
 MAX_RATIO_SLACK = 1 << 20
 #: tighter per-codec bounds on decoded bytes per compressed byte. float: the raw tail alone
-#: costs >= 4 of 16 bits (measured <= 8x even on constant tensors); int8 / int8-quant: a
-#: constant tensor costs 132 bytes (32 states + an offset) per chunk of 32 x chunk_steps
-#: symbols, 248x at the default 1024 steps, so 1024 symbols per byte allows chunk_steps up to
-#: ~4200 on constant data and bounds what a small file can make the decoder allocate.
+#: costs >= 4 of 16 bits (measured <= 8x even on constant tensors); int8 / int8-quant / fp8: a
+#: constant plane costs 132 bytes (32 states + an offset) per chunk of 32 x chunk_steps
+#: symbols, 248 symbols per byte at the encoder's default 1024 steps (its densest: larger planes
+#: get fewer steps), so 256 symbols per byte takes every file the encoder writes by default and
+#: bounds what a small file can make the decoder allocate to ~256 x its peak bytes per element
+#: (was 1024: a 34 KB int8 file cost 130 MB, issue 27). fixed: >= 12 bits stored per 16-bit weight.
 #: Values: (decoded bytes or symbols per compressed byte, counted in "bytes" or "symbols").
-CODEC_RATIO = {"raw": (1, "bytes"), "float": (16, "bytes"), "int8": (1024, "symbols"),
-               "int8-quant": (1024, "symbols")}
+SYMBOLS_PER_BYTE = 256
+CODEC_RATIO = {"raw": (1, "bytes"), "float": (16, "bytes"), "int8": (SYMBOLS_PER_BYTE, "symbols"),
+               "int8-quant": (SYMBOLS_PER_BYTE, "symbols"), "fp8": (SYMBOLS_PER_BYTE, "symbols"),
+               "fixed": (2, "bytes")}
 INDEX_SUFFIX = ".wcodec.index.json"
 
 #: section dtypes (safetensors names) -> numpy little-endian dtypes

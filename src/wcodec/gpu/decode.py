@@ -66,9 +66,13 @@ def _interpreting() -> bool:
 
 
 def build_plan(items) -> Plan:
-    """items: iterable of (name, EncodedTensor). Validates every record (CorruptDataError)."""
+    """items: iterable of (name, EncodedTensor). Validates every record (CorruptDataError naming
+    the tensor): the codec's params schema, as the CPU decode checks it, then the plan's checks."""
+    from ..codecs import check_record_params, named_errors
     plan = Plan()
     for name, rec in items:
+        with named_errors(name):
+            check_record_params(rec)
         plan.add(name, rec)
     return plan.finish()
 

@@ -188,20 +188,26 @@ def unpack(packed: torch.Tensor, base: int, n: int, k: int) -> FixedWeight:
                        view(esc + 4 * e, 4 * e, torch.int32), view(esc + 8 * e, 8 * e, torch.int64), base, n, k)
 
 
-def from_sections(params: dict, sections: dict, shape: tuple, device) -> FixedWeight:
-    """A FixedWeight from a codec "fixed" record's params and numpy sections (validated)."""
-    from ..codecs.fixed import _check_params, _sec, escape_rows, view_2d
+def from_sections(params: dict, sections: dict, shape: tuple, device, name: str = "") -> FixedWeight:
+    """A FixedWeight from a codec "fixed" record's params and numpy sections, validated by the
+    codec's one check (``codecs.fixed.check_record``: a canonical record or CorruptDataError
+    naming tensor ``name`` and the field) before anything reaches the device."""
+    from ..codecs.fixed import check_record, view_2d
+    from ..errors import WcodecError
     N, K = view_2d(tuple(shape))
-    base, kpad, n_esc, col_bits = _check_params(params, N, K)
-    lo = _sec(sections, "lo", np.uint8, N * kpad)
-    nib = _sec(sections, "nib", np.uint8, N * kpad // 2)
-    ptr = _sec(sections, "esc.ptr", np.uint32, N + 1)
-    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
-    val = _sec(sections, "esc.val", np.uint16, n_esc).astype(np.int32)
-    erow = escape_rows(ptr, col, n_esc, K)
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    return FixedWeight(_words(t(lo).reshape(N, kpad), torch.int64), _words(t(nib).reshape(N, kpad // 2), torch.int32),
-                       t(ptr.astype(np.int32)), t(col.astype(np.int32)), t(val), t(erow), base, N, K)
+    try:
+        c = check_record(params, sections, N, K)
+    except WcodecError as e:
+        raise type(e)(f"tensor '{name}': {e}" if name else str(e)) from None
+    if N == 0 and len(shape) == 2:  # the record's view has 0 columns too: keep K = shape[1]
+        return encode_weight(torch.zeros(tuple(shape), dtype=torch.bfloat16, device=device))
+    # a read-only section (a view of the file) is copied: torch takes no read-only arrays; numpy's
+    # empty arrays come with stride 0, which the packed buffer cannot take
+    t = lambda a: torch.from_numpy(np.require(a, requirements=("C", "W"))).to(device) if a.size \
+        else torch.empty(a.shape, dtype=torch.from_numpy(np.require(a, requirements="W")).dtype, device=device)  # noqa: E731
+    return FixedWeight(_words(t(c.lo).reshape(N, c.kpad), torch.int64),
+                       _words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
+                       t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
 
 
 def to_sections(fw: FixedWeight) -> tuple[dict, dict]:

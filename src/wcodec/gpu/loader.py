@@ -44,12 +44,14 @@ def _load_fixed(items, dev, crcs, workers) -> dict:
     if crcs is not None:
         with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
             _check_sections(pool, items, crcs)
+    from ..format.params import check_params
     out = {}
     for name, rec in items:
         try:
-            out[name] = decode(from_sections(rec.params, rec.sections, rec.shape, dev)).reshape(tuple(rec.shape))
+            check_params(rec.codec, rec.dtype, rec.shape, rec.params)
         except WcodecError as e:
             raise type(e)(f"tensor '{name}': {e}") from None
+        out[name] = decode(from_sections(rec.params, rec.sections, rec.shape, dev, name)).reshape(tuple(rec.shape))
     return out
 
 

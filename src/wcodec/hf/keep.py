@@ -110,7 +110,7 @@ def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
 
     if key is not None and state.reader.entry(key).get("codec") == "fixed":
         rec = state.reader.record(key, verify=state.verify)
-        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device)
+        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
     return fx.encode_weight(value)
 
 

@@ -59,10 +59,6 @@ class CompressedEmbedding(FixedBuffers):
     def get_extra_state(self) -> dict:
         return {"base": self.base, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
 
-    def set_extra_state(self, state: dict) -> None:
-        self.base, self.num_embeddings, self.embedding_dim = (
-            state["base"], state["num_embeddings"], state["embedding_dim"])
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():  # eager: skip the custom op's dispatch cost
             return fx.embedding(input, self.fixed_weight)

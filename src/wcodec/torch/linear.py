@@ -12,12 +12,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..errors import CorruptDataError
 from ..gpu import fixed as fx
-
-#: the buffers of the layout before it was packed into one (wcodec.gpu.fixed.pack): FixedWeight
-#: field -> name; such state dicts still load
-_OLD_BUFFERS = {"lo": "w_lo", "nib": "w_nib", "eptr": "esc_ptr", "ecol": "esc_col", "eval": "esc_val",
-                "erow": "esc_row"}
 
 
 @torch.library.custom_op("wcodec::fixed_linear", mutates_args=())
@@ -93,15 +89,38 @@ class FixedBuffers(nn.Module):
         return fx.unpack(self.w_packed, self.base, *self._shape())
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        if prefix + "w_lo" in state_dict:  # the six-buffer layout of earlier versions: pack it
-            fw = fx.FixedWeight(*(state_dict.pop(prefix + name) for name in _OLD_BUFFERS.values()),
-                                self.base, *self._shape())
+        # untrusted input: everything checked against this module's declared shape before any
+        # allocation or copy (wcodec.torch.fixed_state); CorruptDataError otherwise
+        from . import fixed_state as fs
+        where = f"{type(self).__name__} state dict '{prefix}"
+        n, k = self._shape()
+        extra = state_dict.get(prefix + "_extra_state")
+        base = self.base if extra is None else fs.check_extra_state(extra, self._extra_fields(), where)
+        if any(prefix + name in state_dict for name, _ in fs.OLD_BUFFERS.values()):
+            # the six-buffer layout of earlier versions: pack it
+            fw = fs.check_old_buffers(state_dict, prefix, base, n, k, where)
+            for name, _ in fs.OLD_BUFFERS.values():
+                state_dict.pop(prefix + name)
             state_dict[prefix + "w_packed"] = fx.pack(fw)
-        # another weight's escape list has another length: take the stored size
         new, old = state_dict.get(prefix + "w_packed"), self._buffers.get("w_packed")
+        if new is not None:
+            fs.check_packed(new, base, n, k, where)
+        elif base != self.base:
+            raise CorruptDataError(f"{where}_extra_state' changes the window base without a 'w_packed'")
+        # another weight's escape list has another length: take the stored size
         if new is not None and old is not None and new.shape != old.shape:
             self._buffers["w_packed"] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _extra_fields(self) -> dict:
+        """The shape fields of ``_extra_state`` and this module's values of them."""
+        return {key: v for key, v in self.get_extra_state().items() if key != "base"}
+
+    def set_extra_state(self, state: dict) -> None:
+        """Takes ``get_extra_state()``'s dict; raises CorruptDataError for another shape, a
+        base outside [0, 119], or anything but that dict of ints."""
+        from .fixed_state import check_extra_state
+        self.base = check_extra_state(state, self._extra_fields(), f"{type(self).__name__} '")
 
     @property
     def compressed_nbytes(self) -> int:
@@ -171,9 +190,6 @@ class CompressedLinear(FixedBuffers):
 
     def get_extra_state(self) -> dict:
         return {"base": self.base, "in_features": self.in_features, "out_features": self.out_features}
-
-    def set_extra_state(self, state: dict) -> None:
-        self.base, self.in_features, self.out_features = state["base"], state["in_features"], state["out_features"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)

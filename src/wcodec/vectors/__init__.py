@@ -24,6 +24,6 @@ __all__ = ["AnnealingConfig", "CompressedIndex", "InvalidPointsError", "compress
 
 
 def load(path) -> CompressedIndex:
-    """Read a CompressedIndex saved with ``CompressedIndex.save`` (see storage.load_index)."""
-    from .storage import load_index
+    """Read a CompressedIndex saved with ``CompressedIndex.save`` (see storage.read_index)."""
+    from .index import load_index
     return load_index(path)

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import coding
+from . import coding, storage
 from .anneal import anneal
 from .backends import get_backend
 from .config import AnnealingConfig, validate_points
 from .residual import CODEBOOK_SIZE, ResidualCodebooks, train_residual, waterfill_rank
 
+#: vectors decoded at a time for the ADC terms of search()
+ADC_BLOCK = 1 << 16
 #: estimated coded bytes of one residual code column per vector, and per plane (tables, states)
 CODE_BYTES_EST = 0.99
 PLANE_OVERHEAD_EST = 800
@@ -110,9 +112,12 @@ class CompressedIndex:
 
     def reconstruct(self) -> np.ndarray:
         """[N, d] float32 decoded vectors: anchor + decoded residual."""
-        out = self.anchors[self.assignments]
+        return self._reconstruct(0, self.n_vectors)
+
+    def _reconstruct(self, i0: int, i1: int) -> np.ndarray:
+        out = self.anchors[self.assignments[i0:i1]]
         if self.books is not None and self.codes is not None:
-            out += self.books.decode(self.codes)
+            out += self.books.decode(self.codes[i0:i1])
         return out
 
     def mse(self, points) -> float:
@@ -148,13 +153,16 @@ class CompressedIndex:
         if not self._adc:
             self._adc = self._adc_terms()
         norms, scale = self._adc
-        return adc_search(q, k, self.anchors, self.assignments.astype(np.int64), self.codes,
+        return adc_search(q, k, self.anchors, self.assignments.astype(np.int64, copy=False), self.codes,
                           self.books, norms, scale)
 
     def _adc_terms(self):
-        """(additive term [N] float32, scale [N] float32 or None) of the ADC distance."""
-        rec = self.reconstruct()
-        dec2 = np.einsum("ij,ij->i", rec, rec).astype(np.float32)
+        """(additive term [N] float32, scale [N] float32 or None) of the ADC distance. The
+        decoded vectors are built ADC_BLOCK at a time (not [N, d] at once: N comes from a file)."""
+        dec2 = np.empty(self.n_vectors, np.float32)
+        for s in range(0, self.n_vectors, ADC_BLOCK):
+            rec = self._reconstruct(s, s + ADC_BLOCK)
+            dec2[s:s + ADC_BLOCK] = np.einsum("ij,ij->i", rec, rec)
         true = self.stored_norms
         if true is None:
             return dec2, None
@@ -164,8 +172,7 @@ class CompressedIndex:
 
     def save(self, path, metadata: dict | None = None) -> None:
         """Write the index to a .wcodec container (see wcodec.vectors.storage)."""
-        from .storage import save_index
-        save_index(self, path, metadata)
+        storage.save_index(self, path, metadata)
 
 
 def _table_bits(precision: float) -> float:
@@ -254,3 +261,9 @@ def compress(points, config: AnnealingConfig | None = None, log=None) -> Compres
                 f"{index.bytes_per_vector:.2f} B/vector")
     index.info["seconds"] = time.perf_counter() - t0
     return index
+
+
+def load_index(path) -> CompressedIndex:
+    """Read a CompressedIndex written by ``CompressedIndex.save`` (``storage.read_index``:
+    FormatError, CorruptDataError, and what ``wcodec.safe_open`` raises)."""
+    return CompressedIndex(**storage.read_index(path))

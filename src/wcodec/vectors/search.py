@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 QUERY_BLOCK = 64
+#: most distances held at once ([queries, N] float32: 256 MiB), fewer queries per block for large N
+MAX_BLOCK_DISTANCES = 1 << 26
 
 
 def _kernel():
@@ -54,8 +56,9 @@ def adc_search(queries: np.ndarray, k: int, anchors: np.ndarray, labels: np.ndar
     dist_out = np.empty((nq, k), dtype=np.float32)
     ids_out = np.empty((nq, k), dtype=np.int64)
     q2 = np.einsum("ij,ij->i", queries, queries)
-    for s in range(0, nq, QUERY_BLOCK):
-        q = queries[s:s + QUERY_BLOCK]
+    block = max(1, min(QUERY_BLOCK, MAX_BLOCK_DISTANCES // max(n, 1)))
+    for s in range(0, nq, block):
+        q = queries[s:s + block]
         qa = np.ascontiguousarray(q @ anchors.T, dtype=np.float32)
         lut = _tables(q, books)
         dist = np.empty((q.shape[0], n), dtype=np.float32)
@@ -63,8 +66,8 @@ def adc_search(queries: np.ndarray, k: int, anchors: np.ndarray, labels: np.ndar
         part = np.argpartition(dist, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (q.shape[0], 1))
         pd = np.take_along_axis(dist, part, axis=1)
         order = np.argsort(pd, axis=1, kind="stable")
-        ids_out[s:s + QUERY_BLOCK] = np.take_along_axis(part, order, axis=1)
-        dist_out[s:s + QUERY_BLOCK] = np.maximum(np.take_along_axis(pd, order, axis=1) + q2[s:s + QUERY_BLOCK, None], 0)
+        ids_out[s:s + block] = np.take_along_axis(part, order, axis=1)
+        dist_out[s:s + block] = np.maximum(np.take_along_axis(pd, order, axis=1) + q2[s:s + block, None], 0)
     return dist_out, ids_out
 
 

@@ -64,15 +64,15 @@ def save_index(index, path, metadata: dict | None = None) -> None:
     wcodec.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata=all_meta)
 
 
-def load_index(path):
-    """Read a CompressedIndex written by :func:`save_index`.
+def read_index(path) -> dict:
+    """The fields of a CompressedIndex written by :func:`save_index`, as keyword arguments of
+    ``CompressedIndex`` (``wcodec.vectors.index.load_index`` builds it).
 
-    Raises FormatError (not a vectors index), CorruptDataError (inconsistent shapes, bad planes),
-    and what ``wcodec.safe_open`` raises for a bad container.
+    Raises FormatError (not a vectors index), CorruptDataError (inconsistent shapes, bad planes,
+    more vectors than the planes' bytes can hold: :data:`VECTORS_PER_BYTE`), and what
+    ``wcodec.safe_open`` raises for a bad container.
     """
     import wcodec
-
-    from .index import CompressedIndex
 
     with wcodec.safe_open(path, framework="np") as f:
         raw = f.metadata().get(META_KEY)
@@ -83,6 +83,7 @@ def load_index(path):
         tensors = {k: f.get_tensor(k) for k in f.keys() if k.startswith(P)}
     anchors = _need(tensors, P + "anchors", (m, d)).astype(np.float32)
     a_planes = coding.planes_from_sections(meta["assignment_planes"], tensors, P + "assignments")
+    _check_count(a_planes, n, "assignments", path)
     labels = coding.join_assignment_planes(coding.decode_planes(a_planes, n, "vectors assignments"))
     if labels.size != n or (n and (labels.min() < 0 or labels.max() >= m)):
         raise CorruptDataError(f"{path}: assignments out of range [0, {m})")
@@ -100,20 +101,36 @@ def load_index(path):
         books = ResidualCodebooks(rot_q, _need(tensors, P + "rotation_scale", (r,)), cb_q,
                                   _need(tensors, P + "codebook_scale", (r,)), sizes)
         c_planes = coding.planes_from_sections(meta.get("code_planes") or [], tensors, P + "codes")
+        _check_count(c_planes, n, "codes", path)
         if len(c_planes) != sizes.size:
             raise CorruptDataError(f"{path}: {len(c_planes)} code planes for {sizes.size} subspaces")
         codes = np.stack(coding.decode_planes(c_planes, n, "vectors codes"), axis=1)
     norm_codes = norm_range = None
     if meta.get("norm_planes"):
         n_planes = coding.planes_from_sections(meta["norm_planes"], tensors, P + "norms")
+        _check_count(n_planes, n, "norms", path)
         if len(n_planes) != 1:
             raise CorruptDataError(f"{path}: {len(n_planes)} norm planes, expected 1")
         norm_codes = coding.decode_planes(n_planes, n, "vectors norms")[0]
         norm_range = _need(tensors, P + "norm_range", (2,))
-    index = CompressedIndex(anchors, labels, float(meta["energy"]), int(meta["iterations"]), books, codes,
-                            norm_codes, norm_range, int(meta.get("source_itemsize", 4)),
-                            info=dict(meta.get("info", {})))
-    return index
+    return dict(anchors=anchors, assignments=labels, energy=float(meta["energy"]), iterations=int(meta["iterations"]),
+                books=books, codes=codes, norm_codes=norm_codes, norm_range=norm_range,
+                source_itemsize=int(meta.get("source_itemsize", 4)), info=dict(meta.get("info", {})))
+
+
+#: the most vectors one stored byte of an assignment, code or norm plane may hold: a constant
+#: plane costs 132 bytes per chunk of 32 x 1024 symbols (248 per byte, the writer's densest), so
+#: an index claiming more (20M vectors in 22 KB) is refused before anything is sized from N
+VECTORS_PER_BYTE = 256
+
+
+def _check_count(planes: list, n: int, what: str, path) -> None:
+    """Every plane of ``what`` holds n symbols in at least n / VECTORS_PER_BYTE stored bytes."""
+    for i, plane in enumerate(planes):
+        if plane.n_symbols != n or n > VECTORS_PER_BYTE * plane.nbytes:
+            raise CorruptDataError(f"{path}: {what} plane {i} holds {plane.n_symbols} symbols in "
+                                   f"{plane.nbytes} bytes, the index claims {n} vectors "
+                                   f"(at most {VECTORS_PER_BYTE} per stored byte)")
 
 
 #: bounds of the metadata integers (checked before any array is sized from them)
