@@ -105,31 +105,46 @@ def _output_kind(src: Path, dst: Path, to: str | None, raw_dst: str) -> str:
     raise CliError(f"output '{dst}': name a .wcodec file, or a folder with --to folder (or a trailing '/')")
 
 
+def _encode_settings(args) -> str | None:
+    """The mode string for encode's options, or None after printing a usage error (exit 2)
+    in the command line's own names."""
+    from .encodeopts import mode_of
+
+    if args.mode == "lossy" and (args.qp is None) == (args.target_snr_db is None):
+        msg = "--mode lossy needs one of --qp N (0-63) or --target-snr-db DB, not both"
+    elif args.mode != "lossy" and (args.qp is not None or args.target_snr_db is not None):
+        msg = f"--qp and --target-snr-db apply to --mode lossy, not --mode {args.mode}"
+    elif args.codec is not None and args.mode != "lossless":
+        msg = f"--codec {args.codec} is a lossless layout of BF16 weights; it does not combine with --mode {args.mode}"
+    else:
+        try:
+            return mode_of(args.mode, args.qp, args.target_snr_db, args.codec)
+        except ValueError as e:
+            msg = str(e).replace("qp", "--qp").replace("target_snr_db", "--target-snr-db")
+    print(f"wcodec encode: error: {msg}", file=sys.stderr)
+    return None
+
+
 def cmd_encode(args) -> int:
     from .api import encode_safetensors_to_wcodec
     from .hf import convert_folder
 
+    mode = _encode_settings(args)
+    if mode is None:
+        return 2
     src, dst = Path(args.src), Path(args.dst)
     _check_input(src)
     if _same(src, dst):
         raise CliError(f"output '{dst}' is the input; choose another name")
     kind = _output_kind(src, dst, args.to, args.dst)
     _check_output(src, dst, kind, args.force, " (or encode into it with --to folder)")
-    if kind == "folder":
-        dst.mkdir(exist_ok=True)
     t = time.perf_counter()
-    # a model folder also gets the codec recorded in its config.json (quantization_config)
-    convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
-    from .codecs.lossy import mode_string
-    try:
-        mode = mode_string(args.mode, args.qp, args.target_snr_db)
-    except ValueError as e:
-        print(f"wcodec encode: {e}", file=sys.stderr)
-        return 2
-    paths = convert(args.src, args.dst, mode=mode, workers=args.workers,
+    # a model folder also gets the codec recorded in its config.json (quantization_config); a
+    # folder output is created by the conversion, and removed by it when the conversion fails
+    convert = convert_folder if src.is_dir() else encode_safetensors_to_wcodec
+    paths = convert(src, dst, mode=mode, workers=args.workers,
                     max_shard_size=args.max_shard_size, progress=not args.quiet, codec=args.codec)
-    src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
-                                               else Path(args.src).rglob("*")) if p.is_file())
+    src_size = sum(p.stat().st_size for p in ([src] if src.is_file() else src.rglob("*")) if p.is_file())
     out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
     print(f"wrote {len(paths)} file(s) to {kind} {args.dst}: {_fmt_bytes(out_size)} of .wcodec "
           f"from {_fmt_bytes(src_size)} in {time.perf_counter() - t:.2f} s")
@@ -370,6 +385,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("wcodec: interrupted", file=sys.stderr)
+        if argv is None:  # the program itself: do not wait at exit for encoder threads still running
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(130)
         return 130
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import ClosedError, InvalidInputError, TensorNotFoundError
 from .format import CheckpointReader
+from .loading import apply_post, load_tensors, open_checkpoint, placement, to_torch
 
 FRAMEWORKS = ("pt", "torch", "np", "numpy")
 
@@ -34,11 +35,10 @@ class safe_open:  # noqa: N801  (the safetensors name)
         if framework not in FRAMEWORKS:
             raise InvalidInputError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
         if framework in ("pt", "torch"):
-            from .api import placement
             placement(device)  # fail now, not on the first tensor
         elif str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        self._reader = CheckpointReader(filename)
+        self._reader = open_checkpoint(filename)
         self.framework, self.device, self.verify = framework, device, verify
         self._verified: set = set()  # tensors whose section checksums a slice already checked
 
@@ -78,23 +78,21 @@ class safe_open:  # noqa: N801  (the safetensors name)
         InvalidInputError (before writing) for an ``out`` of the wrong dtype, shape, layout or
         device; on corrupt data ``out`` may be partly written.
         """
-        from .api import _load
         r = self._check_name(name)
         if out is not None:
             if device is not None and str(device) != "cpu":
                 raise InvalidInputError("get_tensor(out=...) decodes on the CPU: device must be 'cpu'")
             r.get_numpy(r.alias_of(name) or name, verify=self.verify, out=numpy_view(out))
             return out
-        return _load(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
+        return load_tensors(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
 
     def get_tensors(self, names=None, device=None) -> dict:
         """{name: tensor} for ``names`` (default all), decoded in parallel; tied names share one tensor."""
-        from .api import _load
         r = self._open()
         names = r.keys() if names is None else list(names)
         for n in names:
             self._check_name(n)
-        return _load(r, names, self.device if device is None else device, self.framework, self.verify)
+        return load_tensors(r, names, self.device if device is None else device, self.framework, self.verify)
 
     def get_slice(self, name: str) -> "Slice":
         """A lazy view of one tensor: ``get_shape()``, ``get_dtype()``, and ``[index]``."""
@@ -190,10 +188,9 @@ class Slice:
         arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
         if self._h.framework in ("np", "numpy"):
             return arr
-        from .api import _to_torch, placement
         dev, post = placement(self._h.device)
-        t = _to_torch(arr, self.dtype)
-        return t.to(dev) if post is None else (post(t, "cpu") if post(t, "cpu") is not None else t)
+        t = to_torch(arr, self.dtype)
+        return t.to(dev) if post is None else apply_post(post, t)
 
 
 def numpy_view(out):

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import CorruptDataError, FormatError, UnsupportedError
+from ..errors import CorruptDataError, FormatError, NotFoundError, UnsupportedError
 from . import _io, spec
 from .encode import Item
 
@@ -126,6 +126,8 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
         off += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces
+    if not path.parent.is_dir():  # else the OSError would name our temporary file
+        raise NotFoundError(path.parent, "folder", f"cannot write '{path.name}': folder '{path.parent}' does not exist")
     _io.clean_stale_temps(path.parent, path.name)
     tmp = _io.temp_path(path)  # unique: two writers to one path never mix their tensors
     try:
@@ -230,7 +232,7 @@ def weight_files(folder) -> list[Path]:
     Prefers safetensors (index, single file, or all *.safetensors), then torch .bin/.pt. Index
     entries and files must resolve inside ``folder`` (no ``../``, absolute paths or symlinks out);
     the index's weight_map must be a non-empty object without duplicate keys.
-    Raises FileNotFoundError when there are none, FormatError on a bad index or a path outside.
+    Raises NotFoundError (a FileNotFoundError) when there are none, FormatError on a bad index or a path outside.
     """
     folder = Path(folder)
     for index in INDEX_NAMES:
@@ -245,7 +247,7 @@ def weight_files(folder) -> list[Path]:
         files = sorted(folder.glob(pattern))
         if files:
             return [_io.inside(folder, f.name, "weight file") for f in files]
-    raise FileNotFoundError(f"{folder}: no safetensors or torch weight files")
+    raise NotFoundError(folder, "weights", f"{folder}: no safetensors or torch weight files")
 
 
 def read_source(path) -> tuple[dict, Iterator[Item]]:
@@ -268,12 +270,12 @@ def read_source(path) -> tuple[dict, Iterator[Item]]:
     raise UnsupportedError(f"{path.name}: unknown input type (expected .safetensors, {', '.join(TORCH_SUFFIXES)} or a folder)")
 
 
-def copy_side_files(src_folder, dst_folder) -> list[Path]:
-    """Copy every non-weight file of a model folder (config, tokenizer, generation config,
-    README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries,
-    non-regular files and symlinks resolving outside ``src_folder`` (warned) are skipped.
-    Returns the destination paths."""
-    src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+def side_files(src_folder) -> list[Path]:
+    """The non-weight files of a model folder that :func:`copy_side_files` copies (config,
+    tokenizer, generation config, README, sub-folders such as ``1_Pooling``), hidden entries,
+    non-regular files and the converted weights left out; symlinks out of the folder included
+    (the copy skips them with a warning)."""
+    src_folder = Path(src_folder)
     converted = set(weight_files(src_folder))
     out = []
     for p in sorted(src_folder.rglob("*")):
@@ -285,6 +287,17 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
         if p in converted or p.name in INDEX_NAMES or p.name.endswith(OTHER_WEIGHT_SUFFIXES) \
                 or (p.name.startswith("pytorch_model") and p.suffix == ".bin"):
             continue
+        out.append(p)
+    return out
+
+
+def copy_side_files(src_folder, dst_folder) -> list[Path]:
+    """Copy :func:`side_files` of a model folder beside the converted weights; symlinks
+    resolving outside ``src_folder`` are skipped (warned). Returns the destination paths."""
+    src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+    out = []
+    for p in side_files(src_folder):
+        rel = p.relative_to(src_folder)
         if not _io.is_inside(src_folder, p):
             # a symlink out of the model folder: copying it would embed a file the user never named
             warnings.warn(f"{rel}: skipped, it is a symlink to {p.resolve()} outside {src_folder}")
