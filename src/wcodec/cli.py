@@ -175,10 +175,31 @@ def _modes(rec) -> str:
     return "NONE" if params.get("all_none") else ""
 
 
-def cmd_info(args) -> int:
-    from .format import CheckpointReader
+def _info_safetensors(path: Path) -> int:
+    """``wcodec info`` of a .safetensors file: its tensors, sizes and metadata, uncompressed."""
+    from .format.sources import read_safetensors_header
 
-    with CheckpointReader(args.file) as r:
+    raw, meta, entries = read_safetensors_header(path)
+    rows = [(name, dtype, "x".join(map(str, shape)) or "()", _fmt_bytes(numel * dt.itemsize))
+            for _, name, dtype, shape, dt, numel in entries]
+    head = ("name", "dtype", "shape", "bytes")
+    widths = [max(len(str(row[i])) for row in rows + [head]) for i in range(len(head))]
+    for row in [head] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    total = sum(numel * dt.itemsize for *_, dt, numel in entries)
+    print(f"total: {len(rows)} tensors, {sum(e[-1] for e in entries):,} weights, {_fmt_bytes(total)}; "
+          f"a .safetensors file (uncompressed): `wcodec encode {path} {path.with_suffix('.wcodec').name}` compresses it")
+    if meta:
+        print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .loading import is_safetensors, open_checkpoint
+
+    if is_safetensors(args.file):
+        return _info_safetensors(Path(args.file))
+    with open_checkpoint(args.file) as r:
         rows, raw_total, coded_total, numel_total = [], 0, 0, 0
         for name in r.keys():
             target = r.alias_of(name)
@@ -316,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
     sp = add("info", cmd_info, "per-tensor table: dtype, shape, codec, bits/weight, ratio, prediction modes")
-    sp.add_argument("file", help=".wcodec file, sharded folder or index")
+    sp.add_argument("file", help=".wcodec file, sharded folder or index (or a .safetensors file: its tensors)")
 
     sp = add("verify", cmd_verify, "check every checksum and decode every tensor")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")
@@ -346,11 +367,13 @@ _TMP_NAME = re.compile(r"\.([^\s/'\"]+?)(?:\.[0-9a-f]{12})?\.tmp\b")
 
 def error_line(e: BaseException) -> str:
     """One line for the user: no internal temporary names, no errno prefixes, no tracebacks."""
+    from .errors import WcodecError
+
     if isinstance(e, ImportError) and getattr(e, "name", None):
         top = e.name.split(".")[0]
         extra = EXTRAS.get(top)
         msg = f"this needs {top}, which is not installed" + (f": pip install 'wcodec[{extra}]'" if extra else "")
-    elif isinstance(e, OSError) and e.strerror:
+    elif isinstance(e, OSError) and e.strerror and not isinstance(e, WcodecError):  # ours name the path
         msg = e.strerror + (f": '{e.filename}'" if e.filename else "")
     elif isinstance(e, KeyError) and e.args:
         msg = str(e.args[0])

@@ -13,27 +13,37 @@ import numpy as np
 
 from .errors import ClosedError, InvalidInputError, TensorNotFoundError
 from .format import CheckpointReader
-from .loading import apply_post, load_tensors, open_checkpoint, placement, to_torch
+from .loading import apply_post, check_backend, is_safetensors, load_tensors, open_checkpoint, placement, to_torch
 
 FRAMEWORKS = ("pt", "torch", "np", "numpy")
 
 
 class safe_open:  # noqa: N801  (the safetensors name)
     """An open .wcodec checkpoint (file, sharded folder or index); nothing is decoded until asked.
+    A .safetensors file opens too (a :class:`wcodec.stopen.SafetensorsFile`, the same methods
+    through the safetensors library), so checkpoints of both formats go through one call.
 
     Args:
         filename: the checkpoint. framework: "pt" (torch tensors) or "np" (numpy arrays, BF16 /
             FP8 as unsigned bits). device: where torch tensors go (see ``wcodec.api.placement``:
             str, int, torch.device, map_location dict or callable). verify: check checksums.
-    Raises: FormatError / CorruptDataError (bad file), InvalidInputError (framework),
+        backend: "mmap" or "pread" as safetensors takes it (a .wcodec file is read alike).
+    Raises: NotFoundError (a FileNotFoundError), FormatError / CorruptDataError (bad file), InvalidInputError (framework),
         DeviceError (device absent), MissingDependencyError (framework "pt" without torch).
     Extra (not in safetensors): ``record(name)`` (the EncodedTensor, zero-copy sections) and
     ``span(name)`` (its byte range in the file).
     """
 
-    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True):
+    def __new__(cls, filename, framework: str = "pt", device="cpu", verify: bool = True, backend: str = "mmap"):
         if framework not in FRAMEWORKS:
             raise InvalidInputError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+        check_backend(backend)
+        if cls is safe_open and is_safetensors(filename):
+            from .stopen import SafetensorsFile
+            return SafetensorsFile(filename, framework, device, backend)
+        return super().__new__(cls)
+
+    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True, backend: str = "mmap"):
         if framework in ("pt", "torch"):
             placement(device)  # fail now, not on the first tensor
         elif str(device) != "cpu":
@@ -60,7 +70,11 @@ class safe_open:  # noqa: N801  (the safetensors name)
 
     # -- safetensors API ---------------------------------------------------------------------
     def keys(self) -> list[str]:
-        """Tensor names in file order (aliases of tied weights included)."""
+        """Tensor names, sorted as safetensors sorts them (aliases of tied weights included)."""
+        return sorted(self._open().keys())
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in file order (as safetensors' ``offset_keys``)."""
         return self._open().keys()
 
     def metadata(self) -> dict[str, str] | None:
@@ -89,7 +103,7 @@ class safe_open:  # noqa: N801  (the safetensors name)
     def get_tensors(self, names=None, device=None) -> dict:
         """{name: tensor} for ``names`` (default all), decoded in parallel; tied names share one tensor."""
         r = self._open()
-        names = r.keys() if names is None else list(names)
+        names = self.keys() if names is None else list(names)
         for n in names:
             self._check_name(n)
         return load_tensors(r, names, self.device if device is None else device, self.framework, self.verify)

@@ -72,26 +72,10 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
     (e.g. F8_E4M3), naming the tensor.
     """
     path = Path(path)
-    f = _io.open_regular(path, "safetensors file")
-    try:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) < 8:
-            raise FormatError(f"{path.name}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", head)
-        if n > spec.MAX_HEADER_SIZE or 8 + n > size:
-            raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
-        header = _io.loads(f.read(n), f"{path.name}: safetensors header", FormatError)
-        if not isinstance(header, dict):
-            raise FormatError(f"{path.name}: the safetensors header is not an object")
-        meta = header.pop("__metadata__", None) or {}
-        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-            raise CorruptDataError(f"{path.name}: __metadata__ must map strings to strings")
-        entries = [_st_entry(path.name, name, e, size - 8 - n) for name, e in header.items()]
-    except BaseException:
-        f.close()
-        raise
+    raw, meta, entries = read_safetensors_header(path)
+    n = len(raw)
     entries.sort(key=lambda t: t[0])  # file order: sequential reads
+    f = _io.open_regular(path, "safetensors file")
 
     def items():
         with f:
@@ -102,6 +86,43 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
                 yield Item(name, buf.view(dt).reshape(shape), dtype, (str(path), a, dtype, tuple(shape)))
 
     return dict(meta), items()
+
+
+def read_safetensors_header(path) -> tuple[bytes, dict, list[tuple]]:
+    """A safetensors file's raw header bytes (after the 8-byte size, padding included), its
+    ``__metadata__`` and its schema-checked entries (data offset, name, dtype, shape, numpy
+    dtype, numel) in the header's order. Raises as :func:`read_safetensors`."""
+    path = Path(path)
+    with _io.open_regular(path, "safetensors file") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) < 8:
+            raise FormatError(f"{path.name}: not a safetensors file (too short)")
+        (n,) = struct.unpack("<Q", head)
+        if n > spec.MAX_HEADER_SIZE or 8 + n > size:
+            raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
+        raw = f.read(n)
+    header = _io.loads(raw, f"{path.name}: safetensors header", FormatError)
+    if not isinstance(header, dict):
+        raise FormatError(f"{path.name}: the safetensors header is not an object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CorruptDataError(f"{path.name}: __metadata__ must map strings to strings")
+    return raw, meta, [_st_entry(path.name, name, e, size - 8 - n) for name, e in header.items()]
+
+
+def read_safetensors_tensor(path, name: str) -> np.ndarray:
+    """One tensor of a safetensors file as numpy (BF16 / FP8 as unsigned bits, F4 as packed
+    pairs). Raises KeyError for an unknown name, errors of :func:`read_safetensors_header`."""
+    raw, _, entries = read_safetensors_header(path)
+    for a, n, dtype, shape, dt, numel in entries:
+        if n == name:
+            buf = np.empty(numel * dt.itemsize, dtype=np.uint8)
+            with _io.open_regular(Path(path), "safetensors file") as f:
+                if not _io.pread_into(f.fileno(), buf, 8 + len(raw) + a):
+                    raise CorruptDataError(f"{Path(path).name}: tensor '{name}': short read")
+            return buf.view(dt).reshape(shape)
+    raise KeyError(name)
 
 
 def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metadata: dict | None = None,
