@@ -22,7 +22,7 @@ from .safeopen import safe_open  # re-exported: wcodec.safe_open
 _load = load_tensors  # the name wcodec.hf.materialize imports
 
 __all__ = ["save_file", "load_file", "save", "load", "safe_open", "encode_safetensors_to_wcodec",
-           "load_wcodec_checkpoint", "decode_to_safetensors", "placement", "torch_device", "import_torch"]
+           "load_wcodec_checkpoint", "decode_to_safetensors", "decode_to_folder", "placement", "torch_device", "import_torch"]
 
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
               "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
@@ -163,6 +163,9 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
                                 "would drop them: convert into a folder instead")
     meta, items = sources.read_source(src)
     meta = {**meta, **(metadata or {}), "wcodec_mode": mode}
+    layout = sources.source_layout(src)  # what decoding needs to give safetensors files back byte for byte
+    if layout is not None:
+        meta[sources.LAYOUT_KEY] = layout
     bar = _progress(progress, f"encode {src.name}")
     created = dst.suffix != ".wcodec" and not dst.exists()
     try:
@@ -200,17 +203,45 @@ def load_wcodec_checkpoint(path, map_location=None, verify: bool = True) -> dict
 def decode_to_safetensors(src, dst, progress: bool = False) -> Path:
     """Decode a .wcodec checkpoint into one safetensors file, one tensor in memory at a time.
 
-    Aliases (tied weights) are written under each name. The wcodec metadata becomes the
-    safetensors ``__metadata__``. Returns dst.
+    A checkpoint encoded from one .safetensors file gives that file back byte for byte (header,
+    key order, metadata, padding: stored in the container, docs/FORMAT.md "Source layout").
+    Otherwise (older versions, torch or multi-file sources) every tensor is written, aliases
+    (tied weights) under each name, with the wcodec metadata as ``__metadata__``. Atomic.
+    Returns dst. Raises NotFoundError, WcodecError subclasses on bad input, OSError.
     """
+    from .restore import decode_file
+
     with open_checkpoint(src) as r:
-        specs = []
-        for n in r.keys():
-            e = r.entry(n)
-            specs.append((n, e["dtype"], tuple(e["shape"])))
         bar = _progress(progress, f"decode {Path(src).name}")
         try:
-            return sources.write_safetensors(dst, specs, r.get_numpy, r.metadata(), bar)
+            return decode_file(r, dst, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+
+
+def decode_to_folder(src, dst, progress: bool = False) -> list[Path]:
+    """Decode a .wcodec checkpoint (a converted model folder, sharded or not) into a model
+    folder ``dst``: each original safetensors file byte for byte with its index and
+    config.json (when the checkpoint was encoded from safetensors files), else
+    ``model.safetensors``; the source folder's other files (tokenizer, ...) are copied. A
+    folder this call creates is removed again on failure. Returns the written paths.
+    """
+    import shutil
+
+    from .restore import decode_folder
+
+    src, dst = Path(src), Path(dst)
+    created = not dst.exists()
+    with open_checkpoint(src) as r:
+        bar = _progress(progress, f"decode {src.name}")
+        try:
+            dst.mkdir(parents=False, exist_ok=True)
+            return decode_folder(r, src if src.is_dir() else None, dst, bar)
+        except BaseException:
+            if created:
+                shutil.rmtree(dst, ignore_errors=True)
+            raise
         finally:
             if bar is not None:
                 bar.close()

@@ -151,14 +151,33 @@ def cmd_encode(args) -> int:
     return 0
 
 
+def _decode_kind(src: Path, dst: Path, raw_dst: str) -> str:
+    """'file' or 'folder' for decode's output: a *.safetensors name is a file; an existing
+    folder, a name ending in '/' or a folder input gives a folder; a *.wcodec name is refused."""
+    if dst.suffix == ".wcodec":
+        raise CliError(f"output '{dst}' ends in .wcodec but decode writes safetensors: name a .safetensors file")
+    if dst.suffix == ".safetensors":
+        return "file"
+    if dst.is_dir() or raw_dst.endswith(("/", os.sep)) or src.is_dir():
+        return "folder"
+    raise CliError(f"output '{dst}': name a .safetensors file, or a folder (a trailing '/')")
+
+
 def cmd_decode(args) -> int:
-    from .api import decode_to_safetensors
+    from .api import decode_to_folder, decode_to_safetensors
 
     src, dst = Path(args.src), Path(args.dst)
     _check_input(src)
-    _check_output(src, dst, "file", args.force, " (e.g. model.safetensors)")
-    decode_to_safetensors(args.src, args.dst, progress=not args.quiet)
-    print(f"wrote {args.dst}")
+    kind = _decode_kind(src, dst, args.dst)
+    _check_output(src, dst, kind, args.force, " (e.g. model.safetensors)")
+    if kind == "folder":
+        if dst.is_dir() and any(dst.glob("*.safetensors")) and not args.force:
+            raise CliError(f"output folder '{dst}' already holds safetensors files; use --force to overwrite them")
+        paths = decode_to_folder(src, dst, progress=not args.quiet)
+        print(f"wrote {len(paths)} file(s) to folder {args.dst}")
+    else:
+        decode_to_safetensors(src, dst, progress=not args.quiet)
+        print(f"wrote {args.dst}")
     return 0
 
 
@@ -226,9 +245,54 @@ def cmd_info(args) -> int:
         print(f"total: {len(rows)} tensors, {numel_total:,} weights, {_fmt_bytes(raw_total)} raw, "
               f"{_fmt_bytes(coded_total)} coded ({bpw:.3f} bits/w, ratio "
               f"{raw_total / max(coded_total, 1):.3f}), files {_fmt_bytes(fsize)} in {len(files)} shard(s)")
-        meta = r.metadata()
+        from .restore import layout_of, user_metadata
+        meta = user_metadata(r.metadata())
         if meta:
             print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+        lay = layout_of(r)
+        if lay is not None:
+            print(f"source layout: {len(lay['safetensors'])} safetensors file(s) decode byte for byte")
+    return 0
+
+
+def _verify_against(r, original: Path) -> int:
+    """Compare the sha256 of each file decode would write with the original's."""
+    import hashlib
+    import tempfile
+
+    from .restore import file_bytes, layout_of, sha256_of
+
+    def sha_file(p: Path) -> str:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+
+    lay = layout_of(r)
+    if lay is None:  # no stored layout: what decode writes, through a temporary file
+        from .restore import decode_file
+        with tempfile.TemporaryDirectory(prefix="wcodec-verify-") as d:
+            pairs = [(original, sha_file(decode_file(r, Path(d) / "x.safetensors")))]
+        note = " (this checkpoint stores no source layout: older wcodec or a torch source)"
+    else:
+        one = len(lay["safetensors"]) == 1 and not original.is_dir()
+        pairs = [(original if one else original / f, sha256_of(file_bytes(r, f, o)))
+                 for f, o in lay["safetensors"].items()]
+        pairs += [] if one else [(original / f, hashlib.sha256(t.encode("utf-8")).hexdigest())
+                                 for f, t in lay["files"].items()]
+        note = ""
+    bad = 0
+    for path, digest in pairs:
+        theirs = sha_file(path) if path.is_file() else None
+        if theirs != digest:
+            bad += 1
+            print(f"DIFFERS {path}: decoded sha256 {digest[:16]}..., original "
+                  f"{'missing' if theirs is None else theirs[:16] + '...'}{note}", file=sys.stderr)
+    if bad:
+        print(f"wcodec: error: {bad} of {len(pairs)} files differ from {original}", file=sys.stderr)
+        return 1
+    print(f"OK: {len(pairs)} file(s) decode to the same sha256 as {original}")
     return 0
 
 
@@ -236,10 +300,14 @@ def cmd_verify(args) -> int:
     from tqdm.auto import tqdm
 
     from .errors import WcodecError
-    from .format import CheckpointReader
+    from .loading import open_checkpoint
 
     failed = 0
-    with CheckpointReader(args.file) as r:
+    with open_checkpoint(args.file) as r:
+        if args.against is not None:
+            if not Path(args.against).exists():
+                raise CliError(f"original '{args.against}' does not exist")
+            return _verify_against(r, Path(args.against))
         names = [n for n in r.keys() if not r.alias_of(n)]
         for name in tqdm(names, desc="verify", disable=args.quiet, unit="tensor"):
             try:
@@ -330,17 +398,25 @@ def build_parser() -> argparse.ArgumentParser:
                          "in '/' or a folder input gives a folder)")
     sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
-    sp = add("decode", cmd_decode, "decompress to one safetensors file",
-             "example:\n  wcodec decode model.wcodec model.safetensors")
+    sp = add("decode", cmd_decode, "decompress to a safetensors file or a model folder (byte for byte "
+             "the original files when encoded from safetensors)",
+             "examples:\n  wcodec decode model.wcodec model.safetensors\n"
+             "  wcodec decode ./hf-model-wcodec ./hf-model-back      folder: shards, index, config, tokenizer")
     sp.add_argument("src", help=".wcodec file, sharded folder or index")
-    sp.add_argument("dst", help="output .safetensors file")
+    sp.add_argument("dst", help="output .safetensors file, or a folder (a folder input, an existing folder "
+                                "or a name ending in '/')")
     sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
     sp = add("info", cmd_info, "per-tensor table: dtype, shape, codec, bits/weight, ratio, prediction modes")
     sp.add_argument("file", help=".wcodec file, sharded folder or index (or a .safetensors file: its tensors)")
 
-    sp = add("verify", cmd_verify, "check every checksum and decode every tensor")
+    sp = add("verify", cmd_verify, "check every checksum and decode every tensor",
+             "examples:\n  wcodec verify model.wcodec\n"
+             "  wcodec verify model.wcodec --against model.safetensors   decode gives the file back (sha256)")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")
+    sp.add_argument("--against", default=None, metavar="ORIGINAL",
+                    help="instead: compare the sha256 of the decoded safetensors file(s) with ORIGINAL "
+                         "(a file, or the model folder that was encoded)")
 
     sp = add("bench", cmd_bench, "measure CPU decode throughput (GB/s of decoded tensors)")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")

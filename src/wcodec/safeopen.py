@@ -79,7 +79,8 @@ class safe_open:  # noqa: N801  (the safetensors name)
 
     def metadata(self) -> dict[str, str] | None:
         """The str -> str metadata saved with the tensors, or None when none was saved."""
-        return self._open().metadata() or None
+        from .restore import user_metadata
+        return user_metadata(self._open().metadata()) or None
 
     def get_tensor(self, name: str, device=None, out=None):
         """Decode one tensor (torch or numpy per ``framework``) onto ``device`` (default: the

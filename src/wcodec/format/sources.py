@@ -328,3 +328,65 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
         shutil.copy2(p, dest)
         out.append(dest)
     return out
+
+
+# -- the layout of safetensors sources, for byte-exact decoding -----------------------------------
+#: metadata key holding :func:`source_layout` as JSON (docs/FORMAT.md, "Source layout")
+LAYOUT_KEY = "wcodec_source"
+#: side files of a folder whose original bytes are kept (the conversion rewrites config.json)
+KEPT_FILES = ("config.json",) + INDEX_NAMES[:1]
+#: bytes of a data region not covered by tensors that are kept (beyond this: no exact layout)
+MAX_GAP_BYTES = 1 << 20
+
+
+def _file_layout(path: Path) -> dict | None:
+    """{"header": raw header text (padding included), "gaps": [[offset, base64 bytes]]} of one
+    safetensors file: the bytes of its data region no tensor covers (trailing or between
+    tensors) are kept, up to MAX_GAP_BYTES; None when they exceed it."""
+    import base64
+
+    raw, _, entries = read_safetensors_header(path)
+    data_size = os.path.getsize(path) - 8 - len(raw)
+    spans = sorted((a, a + numel * dt.itemsize) for a, _, _, _, dt, numel in entries)
+    gaps, pos = [], 0
+    for a, b in spans + [(data_size, data_size)]:
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+    if sum(b - a for a, b in gaps) > MAX_GAP_BYTES:
+        return None
+    out = []
+    if gaps:
+        with _io.open_regular(path, "safetensors file") as f:
+            for a, b in gaps:
+                buf = np.empty(b - a, np.uint8)
+                if not _io.pread_into(f.fileno(), buf, 8 + len(raw) + a):
+                    return None
+                out.append([a, base64.b64encode(buf.tobytes()).decode("ascii")])
+    return {"header": raw.decode("utf-8"), "gaps": out}
+
+
+def source_layout(src) -> str | None:
+    """JSON text of what a byte-exact decode of ``src`` needs beyond its tensors: for a
+    .safetensors file or a folder of them, each file's header bytes and uncovered data bytes
+    (:func:`_file_layout`) by file name, and a folder's original index and config.json text.
+    None for torch sources and for files whose layout cannot be kept."""
+    src = Path(src)
+    files = weight_files(src) if src.is_dir() else [src]
+    if not files or any(f.suffix != ".safetensors" for f in files):
+        return None
+    layout = {"safetensors": {}, "files": {}}
+    for f in files:
+        one = _file_layout(f)
+        if one is None:
+            return None
+        layout["safetensors"][f.name if not src.is_dir() else f.relative_to(src).as_posix()] = one
+    if src.is_dir():
+        for name in KEPT_FILES:
+            p = src / name
+            if p.is_file() and _io.is_inside(src, p):
+                try:
+                    layout["files"][name] = p.read_bytes().decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+    return json.dumps(layout, separators=(",", ":"), ensure_ascii=False)
