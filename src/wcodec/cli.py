@@ -423,10 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--repeat", type=int, default=3, help="timed passes, best reported (default 3)")
     sp.add_argument("--workers", type=int, default=None, help="decoding threads (default: up to 4)")
 
-    sp = add("demo", cmd_demo, "run the demo: a tiny Llama generating stories from compressed weights")
-    sp.add_argument("--steps", type=int, default=200, help="tokens to generate per story (default 200)")
-    sp.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    sp.add_argument("--prompt", default="", help='text the stories start with (default "")')
+    sp = add("demo", cmd_demo, "run the demo: a tiny Llama generating stories from compressed weights "
+             "(greedy unless --temperature > 0)")
+    try:  # the demo's own options (--temperature, --seed for sampling, --out-dir), one definition
+        from .demo.run import add_arguments
+    except ImportError:
+        add_arguments = None
+    if add_arguments is not None:
+        add_arguments(sp)
 
     try:  # the vectors commands are optional: the CLI works without them
         from .vectors.cli import register

@@ -71,3 +71,12 @@ class NotFoundError(WcodecError, FileNotFoundError):
 
     def __str__(self) -> str:  # without OSError's "[Errno 2]" prefix
         return self.strerror
+
+
+class NoDataError(UnsupportedError, NotImplementedError):
+    """A tensor without data (a torch meta tensor) was given to be stored; a
+    NotImplementedError (so a RuntimeError) as safetensors and torch raise it."""
+
+
+class SliceIndexError(WcodecError, IndexError):
+    """A ``get_slice`` index out of the tensor's bounds (an IndexError, as safetensors raises)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ClosedError, InvalidInputError, TensorNotFoundError
+from .errors import ClosedError, InvalidInputError, SliceIndexError, TensorNotFoundError
 from .format import CheckpointReader
 from .loading import apply_post, check_backend, is_safetensors, load_tensors, open_checkpoint, placement, to_torch
 
@@ -139,7 +139,7 @@ def _rows_of(first, n0: int):
     if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
         i = int(first)
         if not -n0 <= i < n0:
-            raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
+            raise SliceIndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
         i %= n0
         return i, i + 1, 0
     if isinstance(first, slice):
@@ -198,7 +198,10 @@ class Slice:
         if not self.shape:
             arr = flat.reshape(())[rest] if rest else flat.reshape(())
         else:
-            arr = flat.reshape((r1 - r0,) + self.shape[1:])[(first,) + rest]
+            try:
+                arr = flat.reshape((r1 - r0,) + self.shape[1:])[(first,) + rest]
+            except IndexError as e:  # other dims, too many indices: IndexError as safetensors, ours
+                raise SliceIndexError(f"tensor '{self.name}': {e}") from None
         arr = np.asarray(arr)
         arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
         if self._h.framework in ("np", "numpy"):

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import CorruptDataError, FormatError, NotFoundError, UnsupportedError
+from ..errors import CorruptDataError, FormatError, NoDataError, NotFoundError, UnsupportedError
 from . import _io, spec
 from .encode import Item
 
@@ -189,7 +189,7 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
     if t.layout != torch.strided:
         raise UnsupportedError(f"tensor '{name}': {t.layout} tensors are not supported (convert with .to_dense())")
     if t.device.type == "meta":
-        raise UnsupportedError(f"tensor '{name}': a meta tensor has no data to store")
+        raise NoDataError(f"tensor '{name}': a meta tensor has no data to store")
     tname = str(t.dtype).removeprefix("torch.")
     dtype = TORCH_DTYPES.get(tname)
     if dtype is None:
