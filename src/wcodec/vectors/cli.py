@@ -106,14 +106,17 @@ def cmd_compress(args: argparse.Namespace) -> int:
     from ..errors import WcodecError
     from . import AnnealingConfig, compress
 
-    if os.path.exists(args.output) and not args.force:
-        return _fail(f"output '{args.output}' exists; use --force to overwrite it")
-    if os.path.exists(args.output) and os.path.samefile(args.input, args.output):
-        return _fail(f"output '{args.output}' is the input; choose another name")
+    if args.stream and args.bytes_per_vector is not None:
+        return _fail("--stream builds anchors and assignments only: drop --bytes-per-vector")
     try:
         points = _load_npy(args.input)
         if points.ndim != 2:
             return _fail(f"'{args.input}' holds an array of shape {points.shape}, not [N, d] vectors")
+        # checked before any work: an index took minutes to build
+        if os.path.exists(args.output) and os.path.samefile(args.input, args.output):
+            return _fail(f"output '{args.output}' is the input; choose another name")
+        if os.path.exists(args.output) and not args.force:
+            return _fail(f"output '{args.output}' exists; use --force to overwrite it")
         m = args.anchors if args.anchors is not None else anchors_for_budget(*points.shape, args.bytes_per_vector)
         if args.bytes_per_vector is None:
             print("wcodec vectors: warning: no --bytes-per-vector: the index holds anchors and assignments only, "
@@ -123,8 +126,6 @@ def cmd_compress(args: argparse.Namespace) -> int:
         cfg = AnnealingConfig(m=m, bytes_per_vector=args.bytes_per_vector, device=args.device,
                               seed=args.seed, verbose=args.verbose, progress=not (args.quiet or args.verbose), **kw)
         if args.stream:
-            if args.bytes_per_vector is not None:
-                return _fail("--stream builds anchors and assignments only: drop --bytes-per-vector")
             from .stream import compress_stream
             index = compress_stream(args.input, cfg)
         else:
