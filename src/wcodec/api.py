@@ -22,7 +22,8 @@ from .safeopen import safe_open  # re-exported: wcodec.safe_open
 _load = load_tensors  # the name wcodec.hf.materialize imports
 
 __all__ = ["save_file", "load_file", "save", "load", "safe_open", "encode_safetensors_to_wcodec",
-           "load_wcodec_checkpoint", "decode_to_safetensors", "decode_to_folder", "placement", "torch_device", "import_torch"]
+           "load_wcodec_checkpoint", "decode_to_safetensors", "decode_to_folder", "placement", "torch_device",
+           "import_torch"]
 
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
               "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",

@@ -206,8 +206,8 @@ def _info_safetensors(path: Path) -> int:
     for row in [head] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
     total = sum(numel * dt.itemsize for *_, dt, numel in entries)
-    print(f"total: {len(rows)} tensors, {sum(e[-1] for e in entries):,} weights, {_fmt_bytes(total)}; "
-          f"a .safetensors file (uncompressed): `wcodec encode {path} {path.with_suffix('.wcodec').name}` compresses it")
+    print(f"total: {len(rows)} tensors, {sum(e[-1] for e in entries):,} weights, {_fmt_bytes(total)}; a "
+          f".safetensors file (uncompressed): `wcodec encode {path} {path.with_suffix('.wcodec').name}` compresses it")
     if meta:
         print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
     return 0

@@ -28,7 +28,8 @@ class safe_open:  # noqa: N801  (the safetensors name)
             FP8 as unsigned bits). device: where torch tensors go (see ``wcodec.api.placement``:
             str, int, torch.device, map_location dict or callable). verify: check checksums.
         backend: "mmap" or "pread" as safetensors takes it (a .wcodec file is read alike).
-    Raises: NotFoundError (a FileNotFoundError), FormatError / CorruptDataError (bad file), InvalidInputError (framework),
+    Raises: NotFoundError (a FileNotFoundError), FormatError / CorruptDataError (bad file),
+        InvalidInputError (framework, backend),
         DeviceError (device absent), MissingDependencyError (framework "pt" without torch).
     Extra (not in safetensors): ``record(name)`` (the EncodedTensor, zero-copy sections) and
     ``span(name)`` (its byte range in the file).
@@ -187,6 +188,14 @@ class Slice:
         else:
             r0, r1, first = _rows_of(idx[0], self.shape[0]) if idx else (0, self.shape[0], slice(None))
             rest = idx[1:]
+        if len([i for i in idx if i is not None and i is not Ellipsis]) > len(self.shape):
+            raise SliceIndexError(f"tensor '{self.name}': too many indices for tensor of dimension {len(self.shape)}")
+        # int indices of the other dims, worded as safetensors words them
+        if not any(i is Ellipsis or i is None for i in idx):
+            for k, i in enumerate(idx[1:], 1):
+                if isinstance(i, (int, np.integer)) and not isinstance(i, bool) and k < len(self.shape) \
+                        and not -self.shape[k] <= i < self.shape[k]:
+                    raise SliceIndexError(f"index {i} is out of bounds for dimension {k} with size {self.shape[k]}")
         inner = int(np.prod(self.shape[1:], dtype=np.int64))
         # section checksums cover whole sections: checked on this handle's first slice of the tensor
         # zero-copy views of the mapping (file size checked first): a partial decode touches only

@@ -189,7 +189,8 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
     if t.layout != torch.strided:
         raise UnsupportedError(f"tensor '{name}': {t.layout} tensors are not supported (convert with .to_dense())")
     if t.device.type == "meta":
-        raise NoDataError(f"tensor '{name}': a meta tensor has no data to store")
+        raise NoDataError(f"tensor '{name}': Cannot copy out of meta tensor; no data! (as torch says: "
+                          "nothing to store)")
     tname = str(t.dtype).removeprefix("torch.")
     dtype = TORCH_DTYPES.get(tname)
     if dtype is None:

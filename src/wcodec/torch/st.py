@@ -16,8 +16,27 @@ from .. import api
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model", "storage_ptr", "storage_size"]
 
 
+def _check_tensors(tensors) -> None:
+    """safetensors.torch's argument checks, with its messages (InvalidInputError, a ValueError):
+    a dict of torch tensors, none sparse."""
+    from ..errors import InvalidInputError
+    if not isinstance(tensors, dict):
+        raise InvalidInputError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise InvalidInputError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
+    sparse = [k for k, v in tensors.items() if v.layout != torch.strided]
+    if sparse:
+        raise InvalidInputError(f"You are trying to save a sparse tensors: `{sparse}` which this library does not "
+                                "support. You can make it a dense tensor before saving with `.to_dense()` but be "
+                                "aware this might make a much larger file than needed.")
+
+
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless") -> None:
-    """Compress ``{name: torch.Tensor}`` into ``filename`` (atomic). See wcodec.api.save_file."""
+    """Compress ``{name: torch.Tensor}`` into ``filename`` (atomic). See wcodec.api.save_file.
+    Raises InvalidInputError (a ValueError) as safetensors.torch for a non-dict, a non-tensor
+    value or sparse tensors."""
+    _check_tensors(tensors)
     api.save_file(tensors, filename, metadata, mode)
 
 
@@ -29,7 +48,9 @@ def load_file(filename, device="cpu", backend: str = "mmap") -> dict:
 
 
 def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless") -> bytes:
-    """The .wcodec file of ``tensors`` as bytes."""
+    """The .wcodec file of ``tensors`` as bytes (canonical: the same bytes whatever the dict
+    order). Raises as :func:`save_file`."""
+    _check_tensors(tensors)
     return api.save(tensors, metadata, mode)
 
 
@@ -91,16 +112,18 @@ def _find_shared_tensors(state_dict: dict) -> list[set]:
     return [c for g in sorted(groups.values()) for c in (_overlapping(g, state_dict) if len(g) > 1 else [g])]
 
 
-def _remove_duplicate_names(state_dict: dict, *, preferred_names=None, discard_names=None) -> dict[str, list[str]]:
+def _remove_duplicate_names(state_dict: dict, *, preferred_names=None, discard_names=None,
+                            _lone_views: bool = False) -> dict[str, list[str]]:
     """{kept name: [dropped names]} for tensors sharing storage, by safetensors' rule: keep the
     first (sorted) name covering the whole storage, preferring names not in ``discard_names``,
     then names in ``preferred_names``. Raises SharedTensorsError (a RuntimeError, as in
-    safetensors) when no name of a group covers its storage."""
+    safetensors) when no name of a group (a lone tensor too, unless ``_lone_views``: wcodec's
+    save_model stores views of disjoint parts of one buffer) covers its storage."""
     from ..errors import SharedTensorsError
     preferred_names, discard_names = set(preferred_names or ()), set(discard_names or ())
     out = {}
-    for names in _find_shared_tensors(state_dict):
-        if len(names) < 2:
+    for names in _find_shared_tensors(state_dict):  # singletons too: a lone partial view is refused
+        if _lone_views and len(names) < 2:
             continue
         complete = {n for n in names if _is_complete(state_dict[n])}
         if not complete:
@@ -110,13 +133,15 @@ def _remove_duplicate_names(state_dict: dict, *, preferred_names=None, discard_n
         for better in (complete - discard_names, preferred_names & complete):
             if better:
                 keep = sorted(better)[0]
-        out[keep] = sorted(n for n in names if n != keep)
+        if len(names) > 1:
+            out[keep] = sorted(n for n in names if n != keep)
     return out
 
 
 def shared_names(state_dict: dict, preferred=()) -> dict[str, list[str]]:
-    """:func:`_remove_duplicate_names` with ``preferred`` names kept where they can be."""
-    return _remove_duplicate_names(state_dict, preferred_names=preferred)
+    """:func:`_remove_duplicate_names` with ``preferred`` names kept where they can be; a lone
+    view of part of a buffer (a fused qkv split) is kept, not refused (safetensors refuses it)."""
+    return _remove_duplicate_names(state_dict, preferred_names=preferred, _lone_views=True)
 
 
 def save_model(model: torch.nn.Module, filename, metadata: dict | None = None, force_contiguous: bool = True,
