@@ -44,8 +44,10 @@ def test_refusals_happen_before_any_work_and_force_overwrites(st_file, tmp_path,
     assert main(["encode", "-q", str(st_file), str(tmp_path / "no" / "x.wcodec")]) == 1
     assert "output folder" in _err(capsys)[0]
     (tmp_path / "d").mkdir()
+    assert main(["decode", "-q", str(out), str(tmp_path / "d")]) == 0  # an existing folder: decode into it
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["m.safetensors"]  # the source's own name
     assert main(["decode", "-q", str(out), str(tmp_path / "d")]) == 1
-    assert "is a folder" in _err(capsys)[0] and not list((tmp_path / "d").iterdir())
+    assert "use --force" in _err(capsys)[0]
     assert main(["decode", "-q", str(out), str(st_file)]) == 1
     assert "use --force" in _err(capsys)[0]
     assert main(["decode", "-q", "--force", str(out), str(tmp_path / "back.safetensors")]) == 0

@@ -8,13 +8,13 @@ __version__ = "0.1.0"
 
 from .errors import ChecksumError, CorruptDataError, FormatError, UnsupportedError, WcodecError
 from .errors import ClosedError, DeviceError, InvalidInputError, MissingDependencyError, TensorNotFoundError
-from .errors import SharedTensorsError
+from .errors import NoDataError, NotFoundError, SharedTensorsError, SliceIndexError
 
 # name -> module holding it; imported on first access (PEP 562) to keep `import wcodec` light
 _LAZY = {
     "save_file": "wcodec.api", "load_file": "wcodec.api", "safe_open": "wcodec.api",
     "encode_safetensors_to_wcodec": "wcodec.api", "load_wcodec_checkpoint": "wcodec.api",
-    "decode_to_safetensors": "wcodec.api",
+    "decode_to_safetensors": "wcodec.api", "decode_to_folder": "wcodec.api",
     "Reader": "wcodec.format", "Writer": "wcodec.format", "CheckpointReader": "wcodec.format",
     "save": "wcodec.api", "load": "wcodec.api", "WCodecCheckpoint": "wcodec.seeds",
 }
@@ -22,7 +22,7 @@ _SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli", "torch", "gpu"
 
 __all__ = ["WcodecError", "CorruptDataError", "FormatError", "ChecksumError", "UnsupportedError",
            "InvalidInputError", "ClosedError", "TensorNotFoundError", "DeviceError", "MissingDependencyError",
-           "SharedTensorsError",
+           "SharedTensorsError", "NotFoundError", "NoDataError", "SliceIndexError",
            "__version__", *_LAZY]
 
 

@@ -8,20 +8,22 @@ torch.bfloat16 in torch and uint16 bit patterns in numpy. The caller's tensors a
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
-from .errors import DeviceError, InvalidInputError, MissingDependencyError, UnsupportedError
-from .format import CheckpointReader, Item, ShardedWriter, Writer, encode_into
-from .format.encode import map_in_threads
+from .errors import InvalidInputError, NotFoundError, UnsupportedError
+from .format import Item, ShardedWriter, Writer, encode_into
 from .format import sources
+from .loading import import_torch, placement, torch_device  # noqa: F401  (public here since 0.1)
+from .loading import check_backend, is_safetensors, load_tensors, open_checkpoint
 from .safeopen import safe_open  # re-exported: wcodec.safe_open
 
+_load = load_tensors  # the name wcodec.hf.materialize imports
+
 __all__ = ["save_file", "load_file", "save", "load", "safe_open", "encode_safetensors_to_wcodec",
-           "load_wcodec_checkpoint", "decode_to_safetensors", "placement", "torch_device", "import_torch"]
+           "load_wcodec_checkpoint", "decode_to_safetensors", "decode_to_folder", "placement", "torch_device",
+           "import_torch"]
 
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "int32": "I32",
               "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
@@ -66,6 +68,21 @@ def _progress(enabled: bool, desc: str):
     return tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=desc)
 
 
+def _entries(w) -> dict:
+    """{name: header entry} of a Writer or a ShardedWriter, before commit."""
+    shards = getattr(w, "shards", None)
+    return w.tensors if shards is None else {k: v for sh in shards for k, v in sh.tensors.items()}
+
+
+def _encode(w, items, mode: str, workers, bar=None, codec=None) -> None:
+    """Encode ``items`` into the open writer ``w`` and check that the settings took
+    (:func:`wcodec.encodeopts.check_results`); an exception aborts ``w``'s ``with`` block."""
+    from .encodeopts import check_results
+
+    encode_into(w, items, mode, workers, bar, codec=codec)
+    check_results(_entries(w), mode, codec)
+
+
 def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
               workers: int | None = None, codec: str | None = None, qp: float | None = None,
               target_snr_db: float | None = None) -> None:
@@ -73,171 +90,101 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str =
 
     tensors: {name: numpy array or torch tensor}; any dtype of :data:`wcodec.codecs.DTYPES`
     (torch bfloat16 included). Tensors sharing memory (tied weights) are stored once, the others
-    as aliases. metadata: str -> str. mode: "lossless" (bit-exact) or "int8" (lossy
+    as aliases. Tensors are stored in name order, so the file's bytes do not depend on the
+    dict's order. metadata: str -> str. mode: "lossless" (bit-exact) or "int8" (lossy
     per-channel quantization of float tensors). workers: encoding threads (default: up to 4).
     codec: ``"fixed"`` stores BF16 weights in the fixed-rate layout the fused matmul kernels read
-    (``wcodec.torch.CompressedLinear``; about 12 bits/weight), other tensors as the policy says.
+    (``wcodec.torch.CompressedLinear``; about 12 bits/weight), other tensors as the policy says;
+    mode "lossless" only, and some BF16 matrix must take it.
     mode "lossy" with ``qp`` (0-63, 6 per halving of the step) or ``target_snr_db`` (per tensor,
-    dB): rate-controlled quantization of float matrices (:mod:`wcodec.codecs.lossy`).
-    Raises UnsupportedError (dtype), InvalidInputError (a ValueError: not a tensor / bad
-    metadata), ValueError (bad mode settings), OSError.
+    dB; every float matrix must reach it): rate-controlled quantization of float matrices
+    (:mod:`wcodec.codecs.lossy`).
+    Raises UnsupportedError (dtype; an SNR target some tensors cannot reach, naming them; a
+    codec no tensor takes), InvalidInputError (a ValueError: not a tensor, bad metadata, bad
+    mode settings), NotFoundError (a FileNotFoundError: the folder does not exist), OSError.
     """
-    from .codecs.lossy import mode_string
+    from .encodeopts import mode_of
 
     _check_args(tensors, metadata)
-    mode = mode_string(mode, qp, target_snr_db)
-    with Writer(filename, metadata) as w:
-        encode_into(w, (_item(str(k), v) for k, v in tensors.items()), mode, workers, codec=codec)
+    mode = mode_of(mode, qp, target_snr_db, codec)
+    # name order: save()'s bytes are canonical whatever the dict order (as safetensors')
+    items = sorted(((str(k), v) for k, v in tensors.items()), key=lambda kv: kv[0])
+    meta = None if metadata is None else dict(sorted(metadata.items()))
+    with Writer(filename, meta) as w:
+        _encode(w, (_item(k, v) for k, v in items), mode, workers, codec=codec)
 
 
-def _to_torch(arr: np.ndarray, dtype: str):
-    from .torch.tensors import from_numpy
-    return from_numpy(arr, dtype)
-
-
-def _gpu_load_records():
-    """wcodec.gpu.loader.load_records if that module is importable (it needs triton), else None."""
-    try:
-        if importlib.util.find_spec("wcodec.gpu.loader") is None:
-            return None
-        return importlib.import_module("wcodec.gpu.loader").load_records
-    except ImportError:
-        return None
-
-
-def import_torch():
-    """torch, or MissingDependencyError naming the extra that installs it."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("this needs torch, which is not installed: pip install 'wcodec[torch]' "
-                                     "(or load numpy arrays with framework='np' / wcodec.numpy)") from None
-    return torch
-
-
-def torch_device(device):
-    """A device as torch.load / safetensors accept it (None, str, int index, torch.device) as a
-    torch.device that exists here. Raises DeviceError (e.g. CUDA asked for and absent)."""
-    torch = import_torch()
-    try:
-        dev = torch.device("cpu" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
-    except (RuntimeError, TypeError) as e:
-        raise InvalidInputError(f"not a device: {device!r} ({e})") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(f"device '{dev}' was asked for but CUDA is not available here "
-                              f"(torch {torch.__version__}, torch.cuda.is_available() is False); "
-                              "load with device='cpu'")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise DeviceError(f"device '{dev}' was asked for but only {torch.cuda.device_count()} CUDA devices exist")
-    elif dev.type not in ("cpu", "meta"):
-        try:
-            torch.empty(0, device=dev)
-        except Exception as e:  # noqa: BLE001  (each backend raises its own type)
-            raise DeviceError(f"device '{dev}' is not available: {e}") from None
-    return dev
-
-
-def placement(map_location):
-    """torch.load's map_location as (torch.device to decode onto, post-function or None).
-
-    str / int / torch.device: that device. dict: the location the tensors were saved from is
-    "cpu" for every wcodec tensor, so ``map_location.get("cpu", "cpu")``. callable: called as
-    ``fn(tensor, "cpu")`` on each tensor decoded to the CPU (the tensor stands for torch.load's
-    storage); a None result keeps the CPU tensor.
-    """
-    if callable(map_location) and not isinstance(map_location, (str, int)) and \
-            type(map_location).__name__ != "device":
-        return torch_device("cpu"), map_location
-    if isinstance(map_location, dict):
-        return torch_device(map_location.get("cpu", "cpu")), None
-    return torch_device(map_location), None
-
-
-def _load(reader: CheckpointReader, names: list[str], device, framework: str, verify: bool) -> dict:
-    """Decode ``names``; aliases come back as the same object as their target (tied weights)."""
-    target = {n: reader.alias_of(n) or n for n in names}
-    stored = list(dict.fromkeys(target.values()))  # cost=reader.numel: the largest start first
-    if framework in ("np", "numpy"):
-        if str(device) != "cpu":
-            raise InvalidInputError("framework='np' only loads to device='cpu'")
-        out = map_in_threads(lambda n: reader.get_numpy(n, verify=verify), stored, cost=reader.numel)
-    elif framework in ("pt", "torch"):
-        dev, post = placement(device)
-        if post is not None:
-            cpu = _load(reader, names, "cpu", framework, verify)
-            moved = {}  # tied names share one result (and one call of the callable)
-            for t in cpu.values():
-                if id(t) not in moved:
-                    moved[id(t)] = _apply(post, t)
-            return {n: moved[id(t)] for n, t in cpu.items()}
-        load_records = _gpu_load_records() if dev.type == "cuda" else None
-        if load_records is not None:
-            # section checksums are checked by the loader in parallel while it stages the bytes
-            # for upload (the reader's verify is one thread, ~4 GB/s: 3.09 s vs 0.87 s for a 7B)
-            crcs = ({n: {k: v["crc32"] for k, v in reader.entry(n)["sections"].items()}
-                     for n in stored} if verify else None)
-            # zero-copy views of the mapping (size checked): the loader copies them into pinned
-            # buffers batch by batch; copies of every record up front would hold the whole
-            # compressed checkpoint in memory
-            out = load_records([(n, reader.record(n, verify=False, copy=False)) for n in stored], dev,
-                               crcs=crcs)
-        else:
-            out = map_in_threads(lambda n: _to_torch(reader.get_numpy(n, verify=verify),
-                                                     reader.entry(n)["dtype"]).to(dev), stored, cost=reader.numel)
-    else:
-        raise InvalidInputError(f"framework must be 'pt' or 'np', got {framework!r}")
-    return {n: out[target[n]] for n in names}
-
-
-def _apply(fn, t):
-    r = fn(t, "cpu")
-    return t if r is None else r
-
-
-def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True) -> dict:
-    """Load every tensor of a .wcodec file (or sharded folder / index) into a dict.
+def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True, backend: str = "mmap") -> dict:
+    """Load every tensor of a .wcodec file (or sharded folder / index), or of a .safetensors
+    file (through the safetensors library), into a dict.
 
     device: "cpu", "cuda", "cuda:1", an int (CUDA index), a torch.device, or any
     ``map_location`` of torch.load (dict, callable; see :func:`placement`). CUDA uses the GPU
     decoder when available, else decodes on the CPU and copies. framework: "pt" (torch tensors)
     or "np" (numpy arrays, BF16 / FP8 as unsigned bits, CPU only). verify: check section and
-    decoded checksums on the CPU path. Raises FormatError / CorruptDataError / ChecksumError
-    naming the tensor, DeviceError (device absent), MissingDependencyError (no torch).
+    decoded checksums on the CPU path. backend: "mmap" or "pread", as safetensors takes it.
+    Raises NotFoundError (a FileNotFoundError: no such file), FormatError / CorruptDataError /
+    ChecksumError naming the tensor, DeviceError (device absent), MissingDependencyError (no torch).
     """
-    with CheckpointReader(filename) as r:
+    check_backend(backend)
+    if is_safetensors(filename):
+        with safe_open(filename, framework=framework, device=device) as f:
+            return f.get_tensors()
+    with open_checkpoint(filename) as r:
         return _load(r, r.keys(), device, framework, verify)
 
 
 def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int | None = None,
                                  metadata: dict | None = None, max_shard_size: int | None = None,
-                                 progress: bool = False, codec: str | None = None) -> list[Path]:
+                                 progress: bool = False, codec: str | None = None, qp: float | None = None,
+                                 target_snr_db: float | None = None) -> list[Path]:
     """Convert a checkpoint to .wcodec, streaming tensor by tensor.
 
     src: a .safetensors file, a torch .pt/.pth/.bin/.ckpt state dict, or a model folder
     (sharded or not; safetensors preferred over .bin). dst: a ``*.wcodec`` file, or a folder
     that receives ``model.wcodec`` (or shards + ``model.wcodec.index.json`` beyond
     ``max_shard_size`` bytes, default 5 GiB) and, for a folder source, copies of its config,
-    tokenizer and other non-weight files. metadata: extra str -> str merged into the source's.
-    codec: as in :func:`save_file`.
-    Returns the written paths. Raises WcodecError subclasses on bad input, OSError on I/O.
+    tokenizer and other non-weight files (a folder source with such files needs a folder dst).
+    metadata: extra str -> str merged into the source's. mode, qp, target_snr_db, codec: as in
+    :func:`save_file`. A failed or interrupted conversion leaves nothing: a folder it created
+    is removed, an existing one keeps its previous checkpoint.
+    Returns the written paths. Raises NotFoundError (no input, no weights in a folder),
+    InvalidInputError (settings), WcodecError subclasses on bad input, OSError on I/O.
     """
+    import shutil
+
+    from .encodeopts import mode_of
+
     src, dst = Path(src), Path(dst)
+    mode = mode_of(mode, qp, target_snr_db, codec)
+    if not src.exists():
+        raise NotFoundError(src, "input")
+    if src.is_dir() and dst.suffix == ".wcodec" and sources.side_files(src):
+        raise InvalidInputError(f"{src} is a model folder with config/tokenizer files; a single '{dst.name}' "
+                                "would drop them: convert into a folder instead")
     meta, items = sources.read_source(src)
     meta = {**meta, **(metadata or {}), "wcodec_mode": mode}
+    layout = sources.source_layout(src)  # what decoding needs to give safetensors files back byte for byte
+    if layout is not None:
+        meta[sources.LAYOUT_KEY] = layout
     bar = _progress(progress, f"encode {src.name}")
+    created = dst.suffix != ".wcodec" and not dst.exists()
     try:
         if dst.suffix == ".wcodec":
             with Writer(dst, meta) as w:
-                encode_into(w, items, mode, workers, bar, codec=codec)
+                _encode(w, items, mode, workers, bar, codec=codec)
             return [w.path]
         kw = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
         with ShardedWriter(dst, metadata=meta, **kw) as w:
-            encode_into(w, items, mode, workers, bar, codec=codec)
+            _encode(w, items, mode, workers, bar, codec=codec)
         paths = list(w.paths)
         if src.is_dir():
             paths += sources.copy_side_files(src, dst)
         return paths
+    except BaseException:
+        if created:  # ours alone: nothing of a failed or interrupted write stays
+            shutil.rmtree(dst, ignore_errors=True)
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -257,17 +204,45 @@ def load_wcodec_checkpoint(path, map_location=None, verify: bool = True) -> dict
 def decode_to_safetensors(src, dst, progress: bool = False) -> Path:
     """Decode a .wcodec checkpoint into one safetensors file, one tensor in memory at a time.
 
-    Aliases (tied weights) are written under each name. The wcodec metadata becomes the
-    safetensors ``__metadata__``. Returns dst.
+    A checkpoint encoded from one .safetensors file gives that file back byte for byte (header,
+    key order, metadata, padding: stored in the container, docs/FORMAT.md "Source layout").
+    Otherwise (older versions, torch or multi-file sources) every tensor is written, aliases
+    (tied weights) under each name, with the wcodec metadata as ``__metadata__``. Atomic.
+    Returns dst. Raises NotFoundError, WcodecError subclasses on bad input, OSError.
     """
-    with CheckpointReader(src) as r:
-        specs = []
-        for n in r.keys():
-            e = r.entry(n)
-            specs.append((n, e["dtype"], tuple(e["shape"])))
+    from .restore import decode_file
+
+    with open_checkpoint(src) as r:
         bar = _progress(progress, f"decode {Path(src).name}")
         try:
-            return sources.write_safetensors(dst, specs, r.get_numpy, r.metadata(), bar)
+            return decode_file(r, dst, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+
+
+def decode_to_folder(src, dst, progress: bool = False) -> list[Path]:
+    """Decode a .wcodec checkpoint (a converted model folder, sharded or not) into a model
+    folder ``dst``: each original safetensors file byte for byte with its index and
+    config.json (when the checkpoint was encoded from safetensors files), else
+    ``model.safetensors``; the source folder's other files (tokenizer, ...) are copied. A
+    folder this call creates is removed again on failure. Returns the written paths.
+    """
+    import shutil
+
+    from .restore import decode_folder
+
+    src, dst = Path(src), Path(dst)
+    created = not dst.exists()
+    with open_checkpoint(src) as r:
+        bar = _progress(progress, f"decode {src.name}")
+        try:
+            dst.mkdir(parents=False, exist_ok=True)
+            return decode_folder(r, src if src.is_dir() else None, dst, bar)
+        except BaseException:
+            if created:
+                shutil.rmtree(dst, ignore_errors=True)
+            raise
         finally:
             if bar is not None:
                 bar.close()

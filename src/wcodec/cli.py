@@ -105,45 +105,79 @@ def _output_kind(src: Path, dst: Path, to: str | None, raw_dst: str) -> str:
     raise CliError(f"output '{dst}': name a .wcodec file, or a folder with --to folder (or a trailing '/')")
 
 
+def _encode_settings(args) -> str | None:
+    """The mode string for encode's options, or None after printing a usage error (exit 2)
+    in the command line's own names."""
+    from .encodeopts import mode_of
+
+    if args.mode == "lossy" and (args.qp is None) == (args.target_snr_db is None):
+        msg = "--mode lossy needs one of --qp N (0-63) or --target-snr-db DB, not both"
+    elif args.mode != "lossy" and (args.qp is not None or args.target_snr_db is not None):
+        msg = f"--qp and --target-snr-db apply to --mode lossy, not --mode {args.mode}"
+    elif args.codec is not None and args.mode != "lossless":
+        msg = f"--codec {args.codec} is a lossless layout of BF16 weights; it does not combine with --mode {args.mode}"
+    else:
+        try:
+            return mode_of(args.mode, args.qp, args.target_snr_db, args.codec)
+        except ValueError as e:
+            msg = str(e).replace("qp", "--qp").replace("target_snr_db", "--target-snr-db")
+    print(f"wcodec encode: error: {msg}", file=sys.stderr)
+    return None
+
+
 def cmd_encode(args) -> int:
     from .api import encode_safetensors_to_wcodec
     from .hf import convert_folder
 
+    mode = _encode_settings(args)
+    if mode is None:
+        return 2
     src, dst = Path(args.src), Path(args.dst)
     _check_input(src)
     if _same(src, dst):
         raise CliError(f"output '{dst}' is the input; choose another name")
     kind = _output_kind(src, dst, args.to, args.dst)
     _check_output(src, dst, kind, args.force, " (or encode into it with --to folder)")
-    if kind == "folder":
-        dst.mkdir(exist_ok=True)
     t = time.perf_counter()
-    # a model folder also gets the codec recorded in its config.json (quantization_config)
-    convert = convert_folder if Path(args.src).is_dir() else encode_safetensors_to_wcodec
-    from .codecs.lossy import mode_string
-    try:
-        mode = mode_string(args.mode, args.qp, args.target_snr_db)
-    except ValueError as e:
-        print(f"wcodec encode: {e}", file=sys.stderr)
-        return 2
-    paths = convert(args.src, args.dst, mode=mode, workers=args.workers,
+    # a model folder also gets the codec recorded in its config.json (quantization_config); a
+    # folder output is created by the conversion, and removed by it when the conversion fails
+    convert = convert_folder if src.is_dir() else encode_safetensors_to_wcodec
+    paths = convert(src, dst, mode=mode, workers=args.workers,
                     max_shard_size=args.max_shard_size, progress=not args.quiet, codec=args.codec)
-    src_size = sum(p.stat().st_size for p in ([Path(args.src)] if Path(args.src).is_file()
-                                               else Path(args.src).rglob("*")) if p.is_file())
+    src_size = sum(p.stat().st_size for p in ([src] if src.is_file() else src.rglob("*")) if p.is_file())
     out_size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
     print(f"wrote {len(paths)} file(s) to {kind} {args.dst}: {_fmt_bytes(out_size)} of .wcodec "
           f"from {_fmt_bytes(src_size)} in {time.perf_counter() - t:.2f} s")
     return 0
 
 
+def _decode_kind(src: Path, dst: Path, raw_dst: str) -> str:
+    """'file' or 'folder' for decode's output: a *.safetensors name is a file; an existing
+    folder, a name ending in '/' or a folder input gives a folder; a *.wcodec name is refused."""
+    if dst.suffix == ".wcodec":
+        raise CliError(f"output '{dst}' ends in .wcodec but decode writes safetensors: name a .safetensors file")
+    if dst.suffix == ".safetensors":
+        return "file"
+    if dst.is_dir() or raw_dst.endswith(("/", os.sep)) or src.is_dir():
+        return "folder"
+    raise CliError(f"output '{dst}': name a .safetensors file, or a folder (a trailing '/')")
+
+
 def cmd_decode(args) -> int:
-    from .api import decode_to_safetensors
+    from .api import decode_to_folder, decode_to_safetensors
 
     src, dst = Path(args.src), Path(args.dst)
     _check_input(src)
-    _check_output(src, dst, "file", args.force, " (e.g. model.safetensors)")
-    decode_to_safetensors(args.src, args.dst, progress=not args.quiet)
-    print(f"wrote {args.dst}")
+    kind = _decode_kind(src, dst, args.dst)
+    _check_output(src, dst, kind, args.force, " (e.g. model.safetensors)")
+    if kind == "folder":
+        if dst.is_dir() and any(dst.glob("*.safetensors")) and not args.force:
+            raise CliError(f"output folder '{dst}' already holds safetensors files; use --force to overwrite them")
+        paths = decode_to_folder(src, dst, progress=not args.quiet)
+        print(f"wrote {len(paths)} file(s) to folder {args.dst}")
+    else:
+        decode_to_safetensors(src, dst, progress=not args.quiet)
+        print(f"wrote {args.dst}")
     return 0
 
 
@@ -160,10 +194,31 @@ def _modes(rec) -> str:
     return "NONE" if params.get("all_none") else ""
 
 
-def cmd_info(args) -> int:
-    from .format import CheckpointReader
+def _info_safetensors(path: Path) -> int:
+    """``wcodec info`` of a .safetensors file: its tensors, sizes and metadata, uncompressed."""
+    from .format.sources import read_safetensors_header
 
-    with CheckpointReader(args.file) as r:
+    raw, meta, entries = read_safetensors_header(path)
+    rows = [(name, dtype, "x".join(map(str, shape)) or "()", _fmt_bytes(numel * dt.itemsize))
+            for _, name, dtype, shape, dt, numel in entries]
+    head = ("name", "dtype", "shape", "bytes")
+    widths = [max(len(str(row[i])) for row in rows + [head]) for i in range(len(head))]
+    for row in [head] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    total = sum(numel * dt.itemsize for *_, dt, numel in entries)
+    print(f"total: {len(rows)} tensors, {sum(e[-1] for e in entries):,} weights, {_fmt_bytes(total)}; a "
+          f".safetensors file (uncompressed): `wcodec encode {path} {path.with_suffix('.wcodec').name}` compresses it")
+    if meta:
+        print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .loading import is_safetensors, open_checkpoint
+
+    if is_safetensors(args.file):
+        return _info_safetensors(Path(args.file))
+    with open_checkpoint(args.file) as r:
         rows, raw_total, coded_total, numel_total = [], 0, 0, 0
         for name in r.keys():
             target = r.alias_of(name)
@@ -190,9 +245,54 @@ def cmd_info(args) -> int:
         print(f"total: {len(rows)} tensors, {numel_total:,} weights, {_fmt_bytes(raw_total)} raw, "
               f"{_fmt_bytes(coded_total)} coded ({bpw:.3f} bits/w, ratio "
               f"{raw_total / max(coded_total, 1):.3f}), files {_fmt_bytes(fsize)} in {len(files)} shard(s)")
-        meta = r.metadata()
+        from .restore import layout_of, user_metadata
+        meta = user_metadata(r.metadata())
         if meta:
             print("metadata: " + ", ".join(f"{k}={v}" for k, v in meta.items()))
+        lay = layout_of(r)
+        if lay is not None:
+            print(f"source layout: {len(lay['safetensors'])} safetensors file(s) decode byte for byte")
+    return 0
+
+
+def _verify_against(r, original: Path) -> int:
+    """Compare the sha256 of each file decode would write with the original's."""
+    import hashlib
+    import tempfile
+
+    from .restore import file_bytes, layout_of, sha256_of
+
+    def sha_file(p: Path) -> str:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+
+    lay = layout_of(r)
+    if lay is None:  # no stored layout: what decode writes, through a temporary file
+        from .restore import decode_file
+        with tempfile.TemporaryDirectory(prefix="wcodec-verify-") as d:
+            pairs = [(original, sha_file(decode_file(r, Path(d) / "x.safetensors")))]
+        note = " (this checkpoint stores no source layout: older wcodec or a torch source)"
+    else:
+        one = len(lay["safetensors"]) == 1 and not original.is_dir()
+        pairs = [(original if one else original / f, sha256_of(file_bytes(r, f, o)))
+                 for f, o in lay["safetensors"].items()]
+        pairs += [] if one else [(original / f, hashlib.sha256(t.encode("utf-8")).hexdigest())
+                                 for f, t in lay["files"].items()]
+        note = ""
+    bad = 0
+    for path, digest in pairs:
+        theirs = sha_file(path) if path.is_file() else None
+        if theirs != digest:
+            bad += 1
+            print(f"DIFFERS {path}: decoded sha256 {digest[:16]}..., original "
+                  f"{'missing' if theirs is None else theirs[:16] + '...'}{note}", file=sys.stderr)
+    if bad:
+        print(f"wcodec: error: {bad} of {len(pairs)} files differ from {original}", file=sys.stderr)
+        return 1
+    print(f"OK: {len(pairs)} file(s) decode to the same sha256 as {original}")
     return 0
 
 
@@ -200,10 +300,14 @@ def cmd_verify(args) -> int:
     from tqdm.auto import tqdm
 
     from .errors import WcodecError
-    from .format import CheckpointReader
+    from .loading import open_checkpoint
 
     failed = 0
-    with CheckpointReader(args.file) as r:
+    with open_checkpoint(args.file) as r:
+        if args.against is not None:
+            if not Path(args.against).exists():
+                raise CliError(f"original '{args.against}' does not exist")
+            return _verify_against(r, Path(args.against))
         names = [n for n in r.keys() if not r.alias_of(n)]
         for name in tqdm(names, desc="verify", disable=args.quiet, unit="tensor"):
             try:
@@ -294,27 +398,39 @@ def build_parser() -> argparse.ArgumentParser:
                          "in '/' or a folder input gives a folder)")
     sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
-    sp = add("decode", cmd_decode, "decompress to one safetensors file",
-             "example:\n  wcodec decode model.wcodec model.safetensors")
+    sp = add("decode", cmd_decode, "decompress to a safetensors file or a model folder (byte for byte "
+             "the original files when encoded from safetensors)",
+             "examples:\n  wcodec decode model.wcodec model.safetensors\n"
+             "  wcodec decode ./hf-model-wcodec ./hf-model-back      folder: shards, index, config, tokenizer")
     sp.add_argument("src", help=".wcodec file, sharded folder or index")
-    sp.add_argument("dst", help="output .safetensors file")
+    sp.add_argument("dst", help="output .safetensors file, or a folder (a folder input, an existing folder "
+                                "or a name ending in '/')")
     sp.add_argument("-f", "--force", action="store_true", help="overwrite an existing output")
 
     sp = add("info", cmd_info, "per-tensor table: dtype, shape, codec, bits/weight, ratio, prediction modes")
-    sp.add_argument("file", help=".wcodec file, sharded folder or index")
+    sp.add_argument("file", help=".wcodec file, sharded folder or index (or a .safetensors file: its tensors)")
 
-    sp = add("verify", cmd_verify, "check every checksum and decode every tensor")
+    sp = add("verify", cmd_verify, "check every checksum and decode every tensor",
+             "examples:\n  wcodec verify model.wcodec\n"
+             "  wcodec verify model.wcodec --against model.safetensors   decode gives the file back (sha256)")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")
+    sp.add_argument("--against", default=None, metavar="ORIGINAL",
+                    help="instead: compare the sha256 of the decoded safetensors file(s) with ORIGINAL "
+                         "(a file, or the model folder that was encoded)")
 
     sp = add("bench", cmd_bench, "measure CPU decode throughput (GB/s of decoded tensors)")
     sp.add_argument("file", help=".wcodec file, sharded folder or index")
     sp.add_argument("--repeat", type=int, default=3, help="timed passes, best reported (default 3)")
     sp.add_argument("--workers", type=int, default=None, help="decoding threads (default: up to 4)")
 
-    sp = add("demo", cmd_demo, "run the demo: a tiny Llama generating stories from compressed weights")
-    sp.add_argument("--steps", type=int, default=200, help="tokens to generate per story (default 200)")
-    sp.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    sp.add_argument("--prompt", default="", help='text the stories start with (default "")')
+    sp = add("demo", cmd_demo, "run the demo: a tiny Llama generating stories from compressed weights "
+             "(greedy unless --temperature > 0)")
+    try:  # the demo's own options (--temperature, --seed for sampling, --out-dir), one definition
+        from .demo.run import add_arguments
+    except ImportError:
+        add_arguments = None
+    if add_arguments is not None:
+        add_arguments(sp)
 
     try:  # the vectors commands are optional: the CLI works without them
         from .vectors.cli import register
@@ -331,11 +447,13 @@ _TMP_NAME = re.compile(r"\.([^\s/'\"]+?)(?:\.[0-9a-f]{12})?\.tmp\b")
 
 def error_line(e: BaseException) -> str:
     """One line for the user: no internal temporary names, no errno prefixes, no tracebacks."""
+    from .errors import WcodecError
+
     if isinstance(e, ImportError) and getattr(e, "name", None):
         top = e.name.split(".")[0]
         extra = EXTRAS.get(top)
         msg = f"this needs {top}, which is not installed" + (f": pip install 'wcodec[{extra}]'" if extra else "")
-    elif isinstance(e, OSError) and e.strerror:
+    elif isinstance(e, OSError) and e.strerror and not isinstance(e, WcodecError):  # ours name the path
         msg = e.strerror + (f": '{e.filename}'" if e.filename else "")
     elif isinstance(e, KeyError) and e.args:
         msg = str(e.args[0])
@@ -370,6 +488,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("wcodec: interrupted", file=sys.stderr)
+        if argv is None:  # the program itself: do not wait at exit for encoder threads still running
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(130)
         return 130
 
 

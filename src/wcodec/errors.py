@@ -53,3 +53,30 @@ class MissingDependencyError(WcodecError, ImportError):
 class SharedTensorsError(WcodecError, RuntimeError):
     """Tensors share memory in a way that cannot be stored once (safetensors raises
     RuntimeError for it): none of them covers the whole shared storage."""
+
+
+class NotFoundError(WcodecError, FileNotFoundError):
+    """A file or folder the caller named does not exist (a checkpoint to read, the folder to
+    write into, a model folder without weights). A FileNotFoundError as Python raises it, and a
+    WcodecError so that one ``except`` catches every input problem."""
+
+    def __init__(self, path, what: str = "file", message: str | None = None):
+        import errno
+
+        super().__init__(errno.ENOENT, message or f"{what} '{path}' does not exist", str(path))
+        self.what, self.message = what, message
+
+    def __reduce__(self):
+        return type(self), (self.filename, self.what, self.message)
+
+    def __str__(self) -> str:  # without OSError's "[Errno 2]" prefix
+        return self.strerror
+
+
+class NoDataError(UnsupportedError, NotImplementedError):
+    """A tensor without data (a torch meta tensor) was given to be stored; a
+    NotImplementedError (so a RuntimeError) as safetensors and torch raise it."""
+
+
+class SliceIndexError(WcodecError, IndexError):
+    """A ``get_slice`` index out of the tensor's bounds (an IndexError, as safetensors raises)."""

@@ -11,34 +11,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ClosedError, InvalidInputError, TensorNotFoundError
+from .errors import ClosedError, InvalidInputError, SliceIndexError, TensorNotFoundError
 from .format import CheckpointReader
+from .loading import apply_post, check_backend, is_safetensors, load_tensors, open_checkpoint, placement, to_torch
 
 FRAMEWORKS = ("pt", "torch", "np", "numpy")
 
 
 class safe_open:  # noqa: N801  (the safetensors name)
     """An open .wcodec checkpoint (file, sharded folder or index); nothing is decoded until asked.
+    A .safetensors file opens too (a :class:`wcodec.stopen.SafetensorsFile`, the same methods
+    through the safetensors library), so checkpoints of both formats go through one call.
 
     Args:
         filename: the checkpoint. framework: "pt" (torch tensors) or "np" (numpy arrays, BF16 /
             FP8 as unsigned bits). device: where torch tensors go (see ``wcodec.api.placement``:
             str, int, torch.device, map_location dict or callable). verify: check checksums.
-    Raises: FormatError / CorruptDataError (bad file), InvalidInputError (framework),
+        backend: "mmap" or "pread" as safetensors takes it (a .wcodec file is read alike).
+    Raises: NotFoundError (a FileNotFoundError), FormatError / CorruptDataError (bad file),
+        InvalidInputError (framework, backend),
         DeviceError (device absent), MissingDependencyError (framework "pt" without torch).
     Extra (not in safetensors): ``record(name)`` (the EncodedTensor, zero-copy sections) and
     ``span(name)`` (its byte range in the file).
     """
 
-    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True):
+    def __new__(cls, filename, framework: str = "pt", device="cpu", verify: bool = True, backend: str = "mmap"):
         if framework not in FRAMEWORKS:
             raise InvalidInputError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+        check_backend(backend)
+        if cls is safe_open and is_safetensors(filename):
+            from .stopen import SafetensorsFile
+            return SafetensorsFile(filename, framework, device, backend)
+        return super().__new__(cls)
+
+    def __init__(self, filename, framework: str = "pt", device="cpu", verify: bool = True, backend: str = "mmap"):
         if framework in ("pt", "torch"):
-            from .api import placement
             placement(device)  # fail now, not on the first tensor
         elif str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        self._reader = CheckpointReader(filename)
+        self._reader = open_checkpoint(filename)
         self.framework, self.device, self.verify = framework, device, verify
         self._verified: set = set()  # tensors whose section checksums a slice already checked
 
@@ -60,12 +71,17 @@ class safe_open:  # noqa: N801  (the safetensors name)
 
     # -- safetensors API ---------------------------------------------------------------------
     def keys(self) -> list[str]:
-        """Tensor names in file order (aliases of tied weights included)."""
+        """Tensor names, sorted as safetensors sorts them (aliases of tied weights included)."""
+        return sorted(self._open().keys())
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in file order (as safetensors' ``offset_keys``)."""
         return self._open().keys()
 
     def metadata(self) -> dict[str, str] | None:
         """The str -> str metadata saved with the tensors, or None when none was saved."""
-        return self._open().metadata() or None
+        from .restore import user_metadata
+        return user_metadata(self._open().metadata()) or None
 
     def get_tensor(self, name: str, device=None, out=None):
         """Decode one tensor (torch or numpy per ``framework``) onto ``device`` (default: the
@@ -78,23 +94,21 @@ class safe_open:  # noqa: N801  (the safetensors name)
         InvalidInputError (before writing) for an ``out`` of the wrong dtype, shape, layout or
         device; on corrupt data ``out`` may be partly written.
         """
-        from .api import _load
         r = self._check_name(name)
         if out is not None:
             if device is not None and str(device) != "cpu":
                 raise InvalidInputError("get_tensor(out=...) decodes on the CPU: device must be 'cpu'")
             r.get_numpy(r.alias_of(name) or name, verify=self.verify, out=numpy_view(out))
             return out
-        return _load(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
+        return load_tensors(r, [name], self.device if device is None else device, self.framework, self.verify)[name]
 
     def get_tensors(self, names=None, device=None) -> dict:
         """{name: tensor} for ``names`` (default all), decoded in parallel; tied names share one tensor."""
-        from .api import _load
         r = self._open()
-        names = r.keys() if names is None else list(names)
+        names = self.keys() if names is None else list(names)
         for n in names:
             self._check_name(n)
-        return _load(r, names, self.device if device is None else device, self.framework, self.verify)
+        return load_tensors(r, names, self.device if device is None else device, self.framework, self.verify)
 
     def get_slice(self, name: str) -> "Slice":
         """A lazy view of one tensor: ``get_shape()``, ``get_dtype()``, and ``[index]``."""
@@ -126,7 +140,7 @@ def _rows_of(first, n0: int):
     if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
         i = int(first)
         if not -n0 <= i < n0:
-            raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
+            raise SliceIndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
         i %= n0
         return i, i + 1, 0
     if isinstance(first, slice):
@@ -174,6 +188,14 @@ class Slice:
         else:
             r0, r1, first = _rows_of(idx[0], self.shape[0]) if idx else (0, self.shape[0], slice(None))
             rest = idx[1:]
+        if len([i for i in idx if i is not None and i is not Ellipsis]) > len(self.shape):
+            raise SliceIndexError(f"tensor '{self.name}': too many indices for tensor of dimension {len(self.shape)}")
+        # int indices of the other dims, worded as safetensors words them
+        if not any(i is Ellipsis or i is None for i in idx):
+            for k, i in enumerate(idx[1:], 1):
+                if isinstance(i, (int, np.integer)) and not isinstance(i, bool) and k < len(self.shape) \
+                        and not -self.shape[k] <= i < self.shape[k]:
+                    raise SliceIndexError(f"index {i} is out of bounds for dimension {k} with size {self.shape[k]}")
         inner = int(np.prod(self.shape[1:], dtype=np.int64))
         # section checksums cover whole sections: checked on this handle's first slice of the tensor
         # zero-copy views of the mapping (file size checked first): a partial decode touches only
@@ -185,15 +207,17 @@ class Slice:
         if not self.shape:
             arr = flat.reshape(())[rest] if rest else flat.reshape(())
         else:
-            arr = flat.reshape((r1 - r0,) + self.shape[1:])[(first,) + rest]
+            try:
+                arr = flat.reshape((r1 - r0,) + self.shape[1:])[(first,) + rest]
+            except IndexError as e:  # other dims, too many indices: IndexError as safetensors, ours
+                raise SliceIndexError(f"tensor '{self.name}': {e}") from None
         arr = np.asarray(arr)
         arr = np.ascontiguousarray(arr).reshape(arr.shape)  # (ascontiguousarray makes 0-d 1-d)
         if self._h.framework in ("np", "numpy"):
             return arr
-        from .api import _to_torch, placement
         dev, post = placement(self._h.device)
-        t = _to_torch(arr, self.dtype)
-        return t.to(dev) if post is None else (post(t, "cpu") if post(t, "cpu") is not None else t)
+        t = to_torch(arr, self.dtype)
+        return t.to(dev) if post is None else apply_post(post, t)
 
 
 def numpy_view(out):

@@ -119,6 +119,7 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
     # Always encode in pool threads, even for workers=1: numba parallel kernels entered from the
     # main thread were measured 5-10x slower here (about 0.35 s per small tensor, omp layer).
     ex = ThreadPoolExecutor(workers)
+    interrupted = False
     try:
         for item in items:
             _check_input_name(item.name)
@@ -136,10 +137,15 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
                 flush_one()
         while pending:
             flush_one()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         for _, fut, _ in pending:
             fut.cancel()
-        ex.shutdown(wait=True)
+        # Ctrl-C: return now (the caller removes its files); a running encode (seconds for a
+        # large lossy tensor) finishes in its thread, its result unused
+        ex.shutdown(wait=not interrupted)
     return totals
 
 

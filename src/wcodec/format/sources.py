@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import CorruptDataError, FormatError, UnsupportedError
+from ..errors import CorruptDataError, FormatError, NoDataError, NotFoundError, UnsupportedError
 from . import _io, spec
 from .encode import Item
 
@@ -72,26 +72,10 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
     (e.g. F8_E4M3), naming the tensor.
     """
     path = Path(path)
-    f = _io.open_regular(path, "safetensors file")
-    try:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) < 8:
-            raise FormatError(f"{path.name}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", head)
-        if n > spec.MAX_HEADER_SIZE or 8 + n > size:
-            raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
-        header = _io.loads(f.read(n), f"{path.name}: safetensors header", FormatError)
-        if not isinstance(header, dict):
-            raise FormatError(f"{path.name}: the safetensors header is not an object")
-        meta = header.pop("__metadata__", None) or {}
-        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-            raise CorruptDataError(f"{path.name}: __metadata__ must map strings to strings")
-        entries = [_st_entry(path.name, name, e, size - 8 - n) for name, e in header.items()]
-    except BaseException:
-        f.close()
-        raise
+    raw, meta, entries = read_safetensors_header(path)
+    n = len(raw)
     entries.sort(key=lambda t: t[0])  # file order: sequential reads
+    f = _io.open_regular(path, "safetensors file")
 
     def items():
         with f:
@@ -102,6 +86,43 @@ def read_safetensors(path) -> tuple[dict, Iterator[Item]]:
                 yield Item(name, buf.view(dt).reshape(shape), dtype, (str(path), a, dtype, tuple(shape)))
 
     return dict(meta), items()
+
+
+def read_safetensors_header(path) -> tuple[bytes, dict, list[tuple]]:
+    """A safetensors file's raw header bytes (after the 8-byte size, padding included), its
+    ``__metadata__`` and its schema-checked entries (data offset, name, dtype, shape, numpy
+    dtype, numel) in the header's order. Raises as :func:`read_safetensors`."""
+    path = Path(path)
+    with _io.open_regular(path, "safetensors file") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) < 8:
+            raise FormatError(f"{path.name}: not a safetensors file (too short)")
+        (n,) = struct.unpack("<Q", head)
+        if n > spec.MAX_HEADER_SIZE or 8 + n > size:
+            raise FormatError(f"{path.name}: safetensors header size {n} is invalid")
+        raw = f.read(n)
+    header = _io.loads(raw, f"{path.name}: safetensors header", FormatError)
+    if not isinstance(header, dict):
+        raise FormatError(f"{path.name}: the safetensors header is not an object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CorruptDataError(f"{path.name}: __metadata__ must map strings to strings")
+    return raw, meta, [_st_entry(path.name, name, e, size - 8 - n) for name, e in header.items()]
+
+
+def read_safetensors_tensor(path, name: str) -> np.ndarray:
+    """One tensor of a safetensors file as numpy (BF16 / FP8 as unsigned bits, F4 as packed
+    pairs). Raises KeyError for an unknown name, errors of :func:`read_safetensors_header`."""
+    raw, _, entries = read_safetensors_header(path)
+    for a, n, dtype, shape, dt, numel in entries:
+        if n == name:
+            buf = np.empty(numel * dt.itemsize, dtype=np.uint8)
+            with _io.open_regular(Path(path), "safetensors file") as f:
+                if not _io.pread_into(f.fileno(), buf, 8 + len(raw) + a):
+                    raise CorruptDataError(f"{Path(path).name}: tensor '{name}': short read")
+            return buf.view(dt).reshape(shape)
+    raise KeyError(name)
 
 
 def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metadata: dict | None = None,
@@ -126,6 +147,8 @@ def write_safetensors(path, specs: list[tuple[str, str, tuple]], produce, metada
         off += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-(len(raw)) % 8)  # safetensors pads the header to 8 bytes with spaces
+    if not path.parent.is_dir():  # else the OSError would name our temporary file
+        raise NotFoundError(path.parent, "folder", f"cannot write '{path.name}': folder '{path.parent}' does not exist")
     _io.clean_stale_temps(path.parent, path.name)
     tmp = _io.temp_path(path)  # unique: two writers to one path never mix their tensors
     try:
@@ -166,7 +189,8 @@ def torch_to_numpy(t, name: str = "") -> tuple[np.ndarray, str, tuple]:
     if t.layout != torch.strided:
         raise UnsupportedError(f"tensor '{name}': {t.layout} tensors are not supported (convert with .to_dense())")
     if t.device.type == "meta":
-        raise UnsupportedError(f"tensor '{name}': a meta tensor has no data to store")
+        raise NoDataError(f"tensor '{name}': Cannot copy out of meta tensor; no data! (as torch says: "
+                          "nothing to store)")
     tname = str(t.dtype).removeprefix("torch.")
     dtype = TORCH_DTYPES.get(tname)
     if dtype is None:
@@ -230,7 +254,7 @@ def weight_files(folder) -> list[Path]:
     Prefers safetensors (index, single file, or all *.safetensors), then torch .bin/.pt. Index
     entries and files must resolve inside ``folder`` (no ``../``, absolute paths or symlinks out);
     the index's weight_map must be a non-empty object without duplicate keys.
-    Raises FileNotFoundError when there are none, FormatError on a bad index or a path outside.
+    Raises NotFoundError (a FileNotFoundError) when there are none, FormatError on a bad index or a path outside.
     """
     folder = Path(folder)
     for index in INDEX_NAMES:
@@ -245,7 +269,7 @@ def weight_files(folder) -> list[Path]:
         files = sorted(folder.glob(pattern))
         if files:
             return [_io.inside(folder, f.name, "weight file") for f in files]
-    raise FileNotFoundError(f"{folder}: no safetensors or torch weight files")
+    raise NotFoundError(folder, "weights", f"{folder}: no safetensors or torch weight files")
 
 
 def read_source(path) -> tuple[dict, Iterator[Item]]:
@@ -268,12 +292,12 @@ def read_source(path) -> tuple[dict, Iterator[Item]]:
     raise UnsupportedError(f"{path.name}: unknown input type (expected .safetensors, {', '.join(TORCH_SUFFIXES)} or a folder)")
 
 
-def copy_side_files(src_folder, dst_folder) -> list[Path]:
-    """Copy every non-weight file of a model folder (config, tokenizer, generation config,
-    README, sub-folders such as ``1_Pooling``) beside the converted weights. Hidden entries,
-    non-regular files and symlinks resolving outside ``src_folder`` (warned) are skipped.
-    Returns the destination paths."""
-    src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+def side_files(src_folder) -> list[Path]:
+    """The non-weight files of a model folder that :func:`copy_side_files` copies (config,
+    tokenizer, generation config, README, sub-folders such as ``1_Pooling``), hidden entries,
+    non-regular files and the converted weights left out; symlinks out of the folder included
+    (the copy skips them with a warning)."""
+    src_folder = Path(src_folder)
     converted = set(weight_files(src_folder))
     out = []
     for p in sorted(src_folder.rglob("*")):
@@ -285,6 +309,17 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
         if p in converted or p.name in INDEX_NAMES or p.name.endswith(OTHER_WEIGHT_SUFFIXES) \
                 or (p.name.startswith("pytorch_model") and p.suffix == ".bin"):
             continue
+        out.append(p)
+    return out
+
+
+def copy_side_files(src_folder, dst_folder) -> list[Path]:
+    """Copy :func:`side_files` of a model folder beside the converted weights; symlinks
+    resolving outside ``src_folder`` are skipped (warned). Returns the destination paths."""
+    src_folder, dst_folder = Path(src_folder), Path(dst_folder)
+    out = []
+    for p in side_files(src_folder):
+        rel = p.relative_to(src_folder)
         if not _io.is_inside(src_folder, p):
             # a symlink out of the model folder: copying it would embed a file the user never named
             warnings.warn(f"{rel}: skipped, it is a symlink to {p.resolve()} outside {src_folder}")
@@ -294,3 +329,65 @@ def copy_side_files(src_folder, dst_folder) -> list[Path]:
         shutil.copy2(p, dest)
         out.append(dest)
     return out
+
+
+# -- the layout of safetensors sources, for byte-exact decoding -----------------------------------
+#: metadata key holding :func:`source_layout` as JSON (docs/FORMAT.md, "Source layout")
+LAYOUT_KEY = "wcodec_source"
+#: side files of a folder whose original bytes are kept (the conversion rewrites config.json)
+KEPT_FILES = ("config.json",) + INDEX_NAMES[:1]
+#: bytes of a data region not covered by tensors that are kept (beyond this: no exact layout)
+MAX_GAP_BYTES = 1 << 20
+
+
+def _file_layout(path: Path) -> dict | None:
+    """{"header": raw header text (padding included), "gaps": [[offset, base64 bytes]]} of one
+    safetensors file: the bytes of its data region no tensor covers (trailing or between
+    tensors) are kept, up to MAX_GAP_BYTES; None when they exceed it."""
+    import base64
+
+    raw, _, entries = read_safetensors_header(path)
+    data_size = os.path.getsize(path) - 8 - len(raw)
+    spans = sorted((a, a + numel * dt.itemsize) for a, _, _, _, dt, numel in entries)
+    gaps, pos = [], 0
+    for a, b in spans + [(data_size, data_size)]:
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+    if sum(b - a for a, b in gaps) > MAX_GAP_BYTES:
+        return None
+    out = []
+    if gaps:
+        with _io.open_regular(path, "safetensors file") as f:
+            for a, b in gaps:
+                buf = np.empty(b - a, np.uint8)
+                if not _io.pread_into(f.fileno(), buf, 8 + len(raw) + a):
+                    return None
+                out.append([a, base64.b64encode(buf.tobytes()).decode("ascii")])
+    return {"header": raw.decode("utf-8"), "gaps": out}
+
+
+def source_layout(src) -> str | None:
+    """JSON text of what a byte-exact decode of ``src`` needs beyond its tensors: for a
+    .safetensors file or a folder of them, each file's header bytes and uncovered data bytes
+    (:func:`_file_layout`) by file name, and a folder's original index and config.json text.
+    None for torch sources and for files whose layout cannot be kept."""
+    src = Path(src)
+    files = weight_files(src) if src.is_dir() else [src]
+    if not files or any(f.suffix != ".safetensors" for f in files):
+        return None
+    layout = {"safetensors": {}, "files": {}}
+    for f in files:
+        one = _file_layout(f)
+        if one is None:
+            return None
+        layout["safetensors"][f.name if not src.is_dir() else f.relative_to(src).as_posix()] = one
+    if src.is_dir():
+        for name in KEPT_FILES:
+            p = src / name
+            if p.is_file() and _io.is_inside(src, p):
+                try:
+                    layout["files"][name] = p.read_bytes().decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+    return json.dumps(layout, separators=(",", ":"), ensure_ascii=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptDataError, UnsupportedError
+from ..errors import CorruptDataError, NotFoundError, UnsupportedError
 from . import _io, spec
 
 
@@ -48,6 +48,7 @@ class Writer:
         path: destination file (conventionally ``*.wcodec``); its folder must exist.
         metadata: str -> str model metadata stored in the header (e.g. ``{"format": "pt"}``).
     Raises:
+        NotFoundError: (a FileNotFoundError) the folder does not exist.
         OSError: the temporary file cannot be created or written.
         TypeError: metadata is not a str -> str mapping.
     """
@@ -59,6 +60,9 @@ class Writer:
             raise TypeError("metadata must map str to str (as in safetensors)")
         self.metadata = meta
         self.tensors: dict[str, dict] = {}
+        if not self.path.parent.is_dir():  # else the OSError would name our temporary file
+            raise NotFoundError(self.path.parent, "folder",
+                                f"cannot write '{self.path.name}': folder '{self.path.parent}' does not exist")
         # temporary files of writers killed before commit (kill -9) are removed here; ours holds
         # our pid, so concurrent writers to the same destination keep theirs
         _io.clean_stale_temps(self.path.parent, self.path.name)

@@ -18,6 +18,14 @@ from .convert import codec_config, convert_folder, read_codec_config
 
 def __getattr__(name):
     # torch / transformers load only when a model is built, not for folder conversion
+    if name in ("WCodecModel", "WcodecConfig", "load_sentence_transformer"):
+        import importlib.util
+
+        for dep, extra in (("torch", "torch"), ("transformers", "hf")):
+            if importlib.util.find_spec(dep) is None:
+                from ..errors import MissingDependencyError
+                raise MissingDependencyError(f"wcodec.hf.{name} needs {dep}, which is not installed: "
+                                             f"pip install 'wcodec[{extra}]'")
     if name == "WCodecModel":
         from .model import WCodecModel
         return WCodecModel

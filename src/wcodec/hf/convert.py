@@ -73,20 +73,24 @@ def _record_codec(dst: Path, mode: str) -> Path | None:
 
 def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
                    max_shard_size: int | None = None, progress: bool = False,
-                   codec: str | None = None) -> list[Path]:
+                   codec: str | None = None, qp: float | None = None,
+                   target_snr_db: float | None = None) -> list[Path]:
     """Convert a Hugging Face model folder (sharded or not; a sentence-transformers folder too).
 
     src: folder with safetensors (or torch .bin) weights. dst: output folder; receives
     ``model.wcodec`` (or shards + ``model.wcodec.index.json``), copies of every non-weight file
     (config, tokenizer, generation config, sub-folders such as ``1_Pooling``), and config.json
     gains ``quantization_config = {"quant_method": "wcodec", "format_version", "mode",
-    "wcodec_version"}``. mode: "lossless" or "int8". codec: ``"fixed"`` for the fixed-rate
+    "wcodec_version"}``. mode: "lossless", "int8" or "lossy" with qp= or target_snr_db= (as in
+    :func:`wcodec.save_file`). codec: ``"fixed"`` for the fixed-rate
     layout of BF16 weights (see :func:`wcodec.save_file`). Returns the written paths.
     Raises FileNotFoundError (no weights), WcodecError subclasses (bad input), OSError.
     """
     from ..api import encode_safetensors_to_wcodec
+    from ..encodeopts import mode_of
 
     src, dst = Path(src), Path(dst)
+    mode = mode_of(mode, qp, target_snr_db, codec)  # InvalidInputError before any work
     if not src.is_dir():
         raise NotADirectoryError(f"{src}: convert_folder takes a model folder")
     _read_config(src)  # a malformed config.json fails here, before any weight is written
