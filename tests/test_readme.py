@@ -65,9 +65,7 @@ SKIP = {  # a phrase of the block -> why it cannot run in a test
     "pip install": "installs packages and runs the whole test suite",
 }
 #: blocks of the README as written that fail, with the reason (a phrase of the block -> reason)
-KNOWN_FAILURES = {
-    "--codec fixed   # bf16": "line 3 writes model.wcodec again without --force (line 1 wrote it): refused",
-}
+KNOWN_FAILURES: dict = {}
 
 
 def _files(d: Path, text: str) -> None:

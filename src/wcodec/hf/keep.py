@@ -130,6 +130,10 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
     expert = not matrix and _is_expert_param(module, attr, value)
     if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
+        if attr == "weight" and value.dim() == 2:
+            # another module's matrix (transformers' Conv1D: [in, out], its own addmm): dense, named
+            state.report["kept"][name] = f"{type(module).__name__} (not a plain nn.Linear or nn.Embedding)"
+            state.report["decoded"].append(name)
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, attr, name, value) if state.mode is True and matrix else None
     if state.mode is True and expert:
