@@ -37,3 +37,25 @@ def test_unpack_refuses_a_size_that_fits_no_escape_count():
             fx.unpack(bad, fw.base, 4, 16)
     with pytest.raises(ValueError, match="packed"):
         fx.unpack(packed, fw.base, 40, 16)  # another shape's fixed part is larger
+
+
+def test_a_stored_fixed_record_without_escapes_packs(tmp_path):
+    """Regression: a `wcodec encode --codec fixed` record with no escapes reads back as empty
+    numpy sections of stride 0, which pack() could not view as bytes (issue 26)."""
+    from safetensors.torch import save_file
+
+    from wcodec.cli import main
+    from wcodec.format import Reader
+    from wcodec.torch.linear import CompressedLinear
+
+    torch.manual_seed(0)
+    w = (torch.rand(48, 80) * 0.5 + 0.5).to(torch.bfloat16)  # one exponent: no escapes
+    save_file({"w": w}, str(tmp_path / "x.safetensors"))
+    assert main(["encode", str(tmp_path / "x.safetensors"), str(tmp_path / "y.wcodec"), "--codec", "fixed"]) == 0
+    rec = Reader(str(tmp_path / "y.wcodec")).record("w")
+    assert rec.codec == "fixed" and rec.params["n_escapes"] == 0
+    fw = fx.from_sections(rec.params, rec.sections, tuple(rec.shape), torch.device("cpu"))
+    lin = CompressedLinear(fw)
+    assert torch.equal(lin.decoded_weight().view(torch.int16), w.view(torch.int16))
+    x = torch.randn(3, 80, dtype=torch.bfloat16)
+    assert torch.equal(lin(x), torch.nn.functional.linear(x, w))

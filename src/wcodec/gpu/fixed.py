@@ -160,8 +160,9 @@ def pack(fw: FixedWeight) -> torch.Tensor:
     out = torch.zeros(esc + 16 * e, dtype=torch.uint8, device=fw.device)
     for off, t in ((0, fw.lo), (nib, fw.nib), (eptr, fw.eptr), (esc, fw.ecol), (esc + 4 * e, fw.eval),
                    (esc + 8 * e, fw.erow)):
-        b = t.contiguous().reshape(-1).view(torch.uint8)
-        out[off:off + b.numel()] = b
+        if t.numel():  # an empty tensor may have any strides (numpy gives 0 for an empty section)
+            b = t.contiguous().reshape(-1).view(torch.uint8)
+            out[off:off + b.numel()] = b
     return out
 
 
