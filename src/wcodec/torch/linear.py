@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..gpu import fixed as fx
+from .weight_view import FixedWeightTensor
 
 #: the buffers of the layout before it was packed into one (wcodec.gpu.fixed.pack): FixedWeight
 #: field -> name; such state dicts still load
@@ -88,11 +89,30 @@ class FixedBuffers(nn.Module):
         raise NotImplementedError
 
     @property
+    def weight(self) -> FixedWeightTensor:
+        """The weight as a :class:`~wcodec.torch.weight_view.FixedWeightTensor` ([N, K] bfloat16,
+        frozen): dtype, device and shape are free to read, any op on it decodes the whole weight
+        (a new tensor each time). Not a parameter or buffer: ``state_dict`` holds ``w_packed``."""
+        packed, shape = self._buffers["w_packed"], self._shape()
+        view = self.__dict__.get("_weight_view")
+        if view is not None and view.backed_by(packed, self.base, *shape):
+            return view
+        view = FixedWeightTensor(packed, self.base, *shape)
+        if not torch.compiler.is_compiling():  # no attribute writes inside a traced forward
+            self.__dict__["_weight_view"] = view
+        return view
+
+    @property
     def fixed_weight(self) -> fx.FixedWeight:
         """The weight's fixed layout as views of ``w_packed`` (no copy)."""
         return fx.unpack(self.w_packed, self.base, *self._shape())
 
+    def _apply(self, fn, *args, **kwargs):
+        self.__dict__.pop("_weight_view", None)  # it holds the buffer that fn replaces
+        return super()._apply(fn, *args, **kwargs)
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.__dict__.pop("_weight_view", None)  # the buffer may be replaced below
         if prefix + "w_lo" in state_dict:  # the six-buffer layout of earlier versions: pack it
             fw = fx.FixedWeight(*(state_dict.pop(prefix + name) for name in _OLD_BUFFERS.values()),
                                 self.base, *self._shape())
@@ -116,6 +136,14 @@ class CompressedLinear(FixedBuffers):
     returns [..., out_features] in x's dtype. The weight is frozen (a buffer, no gradient); the
     bias is a Parameter. On the CPU the weight is decoded and multiplied by ``F.linear``.
     The compressed tensors are buffers: ``.to(device)`` moves them and ``state_dict`` holds them.
+
+    ``.weight`` (for model code that reads it, as nn.Linear's): a FixedWeightTensor
+    (``wcodec.torch.weight_view``), cached per module: reading its dtype, device or shape costs
+    no memory and ~2.5x an nn.Linear's ``.weight.dtype`` read (11 vs 4 us on a loaded 2-vCPU
+    host); ``.weight.data``, ``.weight.T`` or any op decodes the whole weight into a new bf16
+    tensor each time (2 bytes per weight while the result lives; 4096x4096 on that CPU: 0.8-1.0
+    s, numpy decoder; on CUDA one decode kernel). ``forward`` never reads it. ``in_features``,
+    ``out_features`` and ``bias`` are nn.Linear's.
     """
 
     def __init__(self, fw: fx.FixedWeight, bias: torch.Tensor | None = None):
