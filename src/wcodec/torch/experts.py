@@ -157,7 +157,8 @@ class ExpertWeights:
         self.transposed = bool(module.is_transposed)
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
-        self.experts = [fx.unpack(self.packed[offsets[e]:offsets[e + 1]], bases[e], n, k) for e in range(E)]
+        self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
+        self.experts = [fx.unpack(self.packed[o:o + size], base, n, k) for o, size, base, n, k in self.slices]
 
     def dense(self, e: int) -> torch.Tensor:
         """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] bf16 tensor."""
@@ -176,7 +177,12 @@ def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch
     """The expert's projection without bias: x [M, K] -> [M, N] in x's dtype, as the dense module
     computes it (``F.linear(x, P[e])``, or ``x @ P[e]`` for transposed layouts). CPU: the expert
     is decoded and multiplied by that same op (bit-identical to the dense module). CUDA: the
-    fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input)."""
+    fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input).
+    Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's)."""
+    if torch.compiler.is_compiling():  # one opaque op (the numpy decode cannot be traced)
+        from .linear import _fixed_linear
+        off, size, base, n, k = weights.slices[expert]
+        return _fixed_linear(x, weights.packed[off:off + size], None, base, n, k)
     fw = weights.experts[expert]
     if not x.is_cuda:
         w = weights.dense(expert).to(x.dtype)
