@@ -144,3 +144,21 @@ def test_registered_implementation_runs_dense_modules_eagerly():
     ids = torch.randint(0, 64, (2, 5))
     with torch.no_grad():
         assert torch.equal(bits(other(ids).logits), bits(dense(ids).logits))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_fused_path_matches_dense(arch):
+    dense = dense_model(arch).cuda()
+    model = copy.deepcopy(dense)
+    compress_all(model)  # encoded on the GPU, where the values are
+    experts = model.model.layers[0].mlp.experts
+    assert all(b.is_cuda for b in experts.buffers())
+    ids = torch.randint(0, 64, (3, 11), device="cuda")
+    with torch.no_grad():
+        want, got = dense(ids).logits.float(), model(ids).logits.float()
+    assert torch.isfinite(got).all() and ((got - want).norm() / want.norm()).item() < 2e-2
+    model.requires_grad_(False)
+    emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    model(inputs_embeds=emb).logits.float().square().mean().backward()
+    assert emb.grad is not None and torch.isfinite(emb.grad).all() and emb.grad.abs().sum() > 0

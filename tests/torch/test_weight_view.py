@@ -130,3 +130,12 @@ def test_t5_reading_weight_dtype_runs_compressed_and_exact():
         assert torch.equal(got, want)
         assert torch.equal(model.generate(ids, max_new_tokens=2, do_sample=False),
                            dense.generate(ids, max_new_tokens=2, do_sample=False))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_weight_on_cuda():
+    lin = linear().cuda()
+    cl = CompressedLinear.from_linear(lin)
+    assert cl.weight.device == lin.weight.device and torch.equal(bits(cl.weight.data), bits(lin.weight))
+    cl.cpu()
+    assert cl.weight.device.type == "cpu" and torch.equal(bits(cl.weight.data), bits(lin.weight.cpu()))
