@@ -57,8 +57,19 @@ def test_state_dict_and_parameters_do_not_gain_a_weight():
     assert set(cl.state_dict()) == {"w_packed", "bias", "_extra_state"}
     assert [n for n, _ in cl.named_parameters()] == ["bias"]
     assert [n for n, _ in cl.named_buffers()] == ["w_packed"]
-    with pytest.raises((AttributeError, KeyError)):
-        cl.weight = nn.Parameter(torch.zeros(24, 40, dtype=torch.bfloat16))  # frozen: not replaceable
+    with pytest.raises(AttributeError):
+        cl.weight = torch.zeros(24, 40, dtype=torch.bfloat16)  # frozen: a plain tensor does not replace it
+
+
+def test_a_tied_parameter_is_registered_as_tie_weights_does():
+    lin = linear()
+    cl = CompressedLinear.from_linear(lin)
+    x = torch.randn(2, 40, dtype=torch.bfloat16)
+    y = cl(x)
+    tied = nn.Parameter(lin.weight.detach().clone())
+    cl.weight = tied  # transformers' tie_weights: setattr(lm_head, "weight", embed_tokens.weight)
+    assert cl.weight is tied and "weight" in cl.state_dict()
+    assert torch.equal(bits(cl(x)), bits(y))  # forward still reads the compressed layout
 
 
 def test_view_follows_moves_loads_copies_and_pickles():

@@ -92,7 +92,12 @@ class FixedBuffers(nn.Module):
     def weight(self) -> FixedWeightTensor:
         """The weight as a :class:`~wcodec.torch.weight_view.FixedWeightTensor` ([N, K] bfloat16,
         frozen): dtype, device and shape are free to read, any op on it decodes the whole weight
-        (a new tensor each time). Not a parameter or buffer: ``state_dict`` holds ``w_packed``."""
+        (a new tensor each time). Not a parameter or buffer: ``state_dict`` holds ``w_packed``.
+        A Parameter assigned to ``weight`` (transformers' ``tie_weights`` gives a tied lm_head
+        the embedding's) is registered and returned instead; ``forward`` keeps the layout."""
+        tied = self._parameters.get("weight")
+        if tied is not None:
+            return tied
         packed, shape = self._buffers["w_packed"], self._shape()
         view = self.__dict__.get("_weight_view")
         if view is not None and view.backed_by(packed, self.base, *shape):
@@ -101,6 +106,11 @@ class FixedBuffers(nn.Module):
         if not torch.compiler.is_compiling():  # no attribute writes inside a traced forward
             self.__dict__["_weight_view"] = view
         return view
+
+    def register_parameter(self, name: str, param) -> None:
+        if name == "weight" and "weight" not in self._parameters:  # the property is no attribute clash
+            self._parameters["weight"] = None
+        super().register_parameter(name, param)
 
     @property
     def fixed_weight(self) -> fx.FixedWeight:
