@@ -31,7 +31,17 @@ class CompressedEmbedding(FixedBuffers):
     embedding_dim] bfloat16. ``padding_idx`` is kept for reference (the table is frozen, so it
     changes nothing). On CUDA an index outside [0, num_embeddings) returns a row of zeros (no
     device assert and no host sync); on the CPU it raises IndexError as nn.Embedding does.
+    ``.weight``: the table as a FixedWeightTensor, as CompressedLinear's (metadata free, any op
+    decodes the whole table); ``num_embeddings``, ``embedding_dim``, ``padding_idx`` and
+    nn.Embedding's options (all off) are there for code that reads them.
     """
+
+    #: nn.Embedding's options, read by code that inspects embeddings (peft's LoRA, resizing):
+    #: a compressed table has none of them
+    max_norm = None
+    norm_type = 2.0
+    scale_grad_by_freq = False
+    sparse = False
 
     def __init__(self, fw: fx.FixedWeight, padding_idx: int | None = None):
         super().__init__()

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..errors import CorruptDataError
 from ..gpu import fixed as fx
+from .weight_view import FixedWeightTensor
 
 
 @torch.library.custom_op("wcodec::fixed_linear", mutates_args=())
@@ -84,11 +85,40 @@ class FixedBuffers(nn.Module):
         raise NotImplementedError
 
     @property
+    def weight(self) -> FixedWeightTensor:
+        """The weight as a :class:`~wcodec.torch.weight_view.FixedWeightTensor` ([N, K] bfloat16,
+        frozen): dtype, device and shape are free to read, any op on it decodes the whole weight
+        (a new tensor each time). Not a parameter or buffer: ``state_dict`` holds ``w_packed``.
+        A Parameter assigned to ``weight`` (transformers' ``tie_weights`` gives a tied lm_head
+        the embedding's) is registered and returned instead; ``forward`` keeps the layout."""
+        tied = self._parameters.get("weight")
+        if tied is not None:
+            return tied
+        packed, shape = self._buffers["w_packed"], self._shape()
+        view = self.__dict__.get("_weight_view")
+        if view is not None and view.backed_by(packed, self.base, *shape):
+            return view
+        view = FixedWeightTensor(packed, self.base, *shape)
+        if not torch.compiler.is_compiling():  # no attribute writes inside a traced forward
+            self.__dict__["_weight_view"] = view
+        return view
+
+    def register_parameter(self, name: str, param) -> None:
+        if name == "weight" and "weight" not in self._parameters:  # the property is no attribute clash
+            self._parameters["weight"] = None
+        super().register_parameter(name, param)
+
+    @property
     def fixed_weight(self) -> fx.FixedWeight:
         """The weight's fixed layout as views of ``w_packed`` (no copy)."""
         return fx.unpack(self.w_packed, self.base, *self._shape())
 
+    def _apply(self, fn, *args, **kwargs):
+        self.__dict__.pop("_weight_view", None)  # it holds the buffer that fn replaces
+        return super()._apply(fn, *args, **kwargs)
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.__dict__.pop("_weight_view", None)  # the buffer may be replaced below
         # untrusted input: everything checked against this module's declared shape before any
         # allocation or copy (wcodec.torch.fixed_state); CorruptDataError otherwise
         from . import fixed_state as fs
@@ -135,6 +165,14 @@ class CompressedLinear(FixedBuffers):
     returns [..., out_features] in x's dtype. The weight is frozen (a buffer, no gradient); the
     bias is a Parameter. On the CPU the weight is decoded and multiplied by ``F.linear``.
     The compressed tensors are buffers: ``.to(device)`` moves them and ``state_dict`` holds them.
+
+    ``.weight`` (for model code that reads it, as nn.Linear's): a FixedWeightTensor
+    (``wcodec.torch.weight_view``), cached per module: reading its dtype, device or shape costs
+    no memory and ~2.5x an nn.Linear's ``.weight.dtype`` read (11 vs 4 us on a loaded 2-vCPU
+    host); ``.weight.data``, ``.weight.T`` or any op decodes the whole weight into a new bf16
+    tensor each time (2 bytes per weight while the result lives; 4096x4096 on that CPU: 0.8-1.0
+    s, numpy decoder; on CUDA one decode kernel). ``forward`` never reads it. ``in_features``,
+    ``out_features`` and ``bias`` are nn.Linear's.
     """
 
     def __init__(self, fw: fx.FixedWeight, bias: torch.Tensor | None = None):

@@ -1,0 +1,364 @@
+"""MoE experts kept compressed: the 3-D expert parameters of a transformers experts module
+(``MixtralExperts.gate_up_proj [E, 2I, H]`` / ``down_proj [E, H, I]``, Qwen3-MoE, DeepSeek-V3;
+gpt-oss's transposed ``[E, H, 2I]`` with biases) stored per expert in the fixed-rate layout
+(``wcodec.gpu.fixed``), the module's forward semantics unchanged.
+
+Entry points: :func:`is_expert_param`, :func:`compress_expert_param` (called per parameter as a
+checkpoint loads), :func:`decompress_experts`, :func:`load_compressed_experts`,
+:func:`expert_linear` (the per-expert matmul; a grouped kernel over routed experts can replace it).
+
+How the module keeps working: its class is swapped for a subclass (one per experts class) whose
+``forward`` runs :func:`experts_forward`, the eager per-expert loop of transformers'
+experts modules (routing, top-k weights, ``_apply_gate`` / activation, biases, post-expert
+norm) with :func:`expert_linear` for the two matmuls; ``model.forward`` is untouched. The same
+function is registered as transformers' experts implementation ``"wcodec"``
+(``ALL_EXPERTS_FUNCTIONS``), where it runs dense experts modules by their own eager forward.
+On the CPU the result is bit-identical to the dense module's eager forward (the weight of each
+routed expert is decoded and multiplied as the eager code multiplies it); on CUDA the fused
+kernels multiply (``wcodec.gpu.fixed.linear``). The input gradient flows (frozen experts).
+
+State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers, so
+``state_dict()`` holds, under the module's prefix:
+
+- ``P_packed``  uint8 [bytes]: the E experts' packed fixed-rate weights
+  (:func:`wcodec.gpu.fixed.pack`), expert e at bytes ``[P_offsets[e], P_offsets[e+1])``;
+- ``P_offsets`` int64 [E+1];
+- ``P_bases``   int64 [E]: each expert's exponent window (``FixedWeight.base``);
+- ``P_shape``   int64 [3]: the dense parameter's shape. Each expert is stored as the [N, K]
+  weight of ``y = x @ W.T``: ``P[e]`` itself, or ``P[e].T`` for modules with
+  ``is_transposed`` (gpt-oss).
+
+``module.P`` still reads (a 3-D bf16 tensor view: metadata free, ``P[e]`` decodes expert e, any
+other op decodes all); biases stay dense Parameters. A compressed module does not pickle
+(``torch.save(module)``): save its state_dict.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from ..errors import UnsupportedError
+from ..gpu import fixed as fx
+
+#: buffers of one compressed parameter P: P_packed, P_offsets, P_bases, P_shape
+SUFFIXES = ("packed", "offsets", "bases", "shape")
+
+
+class ExpertsKeptDenseError(UnsupportedError):
+    """An expert parameter cannot be kept compressed (its dtype, rank or module is not one the
+    fixed layout and :func:`experts_forward` serve): the caller keeps it dense and reports why."""
+
+
+def _is_experts_module(module: nn.Module) -> bool:
+    """A transformers experts module (decorated by ``use_experts_implementation``, whose flags
+    :func:`experts_forward` follows)."""
+    return all(hasattr(module, a) for a in ("num_experts", "has_gate", "has_bias", "is_transposed",
+                                            "has_post_expert_norm"))
+
+
+def _expert_attrs(module: nn.Module) -> tuple[str, str]:
+    return ("gate_up_proj" if module.has_gate else "up_proj"), "down_proj"
+
+
+def _dense_param(module: nn.Module, attr: str):
+    return module._parameters.get(attr)
+
+
+def is_expert_param(module: nn.Module, attr: str) -> bool:
+    """Whether ``module.<attr>`` is a 3-D floating expert parameter [num_experts, ., .] of a
+    transformers experts module (on any device, meta included), so a candidate for
+    :func:`compress_expert_param` (which may still refuse its dtype)."""
+    p = _dense_param(module, attr)
+    return (p is not None and _is_experts_module(module) and attr in _expert_attrs(module)
+            and p.dim() == 3 and p.is_floating_point() and p.shape[0] == module.num_experts)
+
+
+def _check(module: nn.Module, attr: str, value: torch.Tensor) -> None:
+    if not _is_experts_module(module):
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: not a transformers experts module "
+                                    "(use_experts_implementation): its forward is unknown")
+    if attr not in _expert_attrs(module):
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: not an expert projection "
+                                    f"(expected one of {_expert_attrs(module)})")
+    if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.shape[0] != module.num_experts:
+        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: expected a [{module.num_experts}, N, K] "
+                                    f"tensor, got {got}")
+    if value.dtype != torch.bfloat16:
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: {str(value.dtype).replace('torch.', '')}; "
+                                    "the fixed layout keeps bfloat16 weights only")
+    if value.is_meta:
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: on the meta device (no values)")
+    p = _dense_param(module, attr)
+    if p is not None and tuple(p.shape) != tuple(value.shape):
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: the module holds {tuple(p.shape)}, "
+                                    f"got {tuple(value.shape)}")
+
+
+def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor) -> None:
+    """Store ``value`` (the dense [E, d1, d2] bfloat16 tensor transformers would assign to
+    ``module.<attr>``, on the CPU or CUDA; not modified) as E fixed-rate weights on value's
+    device, in place of the parameter (see the module docstring for the buffers). The module's
+    forward then runs :func:`experts_forward`. Transient memory: one expert's dense transpose
+    (transposed modules) and the packed experts twice while they are concatenated.
+
+    Raises ExpertsKeptDenseError (a WcodecError) for a module that is not a transformers experts
+    module, an attribute that is not its gate_up/up/down projection, a value that is not 3-D
+    [num_experts, ., .], not bfloat16 (e.g. fp32), on the meta device, or of another shape than
+    the module's parameter; the module is then unchanged.
+    """
+    _check(module, attr, value)
+    E, d1, d2 = value.shape
+    packs, offsets, bases = [], [0], []
+    with torch.no_grad():
+        for e in range(E):
+            w = value[e].T if module.is_transposed else value[e]
+            fw = fx.encode_weight(w.detach())
+            packs.append(fx.pack(fw))
+            offsets.append(offsets[-1] + packs[-1].numel())  # pack sizes are multiples of 16 bytes
+            bases.append(fw.base)
+    dev = value.device
+    _make_compressed(module)
+    module._parameters.pop(attr, None)
+    module.__dict__.pop(attr, None)
+    _register(module, attr, torch.cat(packs) if packs else torch.zeros(0, dtype=torch.uint8, device=dev),
+              torch.tensor(offsets, dtype=torch.int64, device=dev), torch.tensor(bases, dtype=torch.int64, device=dev),
+              torch.tensor([E, d1, d2], dtype=torch.int64, device=dev))
+
+
+def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
+    for suffix, t in zip(SUFFIXES, (packed, offsets, bases, shape)):
+        module.register_buffer(f"{attr}_{suffix}", t)
+    module.__dict__.pop("_wcodec_weights", None)
+
+
+def compressed_attrs(module: nn.Module) -> list[str]:
+    """The expert parameters of ``module`` held compressed (in :func:`_expert_attrs` order)."""
+    if not _is_experts_module(module):
+        return []
+    return [a for a in _expert_attrs(module) if f"{a}_packed" in module._buffers]
+
+
+class ExpertWeights:
+    """One compressed expert parameter as per-expert FixedWeights (views of its packed buffer).
+
+    ``transposed``: the dense parameter is [E, K, N] and the module multiplies ``x @ P[e]``
+    (else [E, N, K] and ``F.linear(x, P[e])``); each FixedWeight is [N, K] either way.
+    """
+
+    def __init__(self, module: nn.Module, attr: str):
+        b = module._buffers
+        self.packed = b[f"{attr}_packed"]
+        offsets = b[f"{attr}_offsets"].tolist()
+        bases = b[f"{attr}_bases"].tolist()
+        E, d1, d2 = b[f"{attr}_shape"].tolist()
+        self.transposed = bool(module.is_transposed)
+        self.shape = (E, d1, d2)
+        n, k = (d2, d1) if self.transposed else (d1, d2)
+        self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
+        self.experts = [fx.unpack(self.packed[o:o + size], base, n, k) for o, size, base, n, k in self.slices]
+
+    def dense(self, e: int) -> torch.Tensor:
+        """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] bf16 tensor."""
+        w = fx.decode(self.experts[e])
+        return w.T.contiguous() if self.transposed else w
+
+
+def _weights(module: nn.Module, attr: str) -> ExpertWeights:
+    cache = module.__dict__.setdefault("_wcodec_weights", {})
+    if attr not in cache or cache[attr].packed is not module._buffers[f"{attr}_packed"]:
+        cache[attr] = ExpertWeights(module, attr)
+    return cache[attr]
+
+
+def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch.Tensor:
+    """The expert's projection without bias: x [M, K] -> [M, N] in x's dtype, as the dense module
+    computes it (``F.linear(x, P[e])``, or ``x @ P[e]`` for transposed layouts). CPU: the expert
+    is decoded and multiplied by that same op (bit-identical to the dense module). CUDA: the
+    fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input).
+    Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's)."""
+    if torch.compiler.is_compiling():  # one opaque op (the numpy decode cannot be traced)
+        from .linear import _fixed_linear
+        off, size, base, n, k = weights.slices[expert]
+        return _fixed_linear(x, weights.packed[off:off + size], None, base, n, k)
+    fw = weights.experts[expert]
+    if not x.is_cuda:
+        w = weights.dense(expert).to(x.dtype)
+        return x @ w if weights.transposed else nn.functional.linear(x, w)
+    if torch.is_grad_enabled() and x.requires_grad:
+        from .linear import _FixedLinearFn
+        return _FixedLinearFn.apply(x, None, fw)
+    return fx.linear(x, fw)
+
+
+def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+    """transformers' eager experts forward over compressed expert parameters.
+
+    hidden_states: [T, H]; top_k_index: [T, k] int (expert ids, num_experts = none);
+    top_k_weights: [T, k]. Returns [T, H] in hidden_states' dtype. Experts run in ascending id,
+    each on its routed tokens, accumulated by ``index_add_`` as the eager code does. A module
+    with no compressed parameter runs its own eager forward.
+    """
+    if not compressed_attrs(self):
+        return type(self).forward.__wrapped__(self, hidden_states, top_k_index, top_k_weights)
+    up_attr, down_attr = _expert_attrs(self)
+    final = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+    for e in hit.reshape(-1).tolist():
+        if e == self.num_experts:
+            continue
+        top_k_pos, token_idx = torch.where(mask[e])
+        h = _project(self, up_attr, hidden_states[token_idx], e)
+        h = self._apply_gate(h) if self.has_gate else self.act_fn(h)
+        h = _project(self, down_attr, h, e)
+        if self.has_post_expert_norm:
+            h = self.post_expert_norm(h)
+        h = h * top_k_weights[token_idx, top_k_pos, None]
+        final.index_add_(0, token_idx, h.to(final.dtype))
+    return final
+
+
+def _project(module: nn.Module, attr: str, x: torch.Tensor, e: int) -> torch.Tensor:
+    if f"{attr}_packed" in module._buffers:
+        y = expert_linear(x, _weights(module, attr), e)
+    else:  # kept dense (e.g. the other projection was refused)
+        p = getattr(module, attr)[e]
+        y = x @ p if module.is_transposed else nn.functional.linear(x, p)
+    return y + getattr(module, f"{attr}_bias")[e] if module.has_bias else y
+
+
+class FixedExpertsTensor(torch.Tensor):
+    """``module.P`` of a compressed expert parameter: a [E, d1, d2] bfloat16 tensor with no
+    storage. dtype/device/shape are free; ``t[e]`` decodes expert e only; any other op decodes
+    all E experts into a new dense tensor (E*d1*d2*2 bytes) and runs on it."""
+
+    @staticmethod
+    def __new__(cls, weights: ExpertWeights):
+        t = torch.Tensor._make_wrapper_subclass(cls, weights.shape, dtype=torch.bfloat16,
+                                                device=weights.packed.device, requires_grad=False)
+        t._weights = weights
+        return t
+
+    def __init__(self, weights: ExpertWeights):
+        super().__init__()
+
+    def dense(self) -> torch.Tensor:
+        w = self._weights
+        if not w.experts:
+            return torch.empty(w.shape, dtype=torch.bfloat16, device=w.packed.device)
+        return torch.stack([w.dense(e) for e in range(len(w.experts))])
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        return f"FixedExpertsTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.select.int and isinstance(args[0], cls) and args[1] == 0 and not kwargs:
+            e = args[2] + args[0].shape[0] if args[2] < 0 else args[2]
+            return args[0]._weights.dense(e)
+        dense = lambda a: a.dense() if isinstance(a, cls) else a  # noqa: E731
+        return func(*tree_map(dense, args), **tree_map(dense, kwargs))
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+class _CompressedExpertsMixin:
+    """Placed before a transformers experts class (see :func:`_make_compressed`)."""
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        return experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+    def __getattr__(self, name: str):
+        buffers = self.__dict__.get("_buffers", {})
+        if f"{name}_packed" in buffers:
+            return FixedExpertsTensor(_weights(self, name))
+        return super().__getattr__(name)
+
+    def _apply(self, fn, *args, **kwargs):
+        self.__dict__.pop("_wcodec_weights", None)  # views of the buffers that fn replaces
+        return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.__dict__.pop("_wcodec_weights", None)
+        for attr in compressed_attrs(self):  # other weights pack to other sizes: take the stored ones
+            for suffix in ("packed", "offsets", "bases"):
+                name = f"{attr}_{suffix}"
+                new, old = state_dict.get(prefix + name), self._buffers[name]
+                if new is not None and new.shape != old.shape:
+                    self._buffers[name] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+_CLASSES: dict = {}
+
+
+def _make_compressed(module: nn.Module) -> None:
+    """Swap module's class for its compressed subclass (made once per experts class)."""
+    cls = type(module)
+    if issubclass(cls, _CompressedExpertsMixin):
+        return
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f"Compressed{cls.__name__}", (_CompressedExpertsMixin, cls),
+                             {"__module__": __name__, "_wcodec_dense_class": cls})
+    module.__class__ = _CLASSES[cls]
+
+
+def decompress_experts(module: nn.Module) -> None:
+    """Turn every compressed expert parameter of ``module`` back into a dense bfloat16
+    nn.Parameter (bit-exact, on the buffers' device) and restore the module's class. Does
+    nothing to a module with none."""
+    attrs = compressed_attrs(module)
+    for attr in attrs:
+        dense = FixedExpertsTensor(_weights(module, attr)).dense()
+        for suffix in SUFFIXES:
+            del module._buffers[f"{attr}_{suffix}"]
+        module._parameters[attr] = nn.Parameter(dense)
+    module.__dict__.pop("_wcodec_weights", None)
+    if isinstance(module, _CompressedExpertsMixin):
+        module.__class__ = module._wcodec_dense_class
+
+
+def load_compressed_experts(module: nn.Module, state_dict: dict, prefix: str = "") -> list[str]:
+    """Make ``module`` (an experts module, dense or compressed, parameters on any device, meta
+    included) hold the compressed expert parameters found in ``state_dict`` under ``prefix``
+    (the keys :func:`compress_expert_param` writes), as they are (no re-encode), on the device of
+    the stored tensors. Returns the attributes loaded. Raises ExpertsKeptDenseError for a stored
+    shape that is not the module's parameter's."""
+    loaded = []
+    for attr in (_expert_attrs(module) if _is_experts_module(module) else ()):
+        keys = [f"{prefix}{attr}_{s}" for s in SUFFIXES]
+        if not all(k in state_dict for k in keys):
+            continue
+        packed, offsets, bases, shape = (state_dict[k] for k in keys)
+        p = _dense_param(module, attr)
+        if p is not None and tuple(p.shape) != tuple(shape.tolist()):
+            raise ExpertsKeptDenseError(f"{prefix}{attr}: stored shape {tuple(shape.tolist())}, "
+                                        f"the module holds {tuple(p.shape)}")
+        _make_compressed(module)
+        module._parameters.pop(attr, None)
+        dev = packed.device
+        _register(module, attr, packed, offsets.to(dev, torch.int64), bases.to(dev, torch.int64),
+                  shape.to(dev, torch.int64))
+        loaded.append(attr)
+    return loaded
+
+
+def register_implementation() -> None:
+    """Register :func:`experts_forward` as transformers' experts implementation ``"wcodec"``
+    (``model.set_experts_implementation("wcodec")``); a no-op without transformers."""
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    except ImportError:
+        return
+    ALL_EXPERTS_FUNCTIONS.register("wcodec", experts_forward)
+
+
+__all__ = ["ExpertsKeptDenseError", "ExpertWeights", "FixedExpertsTensor", "SUFFIXES", "compress_expert_param",
+           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "is_expert_param",
+           "load_compressed_experts", "register_implementation"]

@@ -1,0 +1,77 @@
+"""FixedWeightTensor: the ``.weight`` of a compressed module, for code that reads it.
+
+Model code, generation utilities, gradient checkpointing and adapter libraries read
+``module.weight.dtype`` / ``.device`` / ``.shape``, and some take ``.weight.data`` or
+``.weight.T`` of a Linear. A CompressedLinear holds no dense weight, so ``.weight`` is this
+tensor subclass: a bfloat16 [N, K] tensor whose metadata (dtype, device, shape, ndim, numel) is
+free and whose values are decoded (bit-exact, :func:`wcodec.gpu.fixed.decode`) by any torch
+operation on it, which then returns a plain tensor. ``isinstance(w, torch.Tensor)`` holds.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..gpu import fixed as fx
+
+
+class FixedWeightTensor(torch.Tensor):
+    """A [n, k] bfloat16 tensor backed by a packed fixed-rate weight (``wcodec.gpu.fixed.pack``),
+    on the packed buffer's device; it holds no dense storage.
+
+    Cost: building one ~18 us (modules cache theirs); reading dtype/device/shape: nothing; any
+    op (``.data``, ``.T``, ``.float()``, ``F.linear(x, w)``, printing) decodes the whole weight
+    into a new [n, k] bf16 tensor (2*n*k bytes, freed with the op's result unless the result is
+    a view of it, as ``.data`` and ``.T`` are) and runs the op on it: nothing is cached, so a
+    second op decodes again. ``.to(same device/dtype)`` returns the tensor itself (no decode);
+    ``data_ptr()`` is 0 (no storage). Frozen: requires_grad is False, in-place ops change only
+    the decoded copy. torch.compile traces metadata reads without a graph break
+    (``__tensor_flatten__``). Pickles and deep-copies with its packed buffer.
+    """
+
+    @staticmethod
+    def __new__(cls, packed: torch.Tensor, base: int, n: int, k: int):
+        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=torch.bfloat16, device=packed.device,
+                                                requires_grad=False)
+        t._packed, t._window = packed, base  # Tensor has its own _base: not that name
+        return t
+
+    def __init__(self, packed: torch.Tensor, base: int, n: int, k: int):
+        super().__init__()
+
+    def dense(self) -> torch.Tensor:
+        """The weight, bit-exact: a new [n, k] bfloat16 tensor."""
+        return fx.decode(fx.unpack(self._packed, self._window, *self.shape))
+
+    def backed_by(self, packed: torch.Tensor, base: int, n: int, k: int) -> bool:
+        """Whether this tensor reads ``packed`` as an [n, k] weight of window ``base``."""
+        return self._packed is packed and self._window == base and tuple(self.shape) == (n, k)
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        return f"FixedWeightTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
+
+    def __reduce_ex__(self, protocol):
+        return FixedWeightTensor, (self._packed, self._window, *self.shape)
+
+    def __deepcopy__(self, memo):
+        return FixedWeightTensor(copy.deepcopy(self._packed, memo), self._window, *self.shape)
+
+    def __tensor_flatten__(self):
+        return ["_packed"], (self._window, *self.shape)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return FixedWeightTensor(inner["_packed"], *ctx)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        dense = lambda a: a.dense() if isinstance(a, cls) else a  # noqa: E731
+        return func(*tree_map(dense, args), **tree_map(dense, kwargs or {}))
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+__all__ = ["FixedWeightTensor"]

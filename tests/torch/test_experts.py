@@ -1,0 +1,164 @@
+"""Compressed MoE experts (wcodec.torch.experts) on tiny random Mixtral, Qwen3-MoE, DeepSeek-V3
+and gpt-oss models: outputs and input gradients bit-identical to the dense eager forward on
+the CPU, state_dict round trip, decompression, the refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+
+from wcodec.errors import WcodecError  # noqa: E402
+from wcodec.torch.experts import (ExpertsKeptDenseError, FixedExpertsTensor, compress_expert_param,  # noqa: E402
+                                  compressed_attrs, decompress_experts, is_expert_param,
+                                  load_compressed_experts, register_implementation)
+
+COMMON = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+              max_position_embeddings=64)
+
+
+def config(arch):
+    if arch == "mixtral":
+        return tf.MixtralConfig(intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, **COMMON)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(intermediate_size=48, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
+                                 head_dim=16, **COMMON)
+    if arch == "deepseek_v3":
+        return tf.DeepseekV3Config(intermediate_size=48, moe_intermediate_size=24, n_routed_experts=4,
+                                   num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=0,
+                                   q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                                   v_head_dim=8, **{**COMMON, "num_key_value_heads": 2})
+    return tf.GptOssConfig(intermediate_size=24, num_local_experts=4, num_experts_per_tok=2, head_dim=16, **COMMON)
+
+
+ARCHS = ["mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"]
+
+
+def dense_model(arch):
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config(arch), dtype=torch.bfloat16, experts_implementation="eager")
+    with torch.no_grad():  # wide values (escapes) in every expert tensor and bias
+        for name, p in model.named_parameters():
+            if ".experts." in name:
+                p.copy_(torch.randn_like(p, dtype=torch.float32).mul(0.1).exp2().mul(torch.randn_like(p)).to(p.dtype))
+    return model.eval()
+
+
+def compress_all(model):
+    names = []
+    for mname, mod in model.named_modules():
+        for attr in list(mod._parameters):
+            if is_expert_param(mod, attr):
+                value = mod._parameters[attr].detach()
+                before = value.clone()
+                compress_expert_param(mod, attr, value)
+                assert torch.equal(value, before)  # the caller's tensor is not touched
+                names.append(f"{mname}.{attr}")
+    return names
+
+
+def bits(t):
+    return t.view(torch.int16)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_outputs_and_input_gradient_equal_dense_eager(arch):
+    dense = dense_model(arch)
+    model = copy.deepcopy(dense)
+    names = compress_all(model)
+    assert len(names) == 2 and not any(n.endswith("_bias") for n in names)
+    experts = model.model.layers[0].mlp.experts
+    assert compressed_attrs(experts) and not any(p.dim() == 3 for p in experts.parameters())
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(bits(model(ids).logits), bits(dense(ids).logits))
+    for m in (dense, model):
+        m.requires_grad_(False)
+    e1 = dense.get_input_embeddings()(ids).detach().requires_grad_(True)
+    e2 = e1.detach().clone().requires_grad_(True)
+    dense(inputs_embeds=e1).logits.float().square().mean().backward()
+    model(inputs_embeds=e2).logits.float().square().mean().backward()
+    assert e2.grad is not None and torch.equal(bits(e1.grad), bits(e2.grad))
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
+def test_state_dict_reload_view_and_decompress(arch):
+    dense = dense_model(arch)
+    model = copy.deepcopy(dense)
+    compress_all(model)
+    sd = model.state_dict()
+    prefix = "model.layers.0.mlp.experts."
+    up = "gate_up_proj"
+    assert {f"{prefix}{up}_{s}" for s in ("packed", "offsets", "bases", "shape")} <= set(sd)
+    assert f"{prefix}{up}" not in sd and sd[f"{prefix}{up}_packed"].dtype == torch.uint8
+    # a fresh dense model takes the compressed tensors as they are
+    fresh = dense_model(arch)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    experts = fresh.model.layers[0].mlp.experts
+    assert load_compressed_experts(experts, sd, prefix) == [up, "down_proj"]
+    fresh.load_state_dict(sd, strict=True)
+    ids = torch.randint(0, 64, (1, 7))
+    with torch.no_grad():
+        assert torch.equal(bits(fresh(ids).logits), bits(dense(ids).logits))
+    # module.gate_up_proj still reads: metadata free, one expert or all decoded on use
+    orig = dense.model.layers[0].mlp.experts
+    view = experts.gate_up_proj
+    assert isinstance(view, FixedExpertsTensor) and view.shape == orig.gate_up_proj.shape
+    assert view.dtype == torch.bfloat16 and torch.equal(bits(view[2]), bits(orig.gate_up_proj[2]))
+    assert torch.equal(bits(view.data), bits(orig.gate_up_proj))
+    decompress_experts(experts)
+    assert type(experts) is type(orig) and not compressed_attrs(experts)
+    for name, p in orig.named_parameters():
+        assert torch.equal(bits(getattr(experts, name)), bits(p)), name
+    with torch.no_grad():
+        assert torch.equal(bits(fresh(ids).logits), bits(dense(ids).logits))
+
+
+def test_refusals_leave_the_module_dense():
+    model = dense_model("mixtral")
+    experts = model.model.layers[0].mlp.experts
+    assert is_expert_param(experts, "gate_up_proj") and not is_expert_param(experts, "act_fn")
+    assert not is_expert_param(model.model.layers[0].self_attn.q_proj, "weight")
+    w = experts.gate_up_proj.detach()
+    for module, attr, value, match in ((experts, "gate_up_proj", w.float(), "float32"),
+                                       (experts, "gate_up_proj", w[:2], r"\[4, N, K\]"),
+                                       (experts, "down_proj", w, "module holds"),
+                                       (experts, "bias", w, "not an expert projection"),
+                                       (model.model.layers[0].self_attn.q_proj, "weight", w, "not a transformers")):
+        with pytest.raises(ExpertsKeptDenseError, match=match) as err:
+            compress_expert_param(module, attr, value)
+        assert isinstance(err.value, WcodecError)
+    assert not compressed_attrs(experts) and experts.gate_up_proj.dtype == torch.bfloat16
+
+
+def test_registered_implementation_runs_dense_modules_eagerly():
+    register_implementation()
+    dense = dense_model("qwen3_moe")
+    other = copy.deepcopy(dense)
+    other.set_experts_implementation("wcodec")  # no parameter compressed: the module's eager forward
+    ids = torch.randint(0, 64, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(bits(other(ids).logits), bits(dense(ids).logits))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_fused_path_matches_dense(arch):
+    dense = dense_model(arch).cuda()
+    model = copy.deepcopy(dense)
+    compress_all(model)  # encoded on the GPU, where the values are
+    experts = model.model.layers[0].mlp.experts
+    assert all(b.is_cuda for b in experts.buffers())
+    ids = torch.randint(0, 64, (3, 11), device="cuda")
+    with torch.no_grad():
+        want, got = dense(ids).logits.float(), model(ids).logits.float()
+    assert torch.isfinite(got).all() and ((got - want).norm() / want.norm()).item() < 2e-2
+    model.requires_grad_(False)
+    emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+    model(inputs_embeds=emb).logits.float().square().mean().backward()
+    assert emb.grad is not None and torch.isfinite(emb.grad).all() and emb.grad.abs().sum() > 0
