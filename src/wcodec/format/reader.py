@@ -149,7 +149,7 @@ class Reader:
         tensor's byte span, read with one pread, so a file truncated meanwhile is a
         CorruptDataError, never SIGBUS. copy=False: zero-copy views of the memory map, after
         checking the file still has its size (measured 2x faster with the crc32s on a 53 MB
-        tensor, benchmarks/hostile_bounds.py); a truncation *while the views are in use* can
+        tensor, benchmarks/experiments/hostile_bounds.py); a truncation *while the views are in use* can
         still raise SIGBUS, so use it only to copy the bytes at once (the GPU loader does).
         verify: check each section's crc32 (reads the compressed bytes once; about 4 GB/s).
         Raises ChecksumError naming the tensor and section, CorruptDataError when the file was

@@ -1,7 +1,7 @@
 """Figures behind docs/FORMAT.md "Resource bounds": decoder peak memory per declared output byte,
 the largest legitimate ratios, and the cost of reading sections with pread instead of mmap views.
 
-    PYTHONPATH=src python benchmarks/hostile_bounds.py [--mib 64]
+    PYTHONPATH=src python benchmarks/experiments/hostile_bounds.py [--mib 64]
 
 Each decode runs in a fresh process (Linux); peak = VmHWM after the decode (reset through
 /proc/self/clear_refs just before) minus VmRSS after reading the record (so the compressed bytes are not counted; numba kernels load from its disk
