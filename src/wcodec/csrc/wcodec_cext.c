@@ -1,5 +1,5 @@
 /* wcodec._cext: the CPU hot loops of wcodec in C, bit-identical to the numba kernels
- * (src/wcodec/rans/cpu.py, src/wcodec/codecs/_kernels.py, src/wcodec/rans/_normalize.py) and to
+ * (src/wcodec/native/numba_rans.py, numba_float.py, numba_normalize.py) and to
  * the pure-Python specification (src/wcodec/rans/reference.py, docs/CODEC_LAYOUT.md).
  *
  * - interleaved rANS decode of a plane (32 lanes per chunk, 16-bit words): scalar, AVX2 (four
@@ -1366,7 +1366,7 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
+/* one row of counts -> frequencies summing to 2**pb (as native/numba_normalize.py): floor of the scaled
  * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
  * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
 static void normalize_row(const int64_t *cr, int pb, int64_t *f, int alphabet) {
