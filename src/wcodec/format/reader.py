@@ -37,11 +37,13 @@ class Reader:
         f = _io.open_regular(self.path, ".wcodec file")
         try:
             size = os.fstat(f.fileno()).st_size
-            h_off, h_size, h_crc = spec.parse_preamble(f.read(spec.PREAMBLE_SIZE), size)
+            pre = f.read(spec.PREAMBLE_SIZE)
+            h_off, h_size, h_crc = spec.parse_preamble(pre, size)
             raw = os.pread(f.fileno(), h_size, h_off)
             if len(raw) != h_size:
                 raise CorruptDataError("truncated header")
             self.header = spec.parse_header(raw, h_crc)
+            spec.check_versions(pre, self.header)
             spec.validate_tensors(self.header["tensors"], h_off)
         except (CorruptDataError, FormatError) as e:
             f.close()
