@@ -2174,13 +2174,17 @@ static inline int64_t last_le_u16(const uint16_t *arr, int64_t a, int64_t b, uin
     return lo - 1;
 }
 
+/* the same as last_le_u16 over uint32, without branches on the data (the decoder's searches
+ * are unpredictable): halving steps that move by a conditional move */
 static inline int64_t last_le_u32(const uint32_t *arr, int64_t a, int64_t b, uint64_t v) {
-    int64_t lo = a, hi = b;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) >> 1;
-        if (arr[mid] <= v) lo = mid + 1; else hi = mid;
+    if (b <= a) return a - 1;
+    int64_t lo = a, len = b - a;
+    while (len > 1) {
+        int64_t half = len >> 1;
+        lo = arr[lo + half] <= v ? lo + half : lo;
+        len -= half;
     }
-    return lo - 1;
+    return arr[lo] <= v ? lo : lo - 1;
 }
 
 /* checks the tables' array sizes against each other (contents are validated in Python) */
@@ -2339,6 +2343,10 @@ static void dec16_task(void *vctx, int64_t c) {
     }
     uint16_t *o16 = (uint16_t *)ctx->out + start;
     uint32_t *o32 = (uint32_t *)ctx->out + start;
+    /* k = r / d for the unlisted symbols: a shift where d is a power of two (every flat table:
+     * d = 2**(prob_bits - 16)), else a double reciprocal corrected by one step (r, d < 2**28) */
+    int dshift = d && !(d & (d - 1)) ? __builtin_ctzll(d) : -1;
+    double dinv = d ? 1.0 / (double)d : 0.0;
     for (int64_t i = 0; i < m; i++) {
         int lane = (int)(i & (LANES - 1));
         uint64_t x = X[lane], slot = x & mask, s, f, cu;
@@ -2349,7 +2357,14 @@ static void dec16_task(void *vctx, int64_t c) {
             f = tb->efreq[j];
             cu = tb->ecum[j];
         } else {
-            uint64_t k = (slot - X0) / d;
+            uint64_t r = slot - X0, k;
+            if (dshift >= 0) {
+                k = r >> dshift;
+            } else {
+                k = (uint64_t)((double)r * dinv);
+                k -= k * d > r;
+                k += (k + 1) * d <= r;
+            }
             s = k + (uint64_t)(last_le_u32(tb->erank, a, b, k) + 1 - a);
             f = d;
             cu = X0 + d * k;
@@ -2357,11 +2372,13 @@ static void dec16_task(void *vctx, int64_t c) {
         if (ctx->out_bytes == 2) o16[i] |= (uint16_t)s;
         else o32[i] |= (uint32_t)(s & 0xFFFF);
         x = f * (x >> pb) + slot - cu;
-        if (x < STATE_LOWER16) {
-            int64_t p = pos < last ? pos : last; /* clamped: a wrong count is flagged below */
-            x = (x << 32) | ctx->words[p] | (uint64_t)ctx->words[p + 1] << 16;
-            pos += 2;
-        }
+        /* branchless renormalisation (half the steps read, at random); the word index is
+         * clamped, a wrong count is flagged below */
+        uint64_t need = x < STATE_LOWER16;
+        int64_t p = pos < last ? pos : last;
+        uint64_t w = ctx->words[p] | (uint64_t)ctx->words[p + 1] << 16;
+        x = need ? (x << 32) | w : x;
+        pos += 2 * (int64_t)need;
         X[lane] = x;
     }
     int st = pos > end ? 1 : pos < end ? 2 : 0;
