@@ -185,38 +185,45 @@ class JointPlane:
 
 def _table(counts: np.ndarray, prob_bits: int) -> tuple[float, int, np.ndarray, np.ndarray]:
     """The cheapest default+exceptions table for [65536] int64 counts: (estimated bits with the
-    table's storage, default, exception symbols uint16, exception freqs uint32)."""
+    table's storage, default, exception symbols uint16, exception freqs uint32).
+
+    Candidates: no exceptions (flat), the symbols counted at least as often as the k-th most
+    frequent (k in TOP_CANDIDATES; ties all in, or all out where they would more than double
+    k: the choice never depends on a sort's order), and every present symbol with default 0 (at
+    most SPARSE_MAX). Costs in O(E) each.
+    """
     n = int(counts.sum())
     M = 1 << prob_bits
-    present = np.flatnonzero(counts)
     if n == 0:
         return 0.0, M >> 16, np.zeros(0, np.uint16), np.zeros(0, np.uint32)
+    present = np.flatnonzero(counts)
     candidates = [np.zeros(0, np.int64)]
-    for k in TOP_CANDIDATES:
-        k = min(k, present.size)
-        candidates.append(np.sort(np.argpartition(-counts, k - 1)[:k]))
+    ks = [k for k in TOP_CANDIDATES if k < present.size]
+    if ks:
+        part = np.partition(counts, [SYMBOLS - k for k in ks])  # one pass: every k-th largest count
+        for k in ks:
+            kth = max(int(part[SYMBOLS - k]), 1)
+            exc = np.flatnonzero(counts >= kth)
+            if exc.size > 2 * k:  # ties at the k-th count: keep only the counts above it
+                exc = np.flatnonzero(counts > kth)
+            if exc.size:
+                candidates.append(exc)
     if present.size <= SPARSE_MAX:
         candidates.append(present)
     best = None
     for exc in candidates:
         E = exc.size
-        rest = n - int(counts[exc].sum())
-        d = 0 if rest == 0 else max(1, int(rest * M // n // (SYMBOLS - E))) if E else M >> 16
+        ce = counts[exc]
+        rest = n - int(ce.sum())
+        d = 0 if rest == 0 else max(1, rest * M // n // (SYMBOLS - E)) if E else M >> 16
         budget = M - d * (SYMBOLS - E)
         if budget < E or (E == 0 and budget):
             continue
-        ce = counts[exc]
         fe = np.maximum(1, np.floor(ce * ((budget - E) / max(int(ce.sum()), 1)))).astype(np.int64)
         if E:
             fe[int(np.argmax(ce))] += budget - int(fe.sum())
-            if fe.min() < 1:
-                continue
-        f = np.full(SYMBOLS, d, dtype=np.int64)
-        f[exc] = fe
-        m = counts > 0
-        if (f[m] == 0).any():
-            continue
-        bits = float((counts[m] * (prob_bits - np.log2(f[m]))).sum()) + 48 * E + 64
+        bits = (rest * (prob_bits - np.log2(d)) if rest else 0.0) + \
+            float((ce * (prob_bits - np.log2(fe))).sum()) + 48 * E + 64
         if best is None or bits < best[0] - 1e-9 * n:
             best = (bits, d, exc.astype(np.uint16), fe.astype(np.uint32))
     return best
