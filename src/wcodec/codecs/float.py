@@ -9,7 +9,9 @@ Each value's bits are split into (see docs/CODEC_LAYOUT.md):
   order-0 bound), exponent + 2 mantissa bits 4.548 + 6 raw = 10.548;
 * the **tail**: the sign and the mantissa bits below the head, packed raw at ``tail_bits`` each;
 * for F32 the two **low bytes** of the mantissa, each an rANS plane where that is smaller than
-  the raw bytes (real fp32 checkpoints have tensors whose low bytes are far from uniform).
+  the raw bytes (real fp32 checkpoints have tensors whose low bytes are far from uniform); or,
+  format version 2 and only when asked (``low_joint=True``), the low 16 bits as one joint plane
+  of 16-bit symbols (``rans.joint``) where that is smaller than the two byte planes.
 
 ``head_bits`` is chosen per tensor by measured cost. Bit-exact for every pattern: NaN payloads,
 infinities, -0.0, subnormals.

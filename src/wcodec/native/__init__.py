@@ -2,8 +2,8 @@
 
 This package is the lowest layer: ``wcodec.rans``, ``wcodec.codecs`` and ``wcodec.format`` call it,
 and it imports nothing of wcodec's above it (inputs arrive validated; bad ones raise ValueError).
-Modules: this one dispatches; ``numba_rans``, ``numba_normalize`` and ``numba_float`` are the
-numba twins of the C functions; ``_numba`` compiles them (parallel and serial).
+Modules: this one dispatches; ``numba_rans``, ``numba_rans16`` (the joint low plane of format
+version 2), ``numba_normalize`` and ``numba_float`` are the numba twins of the C functions; ``_numba`` compiles them (parallel and serial).
 
 ``wcodec._cext`` (src/wcodec/csrc/wcodec_cext.c, built by ``pip install`` where a C compiler is
 present) runs the hot loops with SIMD chosen at run time (AVX-512, AVX2, or portable scalar C)

@@ -8,7 +8,8 @@ tensors whose statistics drift (embeddings) use several tables.
 
 Public entry points: :func:`encode` and :func:`decode` (the C extension where built, else numba:
 see ``wcodec.native``; ``backend="reference"`` for the pure-Python specification), and
-:class:`RansPlane`, the coded plane.
+:class:`RansPlane`, the coded plane. ``rans.joint`` is the 16-bit-symbol coder of format version 2
+(F32's low 16 bits as one plane; imported on use).
 """
 
 from __future__ import annotations
