@@ -2347,6 +2347,34 @@ static void dec16_task(void *vctx, int64_t c) {
      * d = 2**(prob_bits - 16)), else a double reciprocal corrected by one step (r, d < 2**28) */
     int dshift = d && !(d & (d - 1)) ? __builtin_ctzll(d) : -1;
     double dinv = d ? 1.0 / (double)d : 0.0;
+    if (a == b && dshift >= 0) {
+        /* a flat table (no exceptions, d = 2**(prob_bits - 16)): the same steps in shifts and
+         * masks only, out's width fixed per loop (most chunks of a near-uniform plane) */
+        const uint64_t dm = d - 1;
+#define WC_FLAT16(OUT)                                                                             \
+        for (int64_t i = 0; i < m; i++) {                                                          \
+            int lane = (int)(i & (LANES - 1));                                                     \
+            uint64_t x = X[lane], slot = x & mask;                                                 \
+            OUT[i] |= (slot >> dshift);                                                            \
+            x = ((x >> pb) << dshift) | (slot & dm);                                               \
+            uint64_t need = x < STATE_LOWER16;                                                     \
+            int64_t p = pos < last ? pos : last;                                                   \
+            uint64_t w = ctx->words[p] | (uint64_t)ctx->words[p + 1] << 16;                        \
+            X[lane] = need ? (x << 32) | w : x;                                                    \
+            pos += 2 * (int64_t)need;                                                              \
+        }
+        if (ctx->out_bytes == 2) {
+            WC_FLAT16(o16)
+        } else {
+            WC_FLAT16(o32)
+        }
+#undef WC_FLAT16
+        int st = pos > end ? 1 : pos < end ? 2 : 0;
+        for (int l = 0; l < LANES && !st; l++)
+            if (X[l] != STATE_LOWER16) st = 2;
+        ctx->status[c] = st;
+        return;
+    }
     for (int64_t i = 0; i < m; i++) {
         int lane = (int)(i & (LANES - 1));
         uint64_t x = X[lane], slot = x & mask, s, f, cu;
