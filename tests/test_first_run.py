@@ -72,7 +72,7 @@ def test_numba_compile_is_announced_once(tmp_path):
     """The numba path says that it compiles, on one line, once (a tiny kernel: compiling the
     codec's own would cost seconds of every CI run; tests/codecs/test_predict.py runs those)."""
     (tmp_path / "tiny_kernel.py").write_text(
-        "from wcodec._numba import kernel\n\n@kernel\ndef add_one(x):\n    return x + 1\n")
+        "from wcodec.native._numba import kernel\n\n@kernel\ndef add_one(x):\n    return x + 1\n")
     code = r"""
 import sys
 sys.path.insert(0, sys.argv[1])

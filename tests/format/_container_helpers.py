@@ -50,5 +50,6 @@ def rewrite_header(path, header) -> None:
     """Replace the header (a dict or raw bytes) with a valid preamble crc, keeping the sections."""
     data, h_off, _ = read_header(path)
     raw = header if isinstance(header, bytes) else json.dumps(header).encode()
-    path.write_bytes(spec.pack_preamble(h_off, len(raw), spec.crc32(raw)) + data[64:h_off] + raw)
+    version = int.from_bytes(data[8:12], "little")  # the file's own (1 or 2)
+    path.write_bytes(spec.pack_preamble(h_off, len(raw), spec.crc32(raw), version) + data[64:h_off] + raw)
 

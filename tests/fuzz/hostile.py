@@ -200,7 +200,8 @@ def join_container(data: bytes, h_off: int, header_raw: bytes) -> bytes:
     """Sections of ``data`` + a new header, with the preamble's size and crc32 recomputed."""
     from wcodec.format import spec
     body = bytearray(data[:h_off])
-    body[:spec.PREAMBLE_SIZE] = spec.pack_preamble(h_off, len(header_raw), _crc(header_raw))
+    version = int.from_bytes(data[8:12], "little")  # the file's own: mutations stay past the version check
+    body[:spec.PREAMBLE_SIZE] = spec.pack_preamble(h_off, len(header_raw), _crc(header_raw), version)
     return bytes(body) + header_raw
 
 

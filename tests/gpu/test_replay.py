@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed for CompressedLinear")
 
 from wcodec.gpu import fixed as fx  # noqa: E402
+from wcodec.gpu import replay  # noqa: E402
 from wcodec.gpu.replay import Launch, checked  # noqa: E402
 from wcodec.torch.linear import CompressedLinear  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="replay needs a CUDA GPU (CI has none)")
+
 
 class Hooks:  # Triton's HookChain
     def __init__(self, calls=()):
@@ -55,6 +61,77 @@ def test_checked_refuses(case):
              "foreign hook": [HEAD[:7] + (print,) + HEAD[8:] + (x, y)],
              "tensor missing": [HEAD + (x, torch.zeros(1))]}[case]
     assert checked(calls, _run, (x, y), 0, 777) is None
+
+
+@pytest.mark.parametrize("version, tested", [("3.6.0", True), ("3.9.1+git5a3e9f1", True), ("3.7.0", True),
+                                              ("3.5.2", False), ("3.10.0", False), ("4.0.0", False),
+                                              ("2.3.1", False), ("unknown", False)])
+def test_tested_triton_versions(version, tested):
+    assert replay.triton_tested(version) is tested
+
+
+def test_pyproject_states_the_tested_versions():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    spec = tomllib.loads(pyproject.read_text())["tool"]["wcodec"]["replay-triton"]
+    lo_major, lo_minor, hi_major, hi_minor = map(int, re.fullmatch(r">=(\d+)\.(\d+),<(\d+)\.(\d+)", spec).groups())
+    assert replay.TRITON_TESTED == ((lo_major, lo_minor), (hi_major, hi_minor - 1))
+
+
+class _Compiled:  # Triton >= 3.3's CompiledKernel: the launcher behind a ``run`` property
+    def __init__(self, launcher):
+        self._run = launcher
+
+    @property
+    def run(self):
+        return self._run
+
+
+class _JITFunction:
+    """fn[grid](*args) calls the compiled kernel's launcher as Triton does: HEAD, then args."""
+
+    def __init__(self):
+        self.launched, self.warmups = [], 0
+        self.compiled = _Compiled(lambda *a: self.launched.append(a))
+
+    def warmup(self, *args, grid):
+        self.warmups += 1
+        return self.compiled
+
+    def __getitem__(self, grid):
+        return lambda *args: self.compiled.run(*HEAD, *args)
+
+
+@pytest.fixture
+def triton_version(monkeypatch):
+    """Set the Triton version replay sees (a stand-in module; the check is made afresh)."""
+    def set_version(version):
+        monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__=version))
+        monkeypatch.setattr(replay, "_triton_ok", None)
+        monkeypatch.setattr(replay, "_stream", lambda device: 777)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return set_version
+
+
+def test_untested_triton_launches_the_plain_way_with_one_notice(triton_version, capsys):
+    triton_version("3.11.0")
+    fn, x, y = _JITFunction(), torch.zeros(1), torch.zeros(1)
+    for _ in range(3):
+        assert replay.record(fn, (4,), (x, y), {}, (x, y)) is None
+    assert fn.warmups == 0 and len(fn.launched) == 3 and fn.launched[0][9:] == (x, y)
+    notice = capsys.readouterr().err.splitlines()
+    assert len(notice) == 1 and "Triton 3.11.0" in notice[0] and "3.6-3.9" in notice[0]
+
+
+def test_tested_triton_records_and_replays(triton_version, capsys):
+    triton_version("3.6.0")
+    fn, x, w, y = _JITFunction(), torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    launch = replay.record(fn, (4,), (x, w, y), {}, (x, None, y))
+    assert isinstance(launch, Launch) and fn.warmups == 1 and len(fn.launched) == 1
+    assert capsys.readouterr().err == ""
+    x2, y2 = torch.ones(1), torch.ones(1)
+    launch((x2, None, y2))
+    assert fn.launched[1][9:] == (x2, w, y2) and fn.launched[1][3] == 777
 
 
 def _layer(n=96, k=80, seed=0, bias=False, device="cpu", scale=0.05):

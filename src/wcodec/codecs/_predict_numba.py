@@ -10,8 +10,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .._numba import JIT as _jit
-from .._numba import kernel
+from ..native._numba import JIT as _jit
+from ..native._numba import kernel
 from ._predict_reference import AVG, LEFT, N_MODES, PLANAR, TOP
 
 

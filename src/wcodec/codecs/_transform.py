@@ -11,8 +11,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .._numba import JIT as _jit
-from .._numba import kernel
+from ..native._numba import JIT as _jit
+from ..native._numba import kernel
 from . import transform as T
 
 #: [kind - DCT, rotation, (p, T, S)]

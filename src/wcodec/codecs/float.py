@@ -9,7 +9,9 @@ Each value's bits are split into (see docs/CODEC_LAYOUT.md):
   order-0 bound), exponent + 2 mantissa bits 4.548 + 6 raw = 10.548;
 * the **tail**: the sign and the mantissa bits below the head, packed raw at ``tail_bits`` each;
 * for F32 the two **low bytes** of the mantissa, each an rANS plane where that is smaller than
-  the raw bytes (real fp32 checkpoints have tensors whose low bytes are far from uniform).
+  the raw bytes (real fp32 checkpoints have tensors whose low bytes are far from uniform); or,
+  format version 2 and only when asked (``low_joint=True``), the low 16 bits as one joint plane
+  of 16-bit symbols (``rans.joint``) where that is smaller than the two byte planes.
 
 ``head_bits`` is chosen per tensor by measured cost. Bit-exact for every pattern: NaN payloads,
 infinities, -0.0, subnormals.
@@ -121,6 +123,7 @@ class FloatParts(NamedTuple):
     alphabet: np.ndarray  # [k <= 256] uint16 head values
     head: "rans.RansPlane"
     tail: np.ndarray  # packed tail bits, uint8
+    joint: object = None  # F32 format version 2: the validated rans.joint.JointPlane, or None
 
 
 def parse(record: EncodedTensor) -> FloatParts:
@@ -130,7 +133,10 @@ def parse(record: EncodedTensor) -> FloatParts:
     W, E, M, L = LAYOUT[record.dtype]
     p, n = record.params, record.numel
     j, R = int(p["head_bits"]), int(p["tail_bits"])
-    if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != L:
+    joint = p.get("low_joint")  # format version 2: the two low bytes as one 16-bit plane
+    if joint is not None and not (L == 2 and isinstance(joint, dict) and p["low"] == []):
+        raise CorruptDataError(f"float codec: a joint low plane needs F32 and no byte planes")
+    if not (0 <= j <= MAX_HEAD_BITS) or R != 1 + M - 8 * L - j or len(p["low"]) != (0 if joint else L):
         raise CorruptDataError(f"float codec: inconsistent head_bits/tail_bits/low for {record.dtype}")
     alphabet = record.section("head.alphabet", np.uint16)
     if n and not (1 <= alphabet.size <= 256):
@@ -141,7 +147,18 @@ def parse(record: EncodedTensor) -> FloatParts:
     if head.n_symbols != n:
         raise CorruptDataError(f"float codec: head plane has {head.n_symbols} symbols, tensor {n}")
     tail = record.section("tail", np.uint8, (n * R + 7) // 8)
-    return FloatParts((W, E, M, L), j, R, alphabet, head, tail)
+    if joint is not None:
+        from ..rans import joint as rans_joint
+
+        joint = rans_joint.JointPlane.from_sections(joint, record.sections, "low16")
+        if joint.n_symbols != n:
+            raise CorruptDataError(f"float codec: joint low plane has {joint.n_symbols} symbols, tensor {n}")
+    return FloatParts((W, E, M, L), j, R, alphabet, head, tail, joint)
+
+
+def record_version(params: dict) -> int:
+    """The container format version a float record needs: 2 with a joint low plane, else 1."""
+    return 2 if "low_joint" in params else 1
 
 
 class FloatCodec(Codec):
@@ -149,8 +166,12 @@ class FloatCodec(Codec):
 
     def encode(self, array: np.ndarray, dtype: str, prob_bits: int = rans.DEFAULT_PROB_BITS,
                chunk_steps: int | None = None, head_bits: int | None = None,
-               tables: str | int = "auto", **options) -> EncodedTensor:
-        """array: float tensor of ``dtype`` (BF16 as uint16 bits), any shape; not modified."""
+               tables: str | int = "auto", low_joint: bool = False, **options) -> EncodedTensor:
+        """array: float tensor of ``dtype`` (BF16 as uint16 bits), any shape; not modified.
+
+        low_joint: F32 only, opt-in (format version 2, which the GPU decoder does not read yet):
+        also code the two low bytes as one 16-bit plane (``rans.joint``) and keep it where it
+        is smaller than the two byte planes."""
         W, E, M, L = LAYOUT[dtype]
         bits = np.ascontiguousarray(array).reshape(-1).view(UINT[W])
         n = bits.size
@@ -187,6 +208,16 @@ class FloatCodec(Codec):
             else:
                 params["low"].append({"coded": False})
                 sections[f"{name}.raw"] = np.ascontiguousarray(low[k])
+        if low_joint and L == 2 and n:
+            from ..rans import joint as rans_joint
+
+            v1_bytes = sum(a.nbytes for k, a in sections.items() if k.startswith(("low1.", "low0.")))
+            plane = rans_joint.encode(bits & np.uint32(0xFFFF), chunk_steps)
+            if plane.nbytes < v1_bytes:
+                sections = {k: a for k, a in sections.items() if not k.startswith(("low1.", "low0."))}
+                sections.update(plane.sections("low16"))
+                params["low"] = []
+                params["low_joint"] = plane.params()
         return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
                              info={"head_bits": j})
 
@@ -198,6 +229,8 @@ class FloatCodec(Codec):
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
         head = parts.head  # validated by parse
+        if parts.joint is not None:  # merged without low bits, then the plane OR-ed in
+            L = 0
         names = ("low1", "low0")[:L]
         low, coded = [], [None] * L  # per low plane: its raw bytes, or its coded plane
         for k, name in enumerate(names):
@@ -225,8 +258,12 @@ class FloatCodec(Codec):
         lookup, words = rans.kernel_inputs(head)
         status, low_status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
                                                   head.chunks_per_table, lookup, head.prob_bits,
-                                                  placed_heads(alphabet, M - j), tail, R, 8 * L, W - 1, low,
-                                                  out, coded=coded)
+                                                  placed_heads(alphabet, M - j), tail, R, 8 * parts.layout[3],
+                                                  W - 1, low, out, coded=coded)
+        if parts.joint is not None:
+            from ..rans import joint as rans_joint
+
+            rans_joint.decode(parts.joint, out=out, where="low16 plane")
         for k, lplane in enumerate(coded):
             if lplane is not None:
                 rans.check_status(low_status[k], f"{names[k]} plane")

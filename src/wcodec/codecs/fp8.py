@@ -4,7 +4,7 @@ rANS symbol.
 Coding the whole byte (sign, exponent and mantissa jointly) costs order-0 entropy H(byte) <=
 H(sign) + H(exponent) + H(mantissa): the joint symbol captures the exponent-mantissa dependence
 of weights cast with a per-tensor scale, and with a byte alphabet the table is still one byte
-per entry. Measured on all-MiniLM-L6-v2 and the shared models (benchmarks/fp8_bits.py,
+per entry. Measured on all-MiniLM-L6-v2 and the shared models (benchmarks/experiments/fp8_bits.py,
 benchmarks/RESULTS.md): joint beats split sign/exponent/mantissa symbols and exponent-coded with
 raw sign+mantissa on every model, so the split variants are not stored.
 

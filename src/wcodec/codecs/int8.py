@@ -14,7 +14,7 @@ residuals: each coefficient's low byte goes into the residual plane, its high pa
 rANS plane ``hi`` (present only when some tile uses a transform). They are evaluated per tile by
 coded cost beside the prediction modes where they were measured to pay: tensors of 3 or more
 dimensions (conv kernels; ``transforms="auto"``), or every tensor with ``transforms=True``
-(benchmarks/transform_modes.py; on linear matrices and embeddings they never win).
+(benchmarks/experiments/transform_modes.py; on linear matrices and embeddings they never win).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 /* wcodec._cext: the CPU hot loops of wcodec in C, bit-identical to the numba kernels
- * (src/wcodec/rans/cpu.py, src/wcodec/codecs/_kernels.py, src/wcodec/rans/_normalize.py) and to
+ * (src/wcodec/native/numba_rans.py, numba_float.py, numba_normalize.py) and to
  * the pure-Python specification (src/wcodec/rans/reference.py, docs/CODEC_LAYOUT.md).
  *
  * - interleaved rANS decode of a plane (32 lanes per chunk, 16-bit words): scalar, AVX2 (four
@@ -1366,7 +1366,7 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* one row of counts -> frequencies summing to 2**pb (as rans/_normalize.py): floor of the scaled
+/* one row of counts -> frequencies summing to 2**pb (as native/numba_normalize.py): floor of the scaled
  * count, at least 1 for a present symbol; the rounding room goes to the most frequent symbol; an
  * overshoot is taken back one unit at a time from the largest frequencies (ties: lower symbol) */
 static void normalize_row(const int64_t *cr, int pb, int64_t *f, int alphabet) {
@@ -2150,6 +2150,333 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* joint low plane: rANS over 16-bit symbols (format version 2; wcodec.rans.reference16 is the
+ * spec, wcodec.native.numba_rans16 the numba twin). Scalar C on every ISA: the step has two
+ * binary searches and a 64-bit division that do not map onto the byte coder's SIMD lookups.
+ * Tables: default [T], exc_offsets [T+1], exc_symbols u16, exc_freqs / exc_cum / exc_rank u32. */
+
+#define STATE_LOWER16 (1ull << 31)
+
+typedef struct {
+    const uint32_t *def, *eo, *efreq, *ecum, *erank;
+    const uint16_t *esym;
+    int64_t n_tables, n_exc;
+} tab16_t;
+
+/* index in [a, b) of the last entry <= v of non-decreasing arr, or a - 1 */
+static inline int64_t last_le_u16(const uint16_t *arr, int64_t a, int64_t b, uint64_t v) {
+    int64_t lo = a, hi = b;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (arr[mid] <= v) lo = mid + 1; else hi = mid;
+    }
+    return lo - 1;
+}
+
+/* the same as last_le_u16 over uint32, without branches on the data (the decoder's searches
+ * are unpredictable): halving steps that move by a conditional move */
+static inline int64_t last_le_u32(const uint32_t *arr, int64_t a, int64_t b, uint64_t v) {
+    if (b <= a) return a - 1;
+    int64_t lo = a, len = b - a;
+    while (len > 1) {
+        int64_t half = len >> 1;
+        lo = arr[lo + half] <= v ? lo + half : lo;
+        len -= half;
+    }
+    return arr[lo] <= v ? lo : lo - 1;
+}
+
+/* checks the tables' array sizes against each other (contents are validated in Python) */
+static int check_tab16(const tab16_t *t, int64_t n_def, int64_t n_eo, int64_t n_sym, int64_t n_freq,
+                       int64_t n_cum, int64_t n_rank, int64_t n_chunks, int64_t cpt) {
+    if (n_def < 1 || n_eo != n_def + 1 || n_freq != n_sym || n_cum != n_sym || n_rank != n_sym || cpt < 1 ||
+        (n_chunks && (n_chunks - 1) / cpt >= n_def) || t->eo[0] != 0 || (int64_t)t->eo[n_def] != n_sym) {
+        PyErr_SetString(PyExc_ValueError, "joint rANS tables have inconsistent sizes");
+        return -1;
+    }
+    for (int64_t k = 0; k < n_def; k++)
+        if (t->eo[k] > t->eo[k + 1]) {
+            PyErr_SetString(PyExc_ValueError, "joint rANS exception offsets not monotone");
+            return -1;
+        }
+    return 0;
+}
+
+typedef struct {
+    tab16_t tab;
+    const uint16_t *sym;
+    int64_t n, chunk_size, chunks_per_table;
+    int pb;
+    uint64_t *states;
+    int64_t *counts;
+    uint16_t *scratch;
+    int bad;
+} enc16_ctx;
+
+static void enc16_task(void *vctx, int64_t c) {
+    enc16_ctx *ctx = vctx;
+    const tab16_t *tb = &ctx->tab;
+    int64_t t = c / ctx->chunks_per_table, a = tb->eo[t], b = tb->eo[t + 1];
+    uint64_t d = tb->def[t];
+    const int pb = ctx->pb;
+    uint64_t X0 = (1ull << pb) - d * (uint64_t)(65536 - (b - a));
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    const uint16_t *sym = ctx->sym + start;
+    uint16_t *w = ctx->scratch + 2 * (start + m);
+    uint64_t X[LANES];
+    for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER16;
+    int absent = 0;
+    for (int64_t i = m - 1; i >= 0; i--) {
+        uint64_t s = sym[i], f, cu;
+        int64_t j = last_le_u16(tb->esym, a, b, s);
+        if (j >= a && tb->esym[j] == s) {
+            f = tb->efreq[j];
+            cu = tb->ecum[j];
+        } else {
+            f = d;
+            cu = X0 + d * (s - (uint64_t)(j + 1 - a));
+        }
+        if (f == 0) {
+            absent = 1;
+            break;
+        }
+        int lane = (int)(i & (LANES - 1));
+        uint64_t x = X[lane];
+        if (x >= f << (63 - pb)) {
+            w -= 2;
+            w[0] = (uint16_t)x;
+            w[1] = (uint16_t)(x >> 16);
+            x >>= 32;
+        }
+        X[lane] = ((x / f) << pb) + (x % f) + cu;
+    }
+    memcpy(ctx->states + c * LANES, X, sizeof X);
+    ctx->counts[c] = (ctx->scratch + 2 * (start + m)) - w;
+    if (absent) __atomic_store_n(&ctx->bad, 1, __ATOMIC_RELAXED);
+}
+
+/* encode_chunks16(symbols, chunk_size, chunks_per_table, default, exc_offsets, exc_symbols,
+ *                 exc_freqs, exc_cum, prob_bits, states, counts, scratch [2n], threads) -> words */
+static PyObject *py_encode_chunks16(PyObject *self, PyObject *args) {
+    PyObject *o_sym, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_states, *o_counts, *o_scratch;
+    long long cs, cpt;
+    int pb, threads;
+    if (!PyArg_ParseTuple(args, "OLLOOOOOiOOOi", &o_sym, &cs, &cpt, &o_def, &o_eo, &o_esym, &o_efreq, &o_ecum,
+                          &pb, &o_states, &o_counts, &o_scratch, &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    enc16_ctx ctx;
+    int64_t nd, neo, nsy, nfr, ncu, nst, nc, nsc;
+    ctx.sym = get_buf(&bs, o_sym, 0, 2, &ctx.n, "symbols");
+    if (!ctx.sym) goto fail;
+    if (!(ctx.tab.def = get_buf(&bs, o_def, 0, 4, &nd, "default"))) goto fail;
+    if (!(ctx.tab.eo = get_buf(&bs, o_eo, 0, 4, &neo, "exc_offsets"))) goto fail;
+    if (!(ctx.tab.esym = get_buf(&bs, o_esym, 0, 2, &nsy, "exc_symbols"))) goto fail;
+    if (!(ctx.tab.efreq = get_buf(&bs, o_efreq, 0, 4, &nfr, "exc_freqs"))) goto fail;
+    if (!(ctx.tab.ecum = get_buf(&bs, o_ecum, 0, 4, &ncu, "exc_cum"))) goto fail;
+    if (!(ctx.states = get_buf(&bs, o_states, 1, 8, &nst, "states"))) goto fail;
+    if (!(ctx.counts = get_buf(&bs, o_counts, 1, 8, &nc, "counts"))) goto fail;
+    if (!(ctx.scratch = get_buf(&bs, o_scratch, 1, 2, &nsc, "scratch"))) goto fail;
+    ctx.chunk_size = cs;
+    ctx.chunks_per_table = cpt;
+    ctx.pb = pb;
+    int64_t n_chunks = cs > 0 ? (ctx.n + cs - 1) / cs : 0;
+    if (cs < LANES || cs % LANES || pb < 16 || pb > 28 || nst != n_chunks * LANES || nc != n_chunks ||
+        nsc < 2 * ctx.n)
+        goto bad_args;
+    if (check_tab16(&ctx.tab, nd, neo, nsy, nfr, ncu, ncu, n_chunks, cpt) < 0) goto fail;
+    ctx.bad = 0;
+    threads = pick_threads(threads, n_chunks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(enc16_task, &ctx, n_chunks, threads);
+    Py_END_ALLOW_THREADS
+    if (ctx.bad) {
+        PyErr_SetString(PyExc_ValueError, "encode_chunks16: a symbol has zero frequency in its table");
+        goto fail;
+    }
+    int64_t total = 0;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
+        memmove(ctx.scratch + total, ctx.scratch + 2 * end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
+        total += ctx.counts[c];
+    }
+    bufs_release(&bs);
+    return PyLong_FromLongLong(total);
+bad_args:
+    PyErr_SetString(PyExc_ValueError, "encode_chunks16: inconsistent arguments");
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
+typedef struct {
+    tab16_t tab;
+    const uint64_t *states;
+    const uint32_t *offsets;
+    const uint16_t *words;
+    int64_t words_len, n, chunk_size, chunks_per_table;
+    int pb, out_bytes;
+    void *out;
+    int32_t *status;
+} dec16_ctx;
+
+static void dec16_task(void *vctx, int64_t c) {
+    dec16_ctx *ctx = vctx;
+    const tab16_t *tb = &ctx->tab;
+    int64_t t = c / ctx->chunks_per_table, a = tb->eo[t], b = tb->eo[t + 1];
+    uint64_t d = tb->def[t];
+    const int pb = ctx->pb;
+    const uint64_t mask = (1ull << pb) - 1;
+    uint64_t X0 = (1ull << pb) - d * (uint64_t)(65536 - (b - a));
+    int64_t start = c * ctx->chunk_size;
+    int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
+    int64_t pos = ctx->offsets[c], end = ctx->offsets[c + 1], last = ctx->words_len - 2;
+    uint64_t X[LANES];
+    for (int l = 0; l < LANES; l++) {
+        X[l] = ctx->states[c * LANES + l];
+        if (X[l] < STATE_LOWER16 || X[l] >> 63) {
+            ctx->status[c] = 3;
+            return;
+        }
+    }
+    uint16_t *o16 = (uint16_t *)ctx->out + start;
+    uint32_t *o32 = (uint32_t *)ctx->out + start;
+    /* k = r / d for the unlisted symbols: a shift where d is a power of two (every flat table:
+     * d = 2**(prob_bits - 16)), else a double reciprocal corrected by one step (r, d < 2**28) */
+    int dshift = d && !(d & (d - 1)) ? __builtin_ctzll(d) : -1;
+    double dinv = d ? 1.0 / (double)d : 0.0;
+    if (a == b && dshift >= 0) {
+        /* a flat table (no exceptions, d = 2**(prob_bits - 16)): the same steps in shifts and
+         * masks only, out's width fixed per loop (most chunks of a near-uniform plane) */
+        const uint64_t dm = d - 1;
+#define WC_FLAT16(OUT)                                                                             \
+        for (int64_t i = 0; i < m; i++) {                                                          \
+            int lane = (int)(i & (LANES - 1));                                                     \
+            uint64_t x = X[lane], slot = x & mask;                                                 \
+            OUT[i] |= (slot >> dshift);                                                            \
+            x = ((x >> pb) << dshift) | (slot & dm);                                               \
+            uint64_t need = x < STATE_LOWER16;                                                     \
+            int64_t p = pos < last ? pos : last;                                                   \
+            uint64_t w = ctx->words[p] | (uint64_t)ctx->words[p + 1] << 16;                        \
+            X[lane] = need ? (x << 32) | w : x;                                                    \
+            pos += 2 * (int64_t)need;                                                              \
+        }
+        if (ctx->out_bytes == 2) {
+            WC_FLAT16(o16)
+        } else {
+            WC_FLAT16(o32)
+        }
+#undef WC_FLAT16
+        int st = pos > end ? 1 : pos < end ? 2 : 0;
+        for (int l = 0; l < LANES && !st; l++)
+            if (X[l] != STATE_LOWER16) st = 2;
+        ctx->status[c] = st;
+        return;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        int lane = (int)(i & (LANES - 1));
+        uint64_t x = X[lane], slot = x & mask, s, f, cu;
+        if (slot < X0) {
+            int64_t j = last_le_u32(tb->ecum, a, b, slot);
+            if (j < a) j = a; /* unreachable for validated tables (ecum[a] = 0) */
+            s = tb->esym[j];
+            f = tb->efreq[j];
+            cu = tb->ecum[j];
+        } else {
+            uint64_t r = slot - X0, k;
+            if (dshift >= 0) {
+                k = r >> dshift;
+            } else {
+                k = (uint64_t)((double)r * dinv);
+                k -= k * d > r;
+                k += (k + 1) * d <= r;
+            }
+            s = k + (uint64_t)(last_le_u32(tb->erank, a, b, k) + 1 - a);
+            f = d;
+            cu = X0 + d * k;
+        }
+        if (ctx->out_bytes == 2) o16[i] |= (uint16_t)s;
+        else o32[i] |= (uint32_t)(s & 0xFFFF);
+        x = f * (x >> pb) + slot - cu;
+        /* branchless renormalisation (half the steps read, at random); the word index is
+         * clamped, a wrong count is flagged below */
+        uint64_t need = x < STATE_LOWER16;
+        int64_t p = pos < last ? pos : last;
+        uint64_t w = ctx->words[p] | (uint64_t)ctx->words[p + 1] << 16;
+        x = need ? (x << 32) | w : x;
+        pos += 2 * (int64_t)need;
+        X[lane] = x;
+    }
+    int st = pos > end ? 1 : pos < end ? 2 : 0;
+    for (int l = 0; l < LANES && !st; l++)
+        if (X[l] != STATE_LOWER16) st = 2;
+    ctx->status[c] = st;
+}
+
+/* decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, exc_offsets,
+ *                 exc_symbols, exc_freqs, exc_cum, exc_rank, prob_bits, out, status, threads):
+ * symbol i OR-ed into out[i] ([n] uint16 or uint32); tables validated by the caller */
+static PyObject *py_decode_chunks16(PyObject *self, PyObject *args) {
+    PyObject *o_states, *o_offsets, *o_words, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_erank, *o_out,
+        *o_status;
+    long long n, cs, cpt;
+    int pb, threads;
+    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOOiOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_def, &o_eo,
+                          &o_esym, &o_efreq, &o_ecum, &o_erank, &pb, &o_out, &o_status, &threads))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    dec16_ctx ctx;
+    int64_t ns, no, nd, neo, nsy, nfr, ncu, nra, nout, nst;
+    if (!(ctx.states = get_buf(&bs, o_states, 0, 8, &ns, "states"))) goto fail;
+    if (!(ctx.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets"))) goto fail;
+    if (!(ctx.words = get_buf(&bs, o_words, 0, 2, &ctx.words_len, "words"))) goto fail;
+    if (!(ctx.tab.def = get_buf(&bs, o_def, 0, 4, &nd, "default"))) goto fail;
+    if (!(ctx.tab.eo = get_buf(&bs, o_eo, 0, 4, &neo, "exc_offsets"))) goto fail;
+    if (!(ctx.tab.esym = get_buf(&bs, o_esym, 0, 2, &nsy, "exc_symbols"))) goto fail;
+    if (!(ctx.tab.efreq = get_buf(&bs, o_efreq, 0, 4, &nfr, "exc_freqs"))) goto fail;
+    if (!(ctx.tab.ecum = get_buf(&bs, o_ecum, 0, 4, &ncu, "exc_cum"))) goto fail;
+    if (!(ctx.tab.erank = get_buf(&bs, o_erank, 0, 4, &nra, "exc_rank"))) goto fail;
+    if (!(ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out"))) goto fail;
+    ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
+    if (!(ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status"))) goto fail;
+    ctx.n = n;
+    ctx.chunk_size = cs;
+    ctx.chunks_per_table = cpt;
+    ctx.pb = pb;
+    int64_t n_chunks = cs > 0 ? (n + cs - 1) / cs : 0;
+    if (cs < LANES || cs % LANES || n < 0 || pb < 16 || pb > 28 || ctx.words_len < 2 || ns != n_chunks * LANES ||
+        no != n_chunks + 1 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4)) {
+        PyErr_SetString(PyExc_ValueError, "decode_chunks16: inconsistent arguments");
+        goto fail;
+    }
+    if (check_tab16(&ctx.tab, nd, neo, nsy, nfr, ncu, nra, n_chunks, cpt) < 0) goto fail;
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (ctx.offsets[c] > ctx.offsets[c + 1] || (int64_t)ctx.offsets[c + 1] > ctx.words_len) {
+            PyErr_SetString(PyExc_ValueError, "rANS word offsets out of range");
+            goto fail;
+        }
+    for (int64_t t = 0; t < nd; t++) /* a zero default with unlisted slots would divide by zero */
+        if (ctx.tab.def[t] == 0 && (ctx.tab.eo[t + 1] - ctx.tab.eo[t]) < 65536) {
+            uint64_t sum = 0;
+            for (uint32_t k = ctx.tab.eo[t]; k < ctx.tab.eo[t + 1]; k++) sum += ctx.tab.efreq[k];
+            if (sum != (1ull << pb)) {
+                PyErr_SetString(PyExc_ValueError, "joint rANS table does not sum to 2**prob_bits");
+                goto fail;
+            }
+        }
+    threads = pick_threads(threads, n_chunks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(dec16_task, &ctx, n_chunks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
 /* decode_lookup(freqs [T*256] uint16, prob_bits, out [T << prob_bits] uint32): the packed
  * lookup tables of rans.tables.decode_lookup (sym | (freq-1) << 8 | (slot-cum) << 20); tables
  * must be validated (each sums to 2**prob_bits) */
@@ -2280,6 +2607,8 @@ static PyMethodDef methods[] = {
     {"float_head_bits", py_float_head_bits, METH_VARARGS, "head_bits of the float codec by measured cost"},
     {"split_float", py_split_float, METH_VARARGS, "float split into head symbols, tail bits, low bytes"},
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
+    {"encode_chunks16", py_encode_chunks16, METH_VARARGS, "rANS encode of a joint (16-bit symbol) plane's chunks"},
+    {"decode_chunks16", py_decode_chunks16, METH_VARARGS, "rANS decode of a joint (16-bit symbol) plane's chunks"},
     {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
     {"isa", py_isa, METH_NOARGS, "the instruction set in use: scalar, avx2 or avx512"},
     {"set_isa", py_set_isa, METH_VARARGS, "use a (supported) instruction set"},

@@ -16,40 +16,15 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import MODEL_PATH, TOKENIZER_PATH
-from .model import Llama, generate  # noqa: F401  (re-exported)
+from .model import Llama, LlamaConfig, generate  # noqa: F401  (re-exported)
 from .tokenizer import BOS, EOS, Tokenizer  # noqa: F401  (re-exported)
 
 _HEADER = struct.Struct("<7i")
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    """Dimensions of a llama2.c model (norm eps and rope theta are llama2.c's fixed values)."""
-
-    dim: int
-    hidden_dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    vocab_size: int
-    seq_len: int
-    shared_classifier: bool = True
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-
-    @property
-    def head_size(self) -> int:
-        return self.dim // self.n_heads
-
-    @property
-    def kv_dim(self) -> int:
-        return self.n_kv_heads * self.head_size
 
 
 def _layout(c: LlamaConfig) -> list[tuple[str, tuple]]:

@@ -3,19 +3,42 @@
 Weights are Hugging Face-named [out, in] float32 arrays in HF's rotary layout (as
 :func:`wcodec.demo.llama2c.load_checkpoint` returns them), so RoPE here is HF's ``rotate_half``
 form; on llama2.c's original interleaved rows it computes exactly what llama2.c's run.c does.
-RMSNorm, GQA (n_kv_heads <= n_heads) and a SwiGLU MLP, everything in float32.
+RMSNorm, GQA (n_kv_heads <= n_heads) and a SwiGLU MLP, everything in float32. The dimensions are
+a :class:`LlamaConfig` (read from a llama2.c header by :mod:`.llama2c`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from .tokenizer import BOS
 
-if TYPE_CHECKING:  # only for annotations: llama2c imports this module
-    from .llama2c import LlamaConfig
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Dimensions of a llama2.c model (norm eps and rope theta are llama2.c's fixed values)."""
+
+    dim: int
+    hidden_dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    seq_len: int
+    shared_classifier: bool = True
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    @property
+    def head_size(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_size
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -46,7 +69,7 @@ class Llama:
     embedding when absent). Arrays are used as given, not copied.
     """
 
-    def __init__(self, config: "LlamaConfig", tensors: dict[str, np.ndarray]):
+    def __init__(self, config: LlamaConfig, tensors: dict[str, np.ndarray]):
         c = self.config = config
         get = lambda name: np.asarray(tensors[name], dtype=np.float32)  # noqa: E731
         self.embed = get("model.embed_tokens.weight")

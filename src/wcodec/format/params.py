@@ -65,6 +65,17 @@ def _float(params: dict, dtype: str, shape: list, numel: int) -> None:
     _int(params, "tail_bits", 1 + M - 8 * L - j, 1 + M - 8 * L - j, "float params")
     check_plane(params.get("head"), numel, "float params 'head'")
     low = params.get("low")
+    joint = params.get("low_joint")  # format version 2 (CODEC_LAYOUT.md): F32's low bytes as one plane
+    if joint is not None:
+        if L != 2 or low != []:
+            raise CorruptDataError("float params: 'low_joint' needs F32 and an empty 'low'")
+        where = "float params 'low_joint'"
+        if _int(_obj(joint, where), "n_symbols", 0, MAX_SYMBOLS - 1, where) != numel:
+            raise CorruptDataError(f"{where}: plane holds {joint['n_symbols']} symbols, expected {numel}")
+        _int(joint, "prob_bits", 16, 28, where)
+        _int(joint, "chunk_steps", 1, MAX_CHUNK_STEPS, where)
+        _int(joint, "chunks_per_table", 1, MAX_CHUNKS_PER_TABLE, where)
+        return
     if not isinstance(low, list) or len(low) != L:
         raise CorruptDataError(f"float params: 'low' must be a list of {L} objects for {dtype}")
     for k, lp in enumerate(low):
@@ -132,7 +143,10 @@ def _plane_sections(*prefixes: str) -> dict:
 SECTIONS = {
     "raw": {"data": "U8"},
     "float": {"head.alphabet": "U16", "tail": "U8", "low1.raw": "U8", "low0.raw": "U8",
-              **_plane_sections("head", "low1", "low0")},
+              **_plane_sections("head", "low1", "low0"),
+              **{f"low16.{k}": v for k, v in (("default", "U32"), ("exc_offsets", "U32"), ("exc_symbols", "U16"),
+                                              ("exc_freqs", "U32"), ("states", "U64"), ("offsets", "U32"),
+                                              ("words", "U16"))}},
     "int8": {"modes": "U8", **_plane_sections("res", "hi")},
     "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res", "hi")},
     "fp8": _plane_sections("data"),

@@ -37,11 +37,13 @@ class Reader:
         f = _io.open_regular(self.path, ".wcodec file")
         try:
             size = os.fstat(f.fileno()).st_size
-            h_off, h_size, h_crc = spec.parse_preamble(f.read(spec.PREAMBLE_SIZE), size)
+            pre = f.read(spec.PREAMBLE_SIZE)
+            h_off, h_size, h_crc = spec.parse_preamble(pre, size)
             raw = os.pread(f.fileno(), h_size, h_off)
             if len(raw) != h_size:
                 raise CorruptDataError("truncated header")
             self.header = spec.parse_header(raw, h_crc)
+            spec.check_versions(pre, self.header)
             spec.validate_tensors(self.header["tensors"], h_off)
         except (CorruptDataError, FormatError) as e:
             f.close()
@@ -149,7 +151,7 @@ class Reader:
         tensor's byte span, read with one pread, so a file truncated meanwhile is a
         CorruptDataError, never SIGBUS. copy=False: zero-copy views of the memory map, after
         checking the file still has its size (measured 2x faster with the crc32s on a 53 MB
-        tensor, benchmarks/hostile_bounds.py); a truncation *while the views are in use* can
+        tensor, benchmarks/experiments/hostile_bounds.py); a truncation *while the views are in use* can
         still raise SIGBUS, so use it only to copy the bytes at once (the GPU loader does).
         verify: check each section's crc32 (reads the compressed bytes once; about 4 GB/s).
         Raises ChecksumError naming the tensor and section, CorruptDataError when the file was

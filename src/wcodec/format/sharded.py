@@ -87,7 +87,7 @@ class ShardedWriter:
             for w, fname in zip(self.shards, names):
                 self.paths.append(w.commit(self.folder / fname))
             if n > 1:
-                index = {"metadata": {"format": "wcodec", "format_version": str(spec.FORMAT_VERSION),
+                index = {"metadata": {"format": "wcodec", "format_version": str(max(w._version for w in self.shards)),
                                       "total_size": str(sum(p.stat().st_size for p in self.paths))},
                          "weight_map": {k: names[self.shards.index(w)] for k, w in self._where.items()}}
                 tmp = _io.temp_path(index_path)

@@ -19,7 +19,11 @@ from . import _io
 from .params import check_params, check_sections
 
 MAGIC = b"\x89WCODEC\n"
-FORMAT_VERSION = 1
+#: the newest container version this package reads and writes; it reads every one in VERSIONS.
+#: A writer stores the lowest version its records need (record_version), so files without a
+#: version-2 record stay readable by version-1 readers, byte for byte as before.
+FORMAT_VERSION = 2
+VERSIONS = (1, 2)
 ALIGN = 64
 PREAMBLE_SIZE = 64
 # magic, version u32, flags u32, header offset u64, header size u64, header crc32 u32, 28 zeros
@@ -77,6 +81,12 @@ def section_dtype_name(arr: np.ndarray) -> str:
         raise ValueError(f"section dtype {arr.dtype} is not allowed in a .wcodec file") from None
 
 
+def record_version(codec: str, params: dict) -> int:
+    """The lowest container version that can hold a record: 2 for a float record with a joint
+    low plane (``low_joint``, CODEC_LAYOUT.md), else 1."""
+    return 2 if codec == "float" and isinstance(params, dict) and "low_joint" in params else 1
+
+
 def pack_preamble(header_offset: int, header_size: int, header_crc: int, version: int = FORMAT_VERSION) -> bytes:
     return PREAMBLE.pack(MAGIC, version, 0, header_offset, header_size, header_crc)
 
@@ -88,7 +98,7 @@ def parse_preamble(raw: bytes, file_size: int) -> tuple[int, int, int]:
     magic, version, flags, h_off, h_size, h_crc = PREAMBLE.unpack(raw[:PREAMBLE_SIZE])
     if magic != MAGIC:
         raise FormatError(f"not a .wcodec file: bad magic {magic!r}")
-    if version != FORMAT_VERSION:
+    if version not in VERSIONS:
         newer = "newer than" if version > FORMAT_VERSION else "unknown to"
         raise FormatError(f"format version {version} is {newer} this reader (version {FORMAT_VERSION})")
     if flags:
@@ -110,14 +120,26 @@ def parse_header(raw: bytes, crc: int) -> dict:
     header = _io.loads(raw, "header")
     if not isinstance(header, dict) or header.get("format") != "wcodec":
         raise FormatError("header: 'format' must be \"wcodec\"")
-    if header.get("format_version") != FORMAT_VERSION:
-        raise FormatError(f"header: format_version {header.get('format_version')!r} does not match {FORMAT_VERSION}")
+    if header.get("format_version") not in VERSIONS or type(header.get("format_version")) is not int:
+        raise FormatError(f"header: format_version {header.get('format_version')!r} is not one of {VERSIONS}")
     meta = header.get("metadata", {})
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
         raise CorruptDataError("header: 'metadata' must map strings to strings")
     if not isinstance(header.get("tensors"), dict):
         raise CorruptDataError("header: 'tensors' must be an object")
     return header
+
+
+def check_versions(preamble: bytes, header: dict) -> None:
+    """The header's format_version equals the preamble's, and no tensor needs a later version
+    (``record_version``). Raises FormatError / CorruptDataError."""
+    version = PREAMBLE.unpack(preamble[:PREAMBLE_SIZE])[1]
+    if header["format_version"] != version:
+        raise FormatError(f"header: format_version {header['format_version']} does not match the preamble's {version}")
+    for name, e in header["tensors"].items():
+        if isinstance(e, dict) and record_version(e.get("codec"), e.get("params")) > version:
+            raise CorruptDataError(f"tensor '{name}': needs format version "
+                                   f"{record_version(e.get('codec'), e.get('params'))}, the file says {version}")
 
 
 def _is_int(x, lo: int = 0, hi: int = 1 << 63) -> bool:

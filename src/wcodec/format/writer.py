@@ -69,6 +69,7 @@ class Writer:
         self._tmp = _io.temp_path(self.path)
         self._f = open(self._tmp, "wb")
         self._f.write(bytes(spec.PREAMBLE_SIZE))
+        self._version = 1  # raised by add() to what its records need (spec.record_version)
         self._pos = spec.PREAMBLE_SIZE
         self._done = False
 
@@ -120,6 +121,7 @@ class Writer:
             self._f.write(memoryview(data))
             sections[sname] = {"dtype": dt, "offset": self._pos, "size": int(data.nbytes), "crc32": spec.crc32(data)}
             self._pos += int(data.nbytes)
+        self._version = max(self._version, spec.record_version(record.codec, record.params))
         entry = {"dtype": record.dtype, "shape": [int(d) for d in record.shape], "codec": record.codec,
                  "params": _jsonable(record.params), "sections": sections, "crc32": int(crc)}
         info = record.info if info is None else info
@@ -138,7 +140,7 @@ class Writer:
         self.tensors[name] = {"alias_of": target}
 
     def header_bytes(self) -> bytes:
-        header = {"format": "wcodec", "format_version": spec.FORMAT_VERSION,
+        header = {"format": "wcodec", "format_version": self._version,
                   "metadata": self.metadata, "tensors": self.tensors}
         return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
@@ -154,7 +156,7 @@ class Writer:
             h_off = self._pos
             self._f.write(raw)
             self._f.seek(0)
-            self._f.write(spec.pack_preamble(h_off, len(raw), spec.crc32(raw)))
+            self._f.write(spec.pack_preamble(h_off, len(raw), spec.crc32(raw), self._version))
             self._f.flush()
             os.fsync(self._f.fileno())
             self._f.close()

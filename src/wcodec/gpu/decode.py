@@ -109,8 +109,8 @@ def build_luts(freqs: torch.Tensor, prob_bits: torch.Tensor, vals: torch.Tensor 
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """safetensors dtype name -> torch dtype (see wcodec.torch.tensors.torch_dtype)."""
-    from ..torch.tensors import torch_dtype as f
+    """safetensors dtype name -> torch dtype (see wcodec._torch_tensors.torch_dtype)."""
+    from .._torch_tensors import torch_dtype as f
     return f(name)
 
 

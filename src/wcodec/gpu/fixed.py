@@ -159,7 +159,7 @@ def pack(fw: FixedWeight) -> torch.Tensor:
     """fw's tensors in one uint8 tensor on fw's device: lo, nib, eptr at 16-byte aligned offsets,
     then ecol, eval (int32 each) and erow (int64) for the E escapes, 16 bytes per escape. One
     tensor per layer is one graph input for torch.compile instead of six (each input costs
-    ~1.5 us of host time per call of a compiled model, benchmarks/compile_inputs.py; 225 layers
+    ~1.5 us of host time per call of a compiled model, benchmarks/experiments/compile_inputs.py; 225 layers
     in a 7B Llama)."""
     nib, eptr, esc = _packed_offsets(fw.N, fw.K)
     e = fw.ecol.numel()
@@ -576,7 +576,7 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
     16x64), keeping at least MIN_SPLIT_COLS (MMA_MIN_SPLIT_COLS) columns per slice. H100, M = 16,
     4096x4096: 22.5 us unsliced, 18.7 us in 4 slices; 4096x11008: 52.8 -> 40.4 us. Eight per SM
     was tried at M <= 16: 2 % faster on a 7B layer, 13 % slower on 4096x14336. The mma kernel's
-    rule picked the fastest split of 1, 2, 4, 8 on all 9 weights of benchmarks/mma_kernel.py
+    rule picked the fastest split of 1, 2, 4, 8 on all 9 weights of benchmarks/experiments/mma_kernel.py
     --sweep at M = 16 (benchmarks/RESULTS.md)."""
     sms = _sm_count(device)
     if mma:

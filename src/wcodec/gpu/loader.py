@@ -27,7 +27,7 @@ _PINNED: dict = {}  # (device index, slot) -> pinned uint8 tensor, reused across
 def _cpu_fallback(items, device):
     import torch
     from ..codecs import decode_tensor
-    from ..torch.tensors import from_numpy
+    from .._torch_tensors import from_numpy
     from .decode import torch_dtype
     out = {}
     for name, rec in items:

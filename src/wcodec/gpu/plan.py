@@ -211,7 +211,15 @@ class Plan:
         if n == 0:
             return
         lows = []
-        for k, lname in enumerate(("low1", "low0")[:L]):
+        if parts.joint is not None:
+            # format version 2's joint low plane: no Triton decoder yet, so decoded on the CPU here
+            # and uploaded as the two raw byte planes the kernels read (the head stays on the GPU)
+            from ..rans import joint as rans_joint
+
+            low16 = rans_joint.decode(parts.joint, where="low16 plane")
+            lows = [("buf", self._put((low16 >> 8).astype(np.uint8))),
+                    ("buf", self._put((low16 & 0xFF).astype(np.uint8)))]
+        for k, lname in enumerate(("low1", "low0")[:L] if parts.joint is None else ()):
             lp = p["low"][k]
             if lp.get("coded"):
                 lplane = rans.RansPlane.from_sections(lp, rec.sections, lname)

@@ -3,9 +3,9 @@
 Eager generation at batch 1 is bound by host time per layer: on the H100 host ``nn.Linear``
 costs 21-34 us a call, our fused linear 67-105 us through ``JITFunction.run`` (binding,
 specialisation, cache key, launch metadata) and our argument set-up, 20-30 us replayed
-(``benchmarks/launch_overhead.py``). A :class:`Launch` records the one call that Triton's
-``JITFunction.run`` makes into the compiled kernel's launcher (grid, stream, function handle,
-packed metadata, every argument) and replays it with new tensors in the recorded places. The
+(``benchmarks/experiments/launch_overhead.py``). A :class:`Launch` records the one call that
+Triton's ``JITFunction.run`` makes into the compiled kernel's launcher (grid, stream, function
+handle, packed metadata, every argument) and replays it with new tensors in the recorded places. The
 caller keys it on everything that enters the kernel's specialisation (shapes, strides, dtypes,
 pointer alignments, the weight's tensors), so the compiled kernel stays valid; everything else
 in the call is constant by that key.
@@ -13,16 +13,47 @@ in the call is constant by that key.
 The recording goes through Triton's public ``warmup`` and one real launch, and checks what it
 saw (one call, our stream, our tensors found by identity, no launch hook to call). Anything
 else gives ``None`` and the caller stays on the normal launch. ``WCODEC_REPLAY=0`` turns replay
-off.
+off; so does a Triton outside :data:`TRITON_TESTED` (one line on stderr says so).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 
 import torch
 
 ENABLED = os.environ.get("WCODEC_REPLAY", "1") != "0"
+
+#: Triton versions (major, minor), both ends included, whose launcher replay is tested with:
+#: 3.6 on H100 and H200 (tests/gpu/test_replay.py, every replay bit-identical to the normal
+#: launch), 3.9 by the recording's checks on the CPU; the launcher's leading arguments and the
+#: ``run`` property are the same in both. pyproject.toml states it ([tool.wcodec] replay-triton).
+TRITON_TESTED = ((3, 6), (3, 9))
+
+_triton_ok: bool | None = None
+
+
+def triton_tested(version: str) -> bool:
+    """True when a Triton version string ("3.6.0", "3.9.0+git1234") lies in TRITON_TESTED."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return m is not None and TRITON_TESTED[0] <= (int(m[1]), int(m[2])) <= TRITON_TESTED[1]
+
+
+def _triton_is_tested() -> bool:
+    """Whether the installed Triton is tested with replay; says once on stderr when it is not."""
+    global _triton_ok
+    if _triton_ok is None:
+        import triton
+
+        version = getattr(triton, "__version__", "unknown")
+        _triton_ok = triton_tested(version)
+        if not _triton_ok:
+            lo, hi = (".".join(map(str, v)) for v in TRITON_TESTED)
+            print(f"wcodec: Triton {version} is outside the versions launch replay is tested with "
+                  f"({lo}-{hi}): fused linears launch the plain way", file=sys.stderr, flush=True)
+    return _triton_ok
 
 #: the launcher call's leading arguments: grid x, y, z, stream, function, packed metadata,
 #: launch metadata, enter hook, exit hook; the kernel's arguments follow
@@ -60,7 +91,7 @@ def record(fn, grid, args: tuple, kwargs: dict, subs: tuple) -> Launch | None:
     return a :class:`Launch` that repeats it with other tensors in the places of ``subs`` (the
     per-call tensors among ``args``, found by identity; None entries are not this launch's),
     or None where the launch cannot be recorded (then it has still run once, the normal way)."""
-    if not ENABLED:
+    if not ENABLED or not _triton_is_tested():
         fn[grid](*args, **kwargs)
         return None
     try:
@@ -108,4 +139,4 @@ def checked(calls: list, run, subs: tuple, device: int, stream: int) -> Launch |
     return Launch(run, tuple(a), slots, device, hooks)
 
 
-__all__ = ["Launch", "record", "checked", "ENABLED"]
+__all__ = ["Launch", "record", "checked", "triton_tested", "ENABLED", "TRITON_TESTED"]

@@ -8,7 +8,8 @@ tensors whose statistics drift (embeddings) use several tables.
 
 Public entry points: :func:`encode` and :func:`decode` (the C extension where built, else numba:
 see ``wcodec.native``; ``backend="reference"`` for the pure-Python specification), and
-:class:`RansPlane`, the coded plane.
+:class:`RansPlane`, the coded plane. ``rans.joint`` is the 16-bit-symbol coder of format version 2
+(F32's low 16 bits as one plane; imported on use).
 """
 
 from __future__ import annotations
@@ -392,9 +393,7 @@ _STATUS = {1: "reads past the end of its words", 2: "does not end in the initial
 def kernel_inputs(plane: RansPlane) -> tuple[np.ndarray, np.ndarray]:
     """(lookup [n_tables, 2**prob_bits] uint32, words) for the numba decoders of a validated
     plane; words holds at least one word, since the branchless decoder always loads one."""
-    lookup = native.decode_lookups(plane.full_tables().reshape(-1, ALPHABET), plane.prob_bits)
-    words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
-    return lookup, words
+    return native.plane_inputs(plane)
 
 
 def check_status(status: np.ndarray, where: str) -> None:

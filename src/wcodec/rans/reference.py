@@ -1,6 +1,6 @@
 """Interleaved rANS, pure Python: the specification of the bitstream in code.
 
-Use it on tiny inputs (it is slow); ``wcodec.rans.cpu`` (numba) and the Triton decoder in
+Use it on tiny inputs (it is slow); ``wcodec.native`` (C and numba) and the Triton decoder in
 ``wcodec.gpu`` must produce and read exactly these bits.
 
 rANS is due to Duda (2013, "Asymmetric numeral systems: entropy coding combining speed of Huffman

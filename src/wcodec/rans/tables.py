@@ -1,14 +1,15 @@
 """Frequency tables of the rANS coder: normalisation and the packed decode lookup table.
 
-Shared by the reference and the numba coder, so both see the same tables. Normalisation is an
-encoder choice (the decoder only reads the stored frequencies), but it is deterministic so that
-golden bytes stay stable.
+Shared by the reference and the fast coders (``wcodec.native``), so all see the same tables.
+Normalisation is an encoder choice (the decoder only reads the stored frequencies), but it is
+deterministic so that golden bytes stay stable.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..errors import CorruptDataError
 
 ALPHABET = 256
@@ -33,8 +34,6 @@ def normalize_many(counts: np.ndarray, prob_bits: int) -> np.ndarray:
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     if counts.ndim != 2 or counts.shape[1] != ALPHABET:
         raise ValueError(f"counts must have shape (T, 256), got {counts.shape}")
-    from .. import native
-
     return native.normalize_rows(counts, prob_bits)
 
 
@@ -75,21 +74,15 @@ def check_table_sums(tables: np.ndarray, prob_bits: int, where: str = "rANS stre
 
 
 def decode_lookup(freqs: np.ndarray, prob_bits: int) -> np.ndarray:
-    """The packed decode lookup table of one frequency table.
+    """The packed decode lookup table of one frequency table ([256] frequencies).
 
-    Returns [2**prob_bits] uint32; entry ``slot`` packs ``symbol | (freq - 1) << 8 |
-    (slot - cum) << 20`` so that one load gives everything a decode step needs
-    (``x = freq * (x >> prob_bits) + (slot - cum)``). Fits 32 bits for prob_bits <= 12.
+    Returns [2**prob_bits] uint32: see ``wcodec.native.lookup_table``. Raises CorruptDataError if
+    the table does not sum to ``2**prob_bits``.
     """
-    freqs = np.asarray(freqs, dtype=np.int64)
-    total_prob = 1 << prob_bits
-    symbols = np.repeat(np.arange(ALPHABET, dtype=np.int64), freqs)
-    if symbols.size != total_prob:
-        raise CorruptDataError(f"frequency table sums to {symbols.size}, expected {total_prob}")
-    cums = np.concatenate(([0], np.cumsum(freqs)[:-1]))
-    slots = np.arange(total_prob, dtype=np.int64)
-    packed = symbols | ((freqs[symbols] - 1) << 8) | ((slots - cums[symbols]) << 20)
-    return packed.astype(np.uint32)
+    try:
+        return native.lookup_table(freqs, prob_bits)
+    except ValueError as e:
+        raise CorruptDataError(str(e)) from None
 
 
 def coded_cost_bits(counts: np.ndarray, freqs: np.ndarray, prob_bits: int) -> float:

@@ -11,7 +11,7 @@ poisoned first) before it is timed; times are medians of CUDA-event timed back-t
 byte-plane launches alone and the prediction / dequantisation launches alone (where a tensor
 decodes in one launch, "tiles" is empty). A device copy of the same output gives the ceiling.
 
-    PYTHONPATH=src python3 benchmarks/int8_gpu.py [--label NAME] [--json FILE]
+    PYTHONPATH=src python3 benchmarks/experiments/int8_gpu.py [--label NAME] [--json FILE]
 
 Run it twice, once with an older checkout's src on PYTHONPATH, to compare kernels in one session.
 Prints a table last.
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the suites: benchmarks/
 
 
 def cases(seed: int):

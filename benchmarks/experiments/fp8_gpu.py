@@ -1,8 +1,8 @@
 """GPU decode throughput of the fp8 codec (Triton byte-plane kernel + one copy) beside a plain
 device copy of the same FP8 bytes, on LLM layer shapes.
 
-    PYTHONPATH=src python3 benchmarks/fp8_gpu.py                 # H100/H200: 4096x4096, 11008x4096, 4096x11008
-    TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/fp8_gpu.py --device cpu --shapes 64x96 --reps 1
+    PYTHONPATH=src python3 benchmarks/experiments/fp8_gpu.py                 # H100/H200: 4096x4096, 11008x4096, 4096x11008
+    TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/experiments/fp8_gpu.py --device cpu --shapes 64x96 --reps 1
 
 Weights: Gaussian (std 0.02) cast to float8_e4m3fn with a per-tensor scale. Each decode is
 checked bit-exact against the CPU decoder before it is timed. GB/s = FP8 bytes written / median
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 
 def main() -> None:

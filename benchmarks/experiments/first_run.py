@@ -2,7 +2,7 @@
 with empty numba and bytecode caches, then warm; and the int8 intra prediction kernels (C vs
 numba, after compilation) on one 4096x4096 int8 matrix.
 
-    PYTHONPATH=src python benchmarks/first_run.py [--repeat 3]
+    PYTHONPATH=src python benchmarks/experiments/first_run.py [--repeat 3]
 
 Each command runs in a fresh interpreter; "fresh" points NUMBA_CACHE_DIR and PYTHONPYCACHEPREFIX
 at empty folders (what a new install has), "warm" reuses them. Prints the load average, since
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _timed(args: list[str], env: dict) -> float:

@@ -1,7 +1,7 @@
 """FP8 lossless size: bits per weight of the fp8 codec beside the raw 8 bits, ZipNN and the
 order-0 bounds of the symbol choices (joint byte vs split sign / exponent / mantissa).
 
-    python benchmarks/fp8_bits.py        # all-MiniLM-L6-v2 + every model in ../shared/models
+    python benchmarks/experiments/fp8_bits.py        # all-MiniLM-L6-v2 + every model in ../shared/models
 
 Tensors: every floating tensor with >= 4096 elements (as benchmarks/codec_cpu.py), cast to FP8
 with a per-tensor scale (amax / the format's max finite value, as FP8 checkpoints do); the
@@ -17,13 +17,14 @@ Columns (bits/weight over all FP8 weights of the model):
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from codec_cpu import load_models  # noqa: E402
@@ -85,4 +86,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # no options: --help says what it measures, without starting the measurement
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -1,10 +1,15 @@
 """The CPU kernels of the float codec and the rANS coder: the C extension, or numba without it.
 
+This package is the lowest layer: ``wcodec.rans``, ``wcodec.codecs`` and ``wcodec.format`` call it,
+and it imports nothing of wcodec's above it (inputs arrive validated; bad ones raise ValueError).
+Modules: this one dispatches; ``numba_rans``, ``numba_rans16`` (the joint low plane of format
+version 2), ``numba_normalize`` and ``numba_float`` are the numba twins of the C functions; ``_numba`` compiles them (parallel and serial).
+
 ``wcodec._cext`` (src/wcodec/csrc/wcodec_cext.c, built by ``pip install`` where a C compiler is
 present) runs the hot loops with SIMD chosen at run time (AVX-512, AVX2, or portable scalar C)
 and its own threads, with the GIL released; nothing compiles when it is used. Without it (no
 compiler at install time, or ``WCODEC_NATIVE=0``) the same functions run the numba kernels of
-``wcodec.rans.cpu`` and ``wcodec.codecs._kernels``, which compile on first use (one line on
+``numba_rans`` and ``numba_float`` here, which compile on first use (one line on
 stderr says so) and are cached on disk. Both produce the same bits (tests/rans/test_native.py).
 
 Environment: ``WCODEC_NATIVE=0`` forces numba; ``WCODEC_ISA=scalar|avx2|avx512`` caps the
@@ -48,7 +53,7 @@ def _load():
     if not _loaded:
         if os.environ.get("WCODEC_NATIVE", "1").strip().lower() not in ("0", "no", "false", "off"):
             try:
-                from . import _cext
+                from .. import _cext
             except ImportError:
                 _cext = None
             if _cext is not None:
@@ -112,8 +117,8 @@ def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) 
     """symbols: [n] uint8 -> [n_chunks, 256] int64 symbol counts per chunk."""
     e = None if numba else ext()
     if e is None:
-        from .rans import cpu
-        return cpu.chunk_histograms(symbols, chunk_size, size=symbols.size)
+        from . import numba_rans
+        return numba_rans.chunk_histograms(symbols, chunk_size, size=symbols.size)
     n_chunks = -(-symbols.size // chunk_size)
     counts = np.empty((n_chunks, 256), dtype=np.int64)
     e.chunk_histograms(symbols, chunk_size, counts, _threads_for(symbols.size))
@@ -121,10 +126,10 @@ def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) 
 
 
 def normalize_rows(counts: np.ndarray, prob_bits: int, numba: bool = False) -> np.ndarray:
-    """[T, 256] int64 counts -> [T, 256] uint16 frequencies (see ``rans._normalize``)."""
+    """[T, 256] int64 counts -> [T, 256] uint16 frequencies (see ``numba_normalize``)."""
     e = None if numba else ext()
     if e is None:
-        from .rans._normalize import normalize_rows as nb_normalize
+        from .numba_normalize import normalize_rows as nb_normalize
         return nb_normalize(counts, prob_bits)
     out = np.empty(counts.shape, dtype=np.uint16)
     e.normalize_rows(np.ascontiguousarray(counts, dtype=np.int64), prob_bits, out)
@@ -141,12 +146,12 @@ def choose_tables(counts: np.ndarray, candidates: list, prob_bits: int) -> int:
 def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, freqs: np.ndarray,
                   prob_bits: int, numba: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """rANS-encode every chunk: (states [n_chunks*32] uint32, offsets [n_chunks+1] uint32,
-    words uint16), as ``rans.cpu.encode_chunks``. freqs: [n_tables, 256] uint16."""
+    words uint16), as ``numba_rans.encode_chunks``. freqs: [n_tables, 256] uint16."""
     e = None if numba else ext()
     n = symbols.size
     if e is None:
-        from .rans import cpu
-        return cpu.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+        from . import numba_rans
+        return numba_rans.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
     n_chunks = -(-n // chunk_size)
     states = np.empty(n_chunks * 32, dtype=np.uint32)
     counts = np.empty(n_chunks, dtype=np.int64)
@@ -158,27 +163,55 @@ def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, f
     return states, offsets, scratch[:total].copy()
 
 
+def lookup_table(freqs: np.ndarray, prob_bits: int) -> np.ndarray:
+    """The packed decode lookup table of one frequency table, in numpy.
+
+    freqs: [256] frequencies. Returns [2**prob_bits] uint32; entry ``slot`` packs ``symbol |
+    (freq - 1) << 8 | (slot - cum) << 20`` so that one load gives everything a decode step needs
+    (``x = freq * (x >> prob_bits) + (slot - cum)``). Fits 32 bits for prob_bits <= 12. Raises
+    ValueError if the table does not sum to ``2**prob_bits`` (``rans.decode_lookup`` says
+    CorruptDataError).
+    """
+    freqs = np.asarray(freqs, dtype=np.int64)
+    total_prob = 1 << prob_bits
+    symbols = np.repeat(np.arange(256, dtype=np.int64), freqs)
+    if symbols.size != total_prob:
+        raise ValueError(f"frequency table sums to {symbols.size}, expected {total_prob}")
+    cums = np.concatenate(([0], np.cumsum(freqs)[:-1]))
+    slots = np.arange(total_prob, dtype=np.int64)
+    packed = symbols | ((freqs[symbols] - 1) << 8) | ((slots - cums[symbols]) << 20)
+    return packed.astype(np.uint32)
+
+
 def decode_lookups(tables: np.ndarray, prob_bits: int) -> np.ndarray:
     """Validated frequency tables [T, 256] uint16 -> [T, 2**prob_bits] uint32 packed lookup
-    tables, as ``rans.tables.decode_lookup`` of each row."""
+    tables, ``lookup_table`` of each row."""
     e = ext()
     if e is None:
-        from .rans.tables import decode_lookup
-        return np.stack([decode_lookup(t, prob_bits) for t in tables])
+        return np.stack([lookup_table(t, prob_bits) for t in tables])
     out = np.empty((tables.shape[0], 1 << prob_bits), dtype=np.uint32)
     e.decode_lookup(np.ascontiguousarray(tables, dtype=np.uint16), prob_bits, out)
     return out
 
 
+def plane_inputs(plane) -> tuple[np.ndarray, np.ndarray]:
+    """(lookup [n_tables, 2**prob_bits] uint32, words) for the decoders of a validated
+    ``rans.RansPlane``; words holds at least one word, since the branchless decoder always
+    loads one."""
+    lookup = decode_lookups(plane.full_tables().reshape(-1, 256), plane.prob_bits)
+    words = plane.words if plane.words.size else np.zeros(1, dtype=np.uint16)
+    return lookup, words
+
+
 def decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
                   out, numba: bool = False) -> np.ndarray:
     """Decode every chunk into ``out`` ([n] uint8, any writable contiguous buffer); returns the
-    [n_chunks] int32 status of ``rans.cpu.decode_chunks``. Inputs as ``rans.kernel_inputs``."""
+    [n_chunks] int32 status of ``numba_rans.decode_chunks``. Inputs as ``plane_inputs``."""
     e = None if numba else ext()
     n_chunks = -(-n // chunk_size)
     if e is None:
-        from .rans import cpu
-        return cpu.decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup,
+        from . import numba_rans
+        return numba_rans.decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup,
                                  prob_bits, out, size=n if n_chunks > 1 else 0)
     status = np.empty(n_chunks, dtype=np.int32)
     e.decode_chunks(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, out,
@@ -192,8 +225,8 @@ def head_histogram(bits: np.ndarray, shift: int, mask: int, numba: bool = False)
     """Histogram of ``(bits >> shift) & mask`` over [n] uint16/uint32 -> [mask + 1] int64."""
     e = None if numba else ext()
     if e is None:
-        from .codecs import _kernels
-        return _kernels.head_histogram(bits, shift, mask, size=bits.size)
+        from . import numba_float
+        return numba_float.head_histogram(bits, shift, mask, size=bits.size)
     hist = np.zeros(mask + 1, dtype=np.int64)
     e.head_histogram(bits, shift, mask, hist, _threads_for(bits.size))
     return hist
@@ -211,13 +244,13 @@ def block_head_histograms(bits: np.ndarray, shift: int, mask: int, block: int) -
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
                 numba: bool = False, window: int = -1):
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
-    ``codecs._kernels.split_float``. window: head values window..window+255 are looked up in
+    ``numba_float.split_float``. window: head values window..window+255 are looked up in
     SIMD registers, the others one by one (-1: all one by one); the result is the same."""
     e = None if numba else ext()
     n = bits.size
     if e is None:
-        from .codecs import _kernels
-        return _kernels.split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
+        from . import numba_float
+        return numba_float.split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
                                     tail_bits, low_planes, size=n)
     head = np.empty(n, dtype=np.uint8)
     tail = np.empty((n * tail_bits + 7) // 8, dtype=np.uint8)
@@ -238,7 +271,7 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
                        coded=()) -> tuple[np.ndarray, np.ndarray | None]:
     """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
     writable contiguous buffer). Returns (the [n_chunks] int32 status of
-    ``codecs._kernels.decode_merge_float``, the [2, n_chunks] statuses of the coded low planes or
+    ``numba_float.decode_merge_float``, the [2, n_chunks] statuses of the coded low planes or
     None). low: the low byte planes, () or (low1, low0), [n] uint8 each (read in place: raw
     sections straight from the file), None where ``coded`` holds that plane as a validated
     RansPlane instead (see ``fuses_low_planes``: decoded chunk by chunk, never whole)."""
@@ -249,22 +282,60 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
     if e is None:
         if any(pl is not None for pl in coded):
             raise ValueError("coded low planes need the C extension (see fuses_low_planes)")
-        from .codecs import _kernels
+        from . import numba_float
         low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
-        return _kernels.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
+        return numba_float.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
                                            prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
                                            out, size=n if n_chunks > 1 else 0), None
     status = np.empty(n_chunks, dtype=np.int32)
     low1, low0 = low if len(low) else (None, None)
     args = [None, None, None]
     if any(pl is not None for pl in coded):
-        from . import rans
         for k, pl in enumerate(coded):
             if pl is not None:
-                lk, wk = rans.kernel_inputs(pl)
+                lk, wk = plane_inputs(pl)
                 args[k] = (pl.states, pl.offsets, wk, lk, pl.chunks_per_table, pl.prob_bits)
         args[2] = np.zeros((2, n_chunks), dtype=np.int32)
     e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
                          placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
                          _threads_for(n), *args)
     return status, args[2]
+
+
+# ---- joint low plane (16-bit symbols, format version 2) ------------------------------------
+
+def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, numba: bool = False):
+    """rANS-encode [n] uint16 symbols in chunks: (states [n_chunks*32] uint64, offsets
+    [n_chunks+1] uint32, words uint16). tables: ``rans.joint.JointPlane.tables()``."""
+    default, eo, esym, efreq, ecum, _ = tables
+    e = None if numba else ext()
+    n = symbols.size
+    if e is None:
+        from . import numba_rans16
+        return numba_rans16.encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum,
+                                            prob_bits, size=n)
+    n_chunks = -(-n // chunk_size)
+    states = np.empty(n_chunks * 32, dtype=np.uint64)
+    counts = np.empty(n_chunks, dtype=np.int64)
+    scratch = np.empty(max(2 * n, 2), dtype=np.uint16)
+    total = e.encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits,
+                              states, counts, scratch, _threads_for(n))
+    offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
+    np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
+    return states, offsets, scratch[:total].copy()
+
+
+def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tables, prob_bits, out,
+                    numba: bool = False) -> np.ndarray:
+    """Decode a validated joint plane, OR-ing symbol i into ``out[i]`` ([n] uint16/uint32 with
+    zero low 16 bits); returns the [n_chunks] int32 status. words: >= 2 entries."""
+    e = None if numba else ext()
+    n_chunks = -(-n // chunk_size)
+    if e is None:
+        from . import numba_rans16
+        return numba_rans16.decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, *tables,
+                                            prob_bits, out, size=n if n_chunks > 1 else 0)
+    status = np.empty(n_chunks, dtype=np.int32)
+    e.decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, *tables, prob_bits, out, status,
+                      _threads_for(n))
+    return status

@@ -2,13 +2,14 @@
 mma kernel at M <= 16 where it runs, the Triton kernel otherwise) against cuBLAS bf16, for the
 Llama-2-7B layer shapes and its lm_head at M = 8, 16 and 64. Needs a CUDA GPU.
 
-    PYTHONPATH=src python3 benchmarks/split_k.py
+    PYTHONPATH=src python3 benchmarks/experiments/split_k.py
 
 Weights are SYNTHETIC (normal, std 0.02, rounded to bf16). Every output is checked against an
 fp32 reference first. Times: median GPU time per call of a CUDA graph of 20+ calls rotating over
 enough weight copies to exceed the L2 (``fused_matmul.graph_time``); a split time includes the
 scratch allocation and the reduction launch. "auto" is the split ``split_k`` picks. One table last.
 """
+import argparse
 import json
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the suites: benchmarks/
 from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
@@ -70,4 +71,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help says what it measures, without starting the measurement
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

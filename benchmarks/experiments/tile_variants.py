@@ -1,7 +1,7 @@
 """Where the tiled fused kernel's time goes at batch 16: variants of its W-tile decode, timed
 against cuBLAS and against the same Triton kernel reading plain bf16 weights. Needs a CUDA GPU.
 
-    PYTHONPATH=src python3 benchmarks/tile_variants.py [--variants nat,prmt,bf16] [--splits 1,4]
+    PYTHONPATH=src python3 benchmarks/experiments/tile_variants.py [--variants nat,prmt,bf16] [--splits 1,4]
 
 Variants of one experimental kernel (``tile_kernel`` below; the shipped one is
 ``wcodec.gpu.fixed_kernels.fixed_mm_kernel``), each with and without "-swap" (``y.T = W @ x.T``:
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the suites: benchmarks/
 from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402

@@ -6,7 +6,7 @@ its own, compiled (inductor, default mode), on the CPU: every tensor a layer pas
 graph input that the compiled wrapper gathers and checks on every call. Prints ms per call for
 each k. CPU only, no GPU needed.
 
-    python benchmarks/compile_inputs.py --layers 225 --ks 1,2,6
+    python benchmarks/experiments/compile_inputs.py --layers 225 --ks 1,2,6
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ table only (``init="mix"``, no transforms: separates that change from the transf
 transforms evaluated on every tensor (``transforms=True``); bits/weight of the coded int8 values
 (all sections: tables, chunk states, modes, hi plane), and the DCT / ADST tiles chosen.
 
-Run: ``PYTHONPATH=src python benchmarks/transform_modes.py [--shared DIR] [--no-coded]`` (CPU,
+Run: ``PYTHONPATH=src python benchmarks/experiments/transform_modes.py [--shared DIR] [--no-coded]`` (CPU,
 a few minutes on 2 cores). Prints one row per tensor, then a table per tensor class (sums
 weighted by weight count).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 

@@ -1,7 +1,8 @@
 """Interleaved rANS on the CPU with numba: parallel over chunks, bit-identical to ``reference``.
 
 Compiled on first use (``cache=True`` keeps the machine code between runs); importing this module
-compiles nothing. Inputs are validated by the caller (``wcodec.rans``) before they get here, and
+compiles nothing. ``wcodec.native`` calls these where the C extension is absent. Inputs are
+validated by the caller (``wcodec.rans``) before they get here, and
 every loop below is bounded by array sizes, so corrupt data can make a chunk fail (a non-zero
 status) but never read or write out of bounds.
 """
@@ -11,12 +12,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .._numba import kernel
+from ._numba import kernel
 
 LANES = 32
 STATE_LOWER = 1 << 16
 
-from .._numba import JIT as _jit
+from ._numba import JIT as _jit
 
 
 @kernel

@@ -1,4 +1,4 @@
-"""numba kernels shared by the codecs: histograms, symbol mapping, bit packing, plane merge.
+"""numba kernels of the float codec: histograms, symbol mapping, bit packing, plane merge.
 
 Compiled on first use and cached on disk; every loop is bounded by its array sizes.
 """
@@ -8,10 +8,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .._numba import kernel
-from ..rans.cpu import _decode_chunk
-
-from .._numba import JIT as _jit
+from ._numba import JIT as _jit
+from ._numba import kernel
+from .numba_rans import _decode_chunk
 
 
 @kernel
@@ -164,7 +163,7 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
     """Fused float decode: per chunk, rANS-decode its head symbols into a chunk-sized buffer and
     merge them at once (no plane-sized head array: less memory traffic, fewer fresh pages).
 
-    Returns [n_chunks] int32 status as ``rans.cpu.decode_chunks``, plus 4 for a head symbol
+    Returns [n_chunks] int32 status as ``numba_rans.decode_chunks``, plus 4 for a head symbol
     outside the alphabet.
     """
     n = out.size

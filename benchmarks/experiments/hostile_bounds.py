@@ -3,7 +3,7 @@ the largest legitimate ratios, the cost of reading sections with pread instead o
 and the amplification a hostile file can reach (peak memory / file bytes, the densest file each
 reader accepts).
 
-    PYTHONPATH=src python benchmarks/hostile_bounds.py [--mib 64]
+    PYTHONPATH=src python benchmarks/experiments/hostile_bounds.py [--mib 64]
 
 Each decode runs in a fresh process (Linux); peak = VmHWM after the decode (reset through
 /proc/self/clear_refs just before) minus VmRSS after reading the record (so the compressed bytes are not counted; numba kernels load from its disk

@@ -8,7 +8,7 @@ three variants alternate (the host's speed drifts); wall us: per call of 2000 ca
 final synchronize (the larger of host and GPU time). Needs a CUDA GPU; synthetic weights (normal,
 std 0.02).
 
-    PYTHONPATH=src python3 benchmarks/launch_overhead.py
+    PYTHONPATH=src python3 benchmarks/experiments/launch_overhead.py
 """
 
 from __future__ import annotations

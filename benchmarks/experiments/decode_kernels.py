@@ -1,7 +1,7 @@
 """CPU decode kernels, one by one (issue 15): where the float decode's time goes.
 
-    python benchmarks/decode_kernels.py            # all three tables
-    python benchmarks/decode_kernels.py --rounds 9 --only kernels
+    python benchmarks/experiments/decode_kernels.py            # all three tables
+    python benchmarks/experiments/decode_kernels.py --rounds 9 --only kernels
 
 1. ``kernels``: rANS decode (ns/symbol) and fused decode + BF16 merge (ns/value) of the
    all-MiniLM-L6-v2 token embedding's head plane (11.7M symbols), one thread, process CPU time,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from benchmarks.codec_cpu import load_models, pool_map  # noqa: E402
 from tests._models import to_bf16_bits  # noqa: E402

@@ -1,7 +1,7 @@
 """Partial reads: ``safe_open(...).get_slice(name)[rows]`` against decoding the whole tensor.
 
-    python benchmarks/get_slice.py              # 4096 x 11008 bf16 (a 7B MLP layer), CPU
-    python benchmarks/get_slice.py --rows 4096 --cols 4096 --dtype fp8
+    python benchmarks/experiments/get_slice.py              # 4096 x 11008 bf16 (a 7B MLP layer), CPU
+    python benchmarks/experiments/get_slice.py --rows 4096 --cols 4096 --dtype fp8
 
 The tensor is Gaussian (std 0.02) rounded to bf16 (or cast to float8_e4m3fn with a per-tensor
 scale), written with the default policy (float codec: 256-step chunks of 8192 symbols for a
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 import wcodec  # noqa: E402
 

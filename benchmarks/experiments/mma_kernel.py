@@ -4,7 +4,7 @@ cuBLAS bf16, through ``wcodec.gpu.fixed.linear`` as a model calls it (auto split
 tiles). Llama-2-7B and Llama-3-8B shapes; SYNTHETIC weights (normal, std 0.02, bf16) and one
 weight with 0.3 % escapes (the top of real models' range). Needs a CUDA GPU.
 
-    PYTHONPATH=src python3 benchmarks/mma_kernel.py [--m 16,8,4,3] [--sweep]
+    PYTHONPATH=src python3 benchmarks/experiments/mma_kernel.py [--m 16,8,4,3] [--sweep]
 
 Every output is checked against fp32 first. Times: median GPU time per call of a CUDA graph of
 20+ calls rotating over more weight copies than the L2 holds (``fused_matmul.graph_time``), the
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the suites: benchmarks/
 from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402

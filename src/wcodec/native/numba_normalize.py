@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .._numba import JIT
+from ._numba import JIT
 
 
 @nb.njit(**JIT)

@@ -8,7 +8,7 @@ checked bit-exact against the CPU decoder (output poisoned first) before it is t
 medians of CUDA-event timed back-to-back calls (``gpu_decode.bench``). GB/s = int8 bytes written
 / time. ``--blk`` sweeps the 8x8 blocks per program of the transform kernel.
 
-    PYTHONPATH=src python3 benchmarks/transform_gpu.py [--size 4096] [--blk 32,64,128]
+    PYTHONPATH=src python3 benchmarks/experiments/transform_gpu.py [--size 4096] [--blk 32,64,128]
 
 Prints a table last.
 """
@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the suites: benchmarks/
 
 
 def main() -> int:

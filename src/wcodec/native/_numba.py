@@ -39,9 +39,9 @@ def announce_compile(dispatcher) -> None:
         cached = False
     if not cached:
         _announced = True
-        from . import native
+        from . import available
 
-        why = "" if native.available() else \
+        why = "" if available() else \
             " (WCODEC_NATIVE=0)" if os.environ.get("WCODEC_NATIVE", "").strip() in ("0", "no", "false", "off") else \
             " (the C extension is not built, see wcodec.native)"
         print(f"wcodec: compiling numba kernels{why}; once, cached on disk afterwards...",
