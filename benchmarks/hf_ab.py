@@ -184,6 +184,8 @@ def abba(args, variants: list) -> dict:
 def moe_main(args, variants: list) -> int:
     """--moe: folders, the ABBA processes, the table (last), the JSON."""
     moe_folders(args)  # written here once: the children only read them
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the generator's blocks: the children load on the same GPU
     results = abba(args, variants)
     device = "CPU (smoke run)" if args.smoke else torch.cuda.get_device_name()
     out = args.json or (os.path.join(os.environ["OUT"], "hf_ab_moe.json") if os.environ.get("OUT") else None)

@@ -390,6 +390,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.layers is None and args.model == "mixtral":
         args.layers = 8  # 8 of 32 layers: 23 GB in bf16
+    if args.child == "prepare":
+        folders(Path(args.workdir), args.model, args.layers, args.smoke, "cpu" if args.smoke else "cuda",
+                keep_bf16="bf16" in args.variants.split(","))
+        return 0
     if args.child:
         child(args)
         return 0
@@ -416,8 +420,14 @@ def main(argv=None) -> int:
             variants = [v for v in variants if v != "bf16"]
     work = Path(args.workdir)
     t0 = time.perf_counter()
-    # folders first (in this process: children only read them); the bf16 folder only where bf16 runs
-    folders(work, args.model, args.layers, args.smoke, "cpu" if args.smoke else "cuda", keep_bf16="bf16" in variants)
+    # folders first, in a process of their own (writing them on the GPU would leave this process a
+    # CUDA context and cached memory for the whole run); the bf16 folder kept only where bf16 runs
+    cmd = [sys.executable, __file__, "--child", "prepare", "--workdir", str(work), "--model", args.model]
+    cmd += (["--layers", str(args.layers)] if args.layers else []) + ["--smoke"] * args.smoke
+    cmd += [] if "bf16" in variants else ["--variants", "fused"]
+    if subprocess.run(cmd).returncode:
+        print("# writing the model folders failed (see above)", flush=True)
+        return 1
     results: dict = {(e, v): [] for e in engines for v in variants}
     deadline = None if args.max_minutes is None else t0 + 60 * args.max_minutes
     for engine in engines:
