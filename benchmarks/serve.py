@@ -351,7 +351,9 @@ def table(args, results: dict, device: str) -> list[str]:
             row += (f" {_f(_median(ok, 'cache_tokens'), '.0f')} | {_f(_median(ok, 'saturation', 'max_active'), '.0f')}"
                     f" | {_f(t)}{vs} |")
         errs = [r["error"] for r in runs if "error" in r]
-        row += f" {len(ok)} ok" + (f", {len(errs)} failed: {errs[0][:120]}" if errs else "") + " |"
+        top = f"c{levels[-1]}" if levels else "saturation"  # each process in order: a first one tuning shows here
+        each = ", ".join(_f(r.get(top, {}).get("tok_s"), ".0f") for r in ok)
+        row += f" {len(ok)} ok ({top} tok/s: {each})" + (f", {len(errs)} failed: {errs[0][:120]}" if errs else "") + " |"
         lines.append(row)
     for (engine, variant), runs in results.items():
         ok = [r for r in runs if "fused_count" in r]

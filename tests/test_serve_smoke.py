@@ -68,4 +68,4 @@ def test_table_rows_and_ratios(serve_mod):
     results = {("auto", "bf16"): [run(100.0)], ("auto", "fused"): [run(125.0), {"error": "boom"}]}
     lines = serve_mod.table(args, results, "CPU")
     fused = next(ln for ln in lines if "| fused |" in ln)
-    assert fused.count("(1.250x)") == 2 and "1 ok, 1 failed: boom" in fused
+    assert fused.count("(1.250x)") == 2 and "1 ok (c1 tok/s: 125), 1 failed: boom" in fused
