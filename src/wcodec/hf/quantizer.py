@@ -54,20 +54,25 @@ class WcodecConfig(QuantizationConfigMixin):
         under torch.compile).
     decoder: "auto", "triton" or "numba" (keep_compressed). offload: keep_compressed on CUDA
         with the compressed bytes in pinned CPU memory. verify: check checksums.
+    warmup: with keep_compressed on CUDA, tune the fused kernels for every row count right after
+        loading (:mod:`wcodec.hf.warmup`) so that none tunes while serving; None (default) and True
+        run it, False skips it.
     format_version / mode / wcodec_version: written by convert_folder, informative.
-    Raises ValueError for an unknown keep_compressed or decoder.
+    Raises ValueError for an unknown keep_compressed, decoder or warmup.
     """
 
     def __init__(self, keep_compressed=False, decoder: str = "auto", offload: bool = False,
                  verify: bool = True, mode: str | None = None, format_version: int | None = None,
-                 wcodec_version: str | None = None, jit_embeddings: bool = True, **kwargs):
+                 wcodec_version: str | None = None, jit_embeddings: bool = True, warmup: bool | None = None, **kwargs):
         if not (keep_compressed is False or keep_compressed is True or keep_compressed == "jit"):
             raise ValueError(f"keep_compressed must be one of {KEEP_COMPRESSED}, got {keep_compressed!r}")
         if decoder not in ("auto", "triton", "numba"):
             raise ValueError(f"decoder must be 'auto', 'triton' or 'numba', got {decoder!r}")
+        if warmup not in (None, True, False):
+            raise ValueError(f"warmup must be True, False or None (auto), got {warmup!r}")
         self.quant_method = QUANT_METHOD
         self.keep_compressed, self.decoder, self.offload, self.verify = keep_compressed, decoder, offload, verify
-        self.jit_embeddings = jit_embeddings
+        self.jit_embeddings, self.warmup = jit_embeddings, warmup
         self.mode, self.format_version, self.wcodec_version = mode, format_version, wcodec_version
         # transformers removes the quantizer from a model whose config says dequantize
         self.dequantize = keep_compressed is False
@@ -75,7 +80,7 @@ class WcodecConfig(QuantizationConfigMixin):
     def get_loading_attributes(self) -> dict:
         """The options that a config passed to from_pretrained overrides in the folder's."""
         return {k: getattr(self, k) for k in ("keep_compressed", "decoder", "offload", "verify", "dequantize",
-                                              "jit_embeddings")}
+                                              "jit_embeddings", "warmup")}
 
 
 class WcodecHfQuantizer(HfQuantizer):
@@ -173,6 +178,9 @@ class WcodecHfQuantizer(HfQuantizer):
             if state.reader is not None:  # records kept just in time are copies
                 state.reader.close()
         bind_save(model)
+        from .warmup import after_load
+
+        after_load(model, self.quantization_config.warmup)
         return model
 
     def _dequantize(self, model, dtype=None):
