@@ -41,18 +41,20 @@ def _fixed_record(fw):
 
 
 def _expert_tensors(model) -> tuple[dict, set]:
-    """({param name: dense tensor} of compressed experts, {state_dict prefixes they replace})."""
+    """({param name: dense bf16 tensor} of compressed MoE experts, {state_dict keys of their
+    buffers, replaced by those tensors}). Saved dense-named so that any loader reads them; each
+    expert is re-encoded on a kept-compressed reload."""
     try:
         from ..torch import experts as ex
     except ImportError:
         return {}, set()
-    dense, prefixes = {}, set()
+    dense, replaced = {}, set()
     for mname, module in model.named_modules():
-        held = getattr(ex, "compressed_expert_params", None)
-        for attr, t in (held(module) if held is not None else {}).items():
-            dense[f"{mname}.{attr}" if mname else attr] = t
-            prefixes.add(f"{mname}." if mname else "")
-    return dense, prefixes
+        for attr in ex.compressed_attrs(module):
+            name = f"{mname}.{attr}" if mname else attr
+            dense[name] = getattr(module, attr).dense()  # a FixedExpertsTensor: every expert decoded
+            replaced.update(f"{name}_{suffix}" for suffix in ex.SUFFIXES)
+    return dense, replaced
 
 
 def save_folder(model, save_directory, max_shard_size="5GB", progress: bool = False) -> list[Path]:
@@ -70,14 +72,14 @@ def save_folder(model, save_directory, max_shard_size="5GB", progress: bool = Fa
     out = Path(save_directory)
     out.mkdir(parents=True, exist_ok=True)
     fixed = _fixed_modules(model)
-    experts, expert_prefixes = _expert_tensors(model)
-    skip = tuple(f"{n}." for n in fixed) + tuple(expert_prefixes)
+    experts, expert_buffers = _expert_tensors(model)
+    skip = tuple(f"{n}." for n in fixed)
     jit = _jit_views(model)
     dense = {}
     for name, t in model.state_dict(keep_vars=True).items():
         if name.startswith(skip) and not name.endswith(".bias"):
             continue
-        if name.endswith("._extra_state") or not isinstance(t, torch.Tensor):
+        if name.endswith("._extra_state") or name in expert_buffers or not isinstance(t, torch.Tensor):
             continue
         hit = jit.get(name)
         if hit is not None:

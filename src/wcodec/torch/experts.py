@@ -13,9 +13,11 @@ experts modules (routing, top-k weights, ``_apply_gate`` / activation, biases, p
 norm) with :func:`expert_linear` for the two matmuls; ``model.forward`` is untouched. The same
 function is registered as transformers' experts implementation ``"wcodec"``
 (``ALL_EXPERTS_FUNCTIONS``), where it runs dense experts modules by their own eager forward.
-On the CPU the result is bit-identical to the dense module's eager forward (the weight of each
-routed expert is decoded and multiplied as the eager code multiplies it); on CUDA the fused
-kernels multiply (``wcodec.gpu.fixed.linear``). The input gradient flows (frozen experts).
+On the CPU the result is bit-identical to the dense module's: under the eager implementation
+the weight of each routed expert is decoded and multiplied as the eager code multiplies it;
+under another configured implementation (transformers' default, grouped_mm) that implementation
+runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA the
+fused kernels multiply (``wcodec.gpu.fixed.linear``). The input gradient flows (frozen experts).
 
 State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers, so
 ``state_dict()`` holds, under the module's prefix:
@@ -272,6 +274,13 @@ class _CompressedExpertsMixin:
     """Placed before a transformers experts class (see :func:`_make_compressed`)."""
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
+        impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
+        if hidden_states.device.type == "cpu" and impl not in (None, "eager", "wcodec") \
+                and not torch.compiler.is_compiling():
+            # the CPU path is exact to the dense model as configured: its own implementation
+            # (transformers' default is grouped_mm, whose bf16 sums differ from the eager loop's)
+            # over the decoded experts (FixedExpertsTensor decodes when an op reads it)
+            return self._wcodec_dense_class.forward(self, hidden_states, top_k_index, top_k_weights)
         return experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
     def __getattr__(self, name: str):
