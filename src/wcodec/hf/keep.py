@@ -14,8 +14,8 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
   tied, or another dtype, with ``jit_embeddings``) and that reached the model unchanged from a
   stored record stay that record, decoded just in time into a shared scratch
-  (:class:`wcodec.torch.CompressedWeights`); transformers ties and places an empty placeholder
-  for them, swapped for the scratch view by :func:`finish`;
+  (:class:`wcodec.torch.CompressedWeights`); transformers ties and places a placeholder for
+  them (the weight's shape over one element), swapped for the scratch view by :func:`finish`;
 - anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
 
 ``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
@@ -130,9 +130,11 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
     expert = not matrix and _is_expert_param(module, attr, value)
     if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
-        if attr == "weight" and value.dim() == 2:
-            # another module's matrix (transformers' Conv1D: [in, out], its own addmm): dense, named
-            state.report["kept"][name] = f"{type(module).__name__} (not a plain nn.Linear or nn.Embedding)"
+        if attr == "weight" and value.dim() == 2 or value.dim() == 3:
+            # another module's matrix (transformers' Conv1D: [in, out], its own addmm; a router) or
+            # a 3-D tensor of a module that is not a transformers experts module: dense, named
+            state.report["kept"][name] = f"{type(module).__name__} (not a plain nn.Linear, nn.Embedding " \
+                                         f"or transformers experts module)"
             state.report["decoded"].append(name)
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, attr, name, value) if state.mode is True and matrix else None
@@ -152,7 +154,9 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     if key is None:
         state.report["decoded"].append(name)
         return value
-    placeholder = torch.empty(0, dtype=value.dtype, device=value.device)
+    # the weight's shape over one zero element (strides 0): transformers' tie code reads shapes
+    # (it pads an output bias to its weight's rows) and compares tied values; no memory is held
+    placeholder = torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)
     state.jit[_storage_id(placeholder)] = (placeholder, key, value.dtype, why)
     return placeholder
 
@@ -172,16 +176,14 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
         p = module._parameters.get(attr) if attr == "weight" and type(module) is torch.nn.Linear else None
         if p is None or p.dtype != torch.bfloat16:
             continue
-        hit = state.jit.get(_storage_id(p)) if p.numel() == 0 else None
+        hit = state.jit.get(_storage_id(p))
         with _device_scope(p):
             if hit is not None:
                 value = _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]].to(torch.bfloat16)
                 fw = _fixed_weight(state, hit[1], value)
                 del value
-            elif p.numel():
-                fw = _fixed_weight(state, None, p.detach())
             else:
-                continue
+                fw = _fixed_weight(state, None, p.detach())
             _fuse(state, model, module, target, fw)
         state.report["kept"].pop(target, None)
         if target in state.report["decoded"]:
@@ -266,7 +268,7 @@ def finish(state: KeepState, model) -> None:
     params: dict = {}
     for mname, module in model.named_modules(remove_duplicate=False):
         for pname, p in list(module._parameters.items()):
-            hit = state.jit.get(_storage_id(p)) if p is not None and p.numel() == 0 else None
+            hit = state.jit.get(_storage_id(p)) if p is not None else None
             if hit is None:
                 continue
             placeholder, key, dtype, why = hit

@@ -56,8 +56,8 @@ class ExpertsKeptDenseError(UnsupportedError):
 def _is_experts_module(module: nn.Module) -> bool:
     """A transformers experts module (decorated by ``use_experts_implementation``, whose flags
     :func:`experts_forward` follows)."""
-    return all(hasattr(module, a) for a in ("num_experts", "has_gate", "has_bias", "is_transposed",
-                                            "has_post_expert_norm"))
+    # has_post_expert_norm came after transformers 5.17 (absent: no such norm)
+    return all(hasattr(module, a) for a in ("num_experts", "has_gate", "has_bias", "is_transposed"))
 
 
 def _expert_attrs(module: nn.Module) -> tuple[str, str]:
@@ -218,7 +218,7 @@ def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: t
         h = _project(self, up_attr, hidden_states[token_idx], e)
         h = self._apply_gate(h) if self.has_gate else self.act_fn(h)
         h = _project(self, down_attr, h, e)
-        if self.has_post_expert_norm:
+        if getattr(self, "has_post_expert_norm", False):
             h = self.post_expert_norm(h)
         h = h * top_k_weights[token_idx, top_k_pos, None]
         final.index_add_(0, token_idx, h.to(final.dtype))
