@@ -148,7 +148,7 @@ def test_canonical_record_passes_every_consumer():
     assert np.array_equal(decode_tensor(rec, "w"), bits)
     assert np.array_equal(decode_range(rec, 41, 90, name="w"), bits.reshape(-1)[41:90])
     c = F.check_record(rec.params, rec.sections, 6, 40)
-    assert c.erow.tolist() == sorted(c.erow.tolist()) and c.nibbles.shape == (6, 48)
+    assert c.erow.tolist() == sorted(c.erow.tolist()) and c.nib.shape == (6 * 24,)
 
 
 def test_check_layout_takes_wide_integers_without_casting():
@@ -158,8 +158,8 @@ def test_check_layout_takes_wide_integers_without_casting():
     col = c.col.astype(np.int64)
     col[0] += 65536
     with pytest.raises(CorruptDataError, match="esc.col"):
-        F.check_layout(c.base, 6, 40, c.lo.reshape(6, 48), c.nibbles, c.ptr, col, c.val)
+        F.check_layout(c.base, 6, 40, c.lo.reshape(6, 48), c.nib.reshape(6, 24), c.ptr, col, c.val)
     val = c.val.astype(np.int64)
     val[0] += 1 << 16
     with pytest.raises(CorruptDataError, match="esc.val"):
-        F.check_layout(c.base, 6, 40, c.lo.reshape(6, 48), c.nibbles, c.ptr, c.col, val)
+        F.check_layout(c.base, 6, 40, c.lo.reshape(6, 48), c.nib.reshape(6, 24), c.ptr, c.col, val)

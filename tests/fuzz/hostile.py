@@ -584,11 +584,16 @@ def hostile_state(rng: random.Random) -> tuple:
 def load_state(path) -> None:
     """torch.load(weights_only=True) into a fresh module of the same shape, then run it."""
     import torch
-    kind = "linear" if "linear" in Path(path).name else "embedding"
+    sd = torch.load(path, weights_only=True)
+    extra = sd.get("_extra_state") if isinstance(sd, dict) else None
+    if isinstance(extra, dict) and ("in_features" in extra or "num_embeddings" in extra):
+        kind = "linear" if "in_features" in extra else "embedding"  # a reproducer file's name has no kind
+    else:
+        kind = "linear" if "linear" in Path(path).name else "embedding"
     cls, _ = module_state(kind, 12345)
     from wcodec.gpu import fixed as fx
     m = cls(fx.encode_weight(torch.zeros(24, 40, dtype=torch.bfloat16)))
-    m.load_state_dict(torch.load(path, weights_only=True), strict=False)
+    m.load_state_dict(sd, strict=False)
     if kind == "linear":
         m(torch.ones(3, 40, dtype=torch.bfloat16))
     else:

@@ -103,7 +103,7 @@ def decode_bits(params: dict, sections: dict, rows: int, cols: int, out: np.ndar
     C-contiguous uint16 [rows*cols]) when given. Raises CorruptDataError naming the field for a
     record that is not canonical (:func:`check_record`), before ``out`` is touched."""
     rec = check_record(params, sections, rows, cols)
-    nib = rec.nibbles
+    nib = unpack_nibbles(rec.nib, rows, rec.kpad)
     hi = ((nib & 0x08).astype(np.uint16) << 4) | ((nib & 0x07).astype(np.uint16) + rec.base)
     v = (hi << 8) | rec.lo.reshape(rows, rec.kpad)
     v[rec.erow, rec.col.astype(np.int64)] = rec.val
@@ -114,8 +114,8 @@ def decode_bits(params: dict, sections: dict, rows: int, cols: int, out: np.ndar
 
 
 class Checked(NamedTuple):
-    """A canonical record's fields (see :func:`check_record`): the sections as stored, the
-    unpacked nibbles uint8 [rows, kpad] and the row of each escape int64 [n_escapes]."""
+    """A canonical record's fields (see :func:`check_record`): the sections as stored and the
+    row of each escape, int64 [n_escapes]."""
 
     base: int
     kpad: int
@@ -125,7 +125,6 @@ class Checked(NamedTuple):
     ptr: np.ndarray
     col: np.ndarray
     val: np.ndarray
-    nibbles: np.ndarray
     erow: np.ndarray
 
 
@@ -140,9 +139,8 @@ def check_record(params: dict, sections: dict, rows: int, cols: int) -> Checked:
     ptr = _sec(sections, "esc.ptr", np.uint32, rows + 1)
     col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
     val = _sec(sections, "esc.val", np.uint16, n_esc)
-    nibbles = unpack_nibbles(nib, rows, kpad)
-    erow = check_layout(base, rows, cols, lo.reshape(rows, kpad), nibbles, ptr, col, val)
-    return Checked(base, kpad, col_bits, lo, nib, ptr, col, val, nibbles, erow)
+    erow = check_layout(base, rows, cols, lo.reshape(rows, kpad), nib.reshape(rows, kpad // 2), ptr, col, val)
+    return Checked(base, kpad, col_bits, lo, nib, ptr, col, val, erow)
 
 
 def unpack_nibbles(nib: np.ndarray, rows: int, kpad: int) -> np.ndarray:
@@ -155,13 +153,14 @@ def unpack_nibbles(nib: np.ndarray, rows: int, kpad: int) -> np.ndarray:
     return out
 
 
-def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nibbles: np.ndarray, ptr: np.ndarray,
+def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarray, ptr: np.ndarray,
                  col: np.ndarray, val: np.ndarray) -> np.ndarray:
     """Check that a fixed layout is the encoder's (canonical), so that every decoder (numpy, the
     rows / GEMV / tiled / mma kernels, which add ``value - placeholder`` per listed escape) gives
-    the same weights. lo: uint8 [rows, kpad]; nibbles: uint8 [rows, kpad]; ptr: [rows+1] ints;
-    col, val: [E] ints (any integer dtype: values are checked, not cast). Returns the row of
-    each escape, int64 [E]. Raises CorruptDataError naming the field:
+    the same weights. lo: uint8 [rows, kpad]; nib: packed nibble bytes uint8 [rows, kpad/2];
+    ptr: [rows+1] ints; col, val: [E] ints (any integer dtype: values are checked, not cast).
+    Returns the row of each escape, int64 [E]. Works on the packed planes (a few passes over the
+    nibble bytes, no unpacking). Raises CorruptDataError naming the field:
 
     - ``esc.ptr``: starts at 0, ends at E, never decreases;
     - ``esc.col``: every column < cols, strictly increasing within a row (sorted, no duplicate);
@@ -191,16 +190,25 @@ def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nibbles: np.nd
     d = ((v >> 8) & 0x7F) - base
     if np.any((d >= 0) & (d <= 6)):
         raise CorruptDataError("codec fixed: field esc.val: an escape value lies inside the window (it has a nibble)")
-    if np.any(nibbles[:, cols:]) or np.any(lo[:, cols:]):
-        raise CorruptDataError("codec fixed: field nib/lo: padding columns are not zero")
-    at = nibbles[erow, c]
-    if np.any(at != ((v >> 15) << 3 | ESCAPE_D)):
+    kpad = lo.shape[1] if lo.ndim == 2 else padded_cols(cols)
+    for p in range(cols, kpad):  # at most 15 padding columns
+        if np.any(_nibble_at(nib, slice(None), p)) or np.any(lo[:, p]):
+            raise CorruptDataError("codec fixed: field nib/lo: padding columns are not zero")
+    if np.any(_nibble_at(nib, erow, c) != ((v >> 15) << 3 | ESCAPE_D)):
         raise CorruptDataError("codec fixed: field nib: an escape's nibble is not sign|7 of its value")
     if np.any(lo[erow, c] != (v & 0xFF)):
         raise CorruptDataError("codec fixed: field lo: an escape's low byte is not its value's")
-    if int(np.count_nonzero((nibbles[:, :cols] & 0x07) == ESCAPE_D)) != n_esc:
+    sevens = np.count_nonzero((nib & 0x07) == 0x07) + np.count_nonzero((nib & 0x70) == 0x70)
+    if sevens != n_esc:  # all at escapes (checked above, escapes unique): so none elsewhere
         raise CorruptDataError("codec fixed: field nib: escape nibble (7) where no escape is listed")
     return erow
+
+
+def _nibble_at(nib: np.ndarray, r, c):
+    """Nibbles of packed bytes nib [rows, kpad/2] at rows ``r`` and columns ``c`` (see the
+    module docstring: column 8i+q+4h is nibble h of byte 4i+q)."""
+    i, j = c // 8, c % 8
+    return (nib[r, 4 * i + j % 4] >> (4 * (j // 4))) & 0x0F
 
 
 def _check_params(params: dict, rows: int, cols: int) -> tuple[int, int, int, int]:

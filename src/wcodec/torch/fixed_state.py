@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..codecs.fixed import MAX_BASE, check_layout, padded_cols, unpack_nibbles
+from ..codecs.fixed import MAX_BASE, check_layout, padded_cols
 from ..errors import CorruptDataError
 from ..gpu import fixed as fx
 
@@ -99,9 +99,9 @@ def check_weight(fw: fx.FixedWeight, where: str) -> None:
     n, k, kpad = fw.N, fw.K, fw.kpad
     host = lambda x: x.detach().cpu().numpy()  # noqa: E731
     lo = host(fw.lo).view(np.uint8).reshape(n, kpad)
-    nibbles = unpack_nibbles(host(fw.nib).view(np.uint8).reshape(-1), n, kpad)
+    nib = host(fw.nib).view(np.uint8).reshape(n, kpad // 2)
     try:
-        erow = check_layout(fw.base, n, k, lo, nibbles, host(fw.eptr), host(fw.ecol), host(fw.eval))
+        erow = check_layout(fw.base, n, k, lo, nib, host(fw.eptr), host(fw.ecol), host(fw.eval))
     except CorruptDataError as e:
         raise CorruptDataError(f"{where}: {e}") from None
     if not np.array_equal(host(fw.erow), erow):
