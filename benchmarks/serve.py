@@ -209,7 +209,7 @@ def load(variant: str, src: Path, dst: Path, device: str):
 
     if variant == "bf16":
         return transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16, device_map=device)
-    return WCodecModel.from_pretrained(dst, device=device, keep_compressed=True)
+    return WCodecModel.from_pretrained(dst, device=device, keep_compressed=True, warmup=True)
 
 
 def kv_share(budget: int, share: float) -> float:

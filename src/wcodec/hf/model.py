@@ -68,7 +68,8 @@ class WCodecModel:
     @classmethod
     def from_pretrained(cls, folder, device="cpu", dtype=None, keep_compressed=False,
                         model_class=None, offload: bool = False, decoder: str = "auto",
-                        verify: bool = True, torch_dtype=None, jit_embeddings: bool = True, **kwargs):
+                        verify: bool = True, torch_dtype=None, jit_embeddings: bool = True, warmup=None,
+                        **kwargs):
         """Load a folder written by :func:`wcodec.hf.convert_folder` (or saved from a wcodec model)
         as a transformers model, through transformers' own loading (see the module docstring).
 
@@ -83,7 +84,7 @@ class WCodecModel:
         before its module runs). Weights are bit-exact either way; on CUDA the fused kernels sum
         in another order than cuBLAS (logits agree to rounding), "jit" gives the bf16 model's
         eager outputs bit for bit. model_class: a transformers class (default:
-        ``config.architectures[0]``, else AutoModel). offload, decoder, verify: see
+        ``config.architectures[0]``, else AutoModel). offload, decoder, verify, warmup: see
         :class:`wcodec.hf.WcodecConfig`. kwargs: passed to transformers' ``from_pretrained``
         (e.g. attn_implementation); ``trust_remote_code=True`` is refused.
 
@@ -105,7 +106,7 @@ class WCodecModel:
         model_class = model_class or model_class_for(config)
         device_map = device if isinstance(device, dict) or device == "auto" else str(torch_device(device))
         options = WcodecConfig(keep_compressed=keep_compressed, decoder=decoder, offload=offload, verify=verify,
-                               jit_embeddings=jit_embeddings)
+                               jit_embeddings=jit_embeddings, warmup=warmup)
         dtype = dtype if dtype is not None else torch_dtype
         model = model_class.from_pretrained(str(folder), config=config, quantization_config=options,
                                             device_map=device_map, dtype="auto" if dtype is None else dtype,
