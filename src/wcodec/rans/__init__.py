@@ -23,6 +23,7 @@ from ..errors import CorruptDataError
 from . import reference
 from .tables import (
     ALPHABET,
+    ChunkGeometry,
     PROB_BITS_ALLOWED,
     check_table_sums,
     coded_cost_bits,
@@ -85,7 +86,7 @@ _U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)  # dtype objects compare f
 
 
 @dataclass(frozen=True)
-class RansPlane:
+class RansPlane(ChunkGeometry):
     """One rANS-coded symbol plane.
 
     Attributes:
@@ -109,18 +110,6 @@ class RansPlane:
     states: np.ndarray
     offsets: np.ndarray
     words: np.ndarray
-
-    @property
-    def chunk_size(self) -> int:
-        return LANES * self.chunk_steps
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.n_symbols // self.chunk_size)
-
-    @property
-    def n_tables(self) -> int:
-        return -(-max(self.n_chunks, 1) // self.chunks_per_table)
 
     @property
     def nbytes(self) -> int:

@@ -30,6 +30,7 @@ import numpy as np
 from .. import native
 from ..errors import CorruptDataError
 from . import reference16
+from .tables import ChunkGeometry
 
 LANES = 32
 SYMBOLS = 1 << 16
@@ -41,7 +42,7 @@ SPARSE_MAX = 4096
 
 
 @dataclass(frozen=True)
-class JointPlane:
+class JointPlane(ChunkGeometry):
     """One rANS-coded plane of 16-bit symbols.
 
     Attributes:
@@ -65,18 +66,6 @@ class JointPlane:
     states: np.ndarray
     offsets: np.ndarray
     words: np.ndarray
-
-    @property
-    def chunk_size(self) -> int:
-        return LANES * self.chunk_steps
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.n_symbols // self.chunk_size)
-
-    @property
-    def n_tables(self) -> int:
-        return -(-max(self.n_chunks, 1) // self.chunks_per_table)
 
     @property
     def nbytes(self) -> int:

@@ -95,3 +95,24 @@ def coded_cost_bits(counts: np.ndarray, freqs: np.ndarray, prob_bits: int) -> fl
     with np.errstate(divide="ignore", invalid="ignore"):
         bits = np.where(counts > 0, counts * (prob_bits - np.log2(np.maximum(freqs, 1))), 0.0)
     return float(bits.sum())
+
+
+class ChunkGeometry:
+    """Chunk layout shared by the byte and the joint (16-bit) planes: ``n_symbols`` coded by
+    32 interleaved lanes in chunks of ``chunk_steps`` steps, one frequency table per
+    ``chunks_per_table`` chunks (fields of the dataclasses that inherit this)."""
+
+    LANES = 32
+
+    @property
+    def chunk_size(self) -> int:
+        return self.LANES * self.chunk_steps
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n_symbols // self.chunk_size)
+
+    @property
+    def n_tables(self) -> int:
+        return -(-max(self.n_chunks, 1) // self.chunks_per_table)
+
