@@ -40,10 +40,6 @@ class LazySlice:
         """safetensors' dtype string ("BF16", "F32", ...)."""
         return self._dtype
 
-    @property
-    def name(self) -> str:
-        return self._name
-
     def __getitem__(self, index) -> torch.Tensor:
         t = self._view.get_tensor(self._name)
         return t if index is Ellipsis or index == (Ellipsis,) else t[index]
@@ -61,7 +57,6 @@ class CheckpointView:
         self.folder = Path(folder)
         self.reader = CheckpointReader(self.folder)
         self.verify = verify
-        self.opened: list[str] = []  # names transformers materialised, for the quantizer's checks
 
     def keys(self) -> list[str]:
         return list(self.reader.keys())
@@ -77,7 +72,6 @@ class CheckpointView:
     def get_tensor(self, name: str) -> torch.Tensor:
         from ..api import _load
 
-        self.opened.append(name)
         return _load(self.reader, [name], "cpu", "pt", self.verify)[name]
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import of :mod:`wcodec.hf.quantizer`, once torch and transformers are loaded any
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
@@ -22,14 +23,21 @@ TARGET = "transformers.modeling_utils"
 PEFT_TARGET = "peft.tuners.lora.model"
 
 
-def _register() -> None:
-    try:
-        from .quantizer import register
+def _registration(module: str, library: str, fallback: str):
+    """A callback that imports ``wcodec.hf.<module>`` and calls its ``register()``; a failure
+    is a RuntimeWarning naming ``fallback``, never an error in the user's import of ``library``."""
+    def register() -> None:
+        try:
+            importlib.import_module(f"{__package__}.{module}").register()
+        except Exception as e:  # never break the user's import of the library
+            warnings.warn(f"wcodec: could not register with {library} ({type(e).__name__}: {e}); "
+                          f"{fallback}", RuntimeWarning, stacklevel=2)
+    return register
 
-        register()
-    except Exception as e:  # never break the user's import of transformers
-        warnings.warn(f"wcodec: could not register with transformers ({type(e).__name__}: {e}); "
-                      f"load wcodec folders with wcodec.hf.WCodecModel.from_pretrained", RuntimeWarning, stacklevel=2)
+
+_register = _registration("quantizer", "transformers",
+                          "load wcodec folders with wcodec.hf.WCodecModel.from_pretrained")
+_register_peft = _registration("peft_hook", "peft", "build LoRA configs with wcodec.hf.lora.lora_config")
 
 
 class _Loader:
@@ -69,16 +77,6 @@ class _Finder:
                     spec.loader = _Loader(spec.loader, self.on_load)
                 return spec
         return None
-
-
-def _register_peft() -> None:
-    try:
-        from .peft_hook import register
-
-        register()
-    except Exception as e:  # never break the user's import of peft
-        warnings.warn(f"wcodec: could not register with peft ({type(e).__name__}: {e}); "
-                      f"build LoRA configs with wcodec.hf.lora.lora_config", RuntimeWarning, stacklevel=2)
 
 
 _FINDERS = (_Finder(TARGET, _register), _Finder(PEFT_TARGET, _register_peft))

@@ -30,9 +30,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-_FLOAT_CODES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
-
-
 @dataclass
 class KeepState:
     """What one load keeps, filled by :class:`KeepCompressed`, finished by :func:`finish`."""
@@ -84,14 +81,16 @@ def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtyp
     key = sources[0]
     if key not in state.reader:
         return None
+    from .._torch_tensors import torch_dtype
+
     entry = state.reader.entry(key)
-    stored = _FLOAT_CODES.get(entry["dtype"])
+    stored = torch_dtype(entry["dtype"]) if entry["dtype"] in ("BF16", "F16", "F32", "F64") else None
     if tuple(entry["shape"]) != tuple(value.shape) or stored is None or (same_dtype and stored != value.dtype):
         return None
     return key
 
 
-def _why_not_fused(state: KeepState, model, module, attr: str, name: str, value: torch.Tensor) -> str | None:
+def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tensor) -> str | None:
     if value.dtype != torch.bfloat16:
         return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
     if name in state.tied(model):
@@ -137,7 +136,7 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
                                          f"or transformers experts module)"
             state.report["decoded"].append(name)
         return value if want is None or value.dtype == want else value.to(want)
-    why = _why_not_fused(state, model, module, attr, name, value) if state.mode is True and matrix else None
+    why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if state.mode is True and expert:
         why = _keep_expert(state, module, attr, name, value)
         if why is None:

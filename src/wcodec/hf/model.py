@@ -97,12 +97,8 @@ class WCodecModel:
         from ..api import torch_device
         from .quantizer import WcodecConfig
 
-        if kwargs.pop("trust_remote_code", False):
-            from ..errors import UnsupportedError
-
-            raise UnsupportedError("wcodec never runs code from a model folder (trust_remote_code=True refused)")
         folder = Path(folder)
-        config = load_config(folder)
+        config = load_config(folder, trust_remote_code=kwargs.pop("trust_remote_code", False))
         model_class = model_class or model_class_for(config)
         device_map = device if isinstance(device, dict) or device == "auto" else str(torch_device(device))
         options = WcodecConfig(keep_compressed=keep_compressed, decoder=decoder, offload=offload, verify=verify,
