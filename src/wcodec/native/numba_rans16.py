@@ -32,6 +32,18 @@ def _last_le(arr, a, b, v):
     return lo - 1
 
 
+@nb.njit(**_jit)
+def _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits):
+    """Chunk c's table and span: (a, b) its table's exception range, d the default frequency, X the
+    cumulative start of the default-coded symbols, start and m the chunk's first symbol and length."""
+    t = c // chunks_per_table
+    a, b = np.int64(eo[t]), np.int64(eo[t + 1])
+    d = np.int64(default[t])
+    X = (np.int64(1) << prob_bits) - d * (65536 - (b - a))
+    start = c * chunk_size
+    return a, b, d, X, start, min(n, start + chunk_size) - start
+
+
 @kernel
 def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits):
     """Encode every chunk: (states [n_chunks * 32] uint64, offsets [n_chunks + 1] uint32, words uint16)."""
@@ -41,12 +53,7 @@ def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, ef
     scratch = np.empty(max(2 * n, 2), dtype=np.uint16)
     counts = np.zeros(n_chunks + 1, dtype=np.int64)
     for c in nb.prange(n_chunks):
-        t = c // chunks_per_table
-        a, b = np.int64(eo[t]), np.int64(eo[t + 1])
-        d = np.int64(default[t])
-        X = (np.int64(1) << prob_bits) - d * (65536 - (b - a))
-        start = c * chunk_size
-        m = min(n, start + chunk_size) - start
+        a, b, d, X, start, m = _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits)
         x = np.full(LANES, STATE_LOWER, dtype=np.int64)
         w = 2 * (start + m)
         for i in range(m - 1, -1, -1):
@@ -91,12 +98,7 @@ def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, def
     status = np.zeros(n_chunks, dtype=np.int32)
     mask = (np.int64(1) << prob_bits) - 1
     for c in nb.prange(n_chunks):
-        t = c // chunks_per_table
-        a, b = np.int64(eo[t]), np.int64(eo[t + 1])
-        d = np.int64(default[t])
-        X = (np.int64(1) << prob_bits) - d * (65536 - (b - a))
-        start = c * chunk_size
-        m = min(n, start + chunk_size) - start
+        a, b, d, X, start, m = _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits)
         pos = np.int64(offsets[c])
         end = np.int64(offsets[c + 1])
         last = max(np.int64(words.size) - 2, 0)
