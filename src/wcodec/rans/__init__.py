@@ -30,6 +30,7 @@ from .tables import (
     decode_lookup,
     normalize_freqs,
     normalize_many,
+    reference_chunks,
 )
 
 LANES = reference.LANES
@@ -353,15 +354,9 @@ def encode(
               else np.zeros((1, ALPHABET), dtype=np.int64))
     freqs = normalize_many(groups, prob_bits)
     if backend == "reference":
-        states, offsets, words = [], [0], []
-        for c in range(n_chunks):
-            st, ws = reference.encode_chunk(symbols[c * chunk_size:(c + 1) * chunk_size], freqs[c // cpt], prob_bits)
-            states += st
-            words += ws
-            offsets.append(len(words))
-        states = np.array(states, dtype=np.uint32)
-        offsets = np.array(offsets, dtype=np.uint32)
-        words = np.array(words, dtype=np.uint16)
+        states, offsets, words = reference_chunks(
+            symbols, chunk_size, n_chunks, lambda c, chunk: reference.encode_chunk(chunk, freqs[c // cpt], prob_bits),
+            np.uint32)
     else:
         states, offsets, words = native.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, numba=use_numba)
     alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1

@@ -30,7 +30,7 @@ import numpy as np
 from .. import native
 from ..errors import CorruptDataError
 from . import reference16
-from .tables import ChunkGeometry
+from .tables import ChunkGeometry, reference_chunks
 
 LANES = 32
 SYMBOLS = 1 << 16
@@ -259,15 +259,9 @@ def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int =
                        np.zeros(0, np.uint64), np.zeros(1, np.uint32), np.zeros(0, np.uint16))
     tables = draft.tables()
     if backend == "reference":
-        states, offsets, words = [], [0], []
-        for c in range(n_chunks):
-            st, ws = reference16.encode_chunk(symbols[c * cs:(c + 1) * cs], _one_table(tables, c // cpt), prob_bits)
-            states += st
-            words += ws
-            offsets.append(len(words))
-        states = np.array(states, dtype=np.uint64)
-        offsets = np.array(offsets, dtype=np.uint32)
-        words = np.array(words, dtype=np.uint16)
+        states, offsets, words = reference_chunks(
+            symbols, cs, n_chunks, lambda c, chunk: reference16.encode_chunk(chunk, _one_table(tables, c // cpt),
+                                                                             prob_bits), np.uint64)
     else:
         states, offsets, words = native.encode_chunks16(symbols, cs, cpt, tables, prob_bits, numba=use_numba)
     return JointPlane(n, prob_bits, chunk_steps, cpt, default, exc_offsets, exc_symbols, exc_freqs,

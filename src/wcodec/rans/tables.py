@@ -116,3 +116,16 @@ class ChunkGeometry:
     def n_tables(self) -> int:
         return -(-max(self.n_chunks, 1) // self.chunks_per_table)
 
+
+def reference_chunks(symbols: np.ndarray, chunk_size: int, n_chunks: int, encode_chunk, state_dtype):
+    """(states, offsets, words) of the pure-Python reference coders, chunk by chunk:
+    ``encode_chunk(c, chunk_symbols)`` gives one chunk's (states, words) lists."""
+    states, offsets, words = [], [0], []
+    for c in range(n_chunks):
+        st, ws = encode_chunk(c, symbols[c * chunk_size:(c + 1) * chunk_size])
+        states += st
+        words += ws
+        offsets.append(len(words))
+    return (np.array(states, dtype=state_dtype), np.array(offsets, dtype=np.uint32),
+            np.array(words, dtype=np.uint16))
+
