@@ -260,7 +260,6 @@ def finish(state: KeepState, model) -> None:
             cw = cws[dev] = CompressedWeights(dev, decoder=state.decoder, offload=state.offload)
         if key not in cw.weights:
             cw.add(key, key, state.reader.record(key, verify=state.verify), dtype)
-            cw.names = {}  # parameter name -> key, for save_pretrained / dequantize
     for cw in cws.values():
         with torch.cuda.device(cw.device) if cw.device.type == "cuda" else contextlib.nullcontext():
             cw.allocate()
@@ -279,7 +278,6 @@ def finish(state: KeepState, model) -> None:
                     params[id(p)] = torch.nn.Parameter(cw.weights[key].view, requires_grad=False)
                 module._parameters[pname] = params[id(p)]
                 cw.attach(module, key)
-                cw.names[full] = key
                 state.report["compressed"].append(full)
             else:  # only Linear / Embedding weights decode just in time
                 module._parameters[pname] = torch.nn.Parameter(cw.materialize(key), requires_grad=False)

@@ -74,17 +74,13 @@ def save_folder(model, save_directory, max_shard_size="5GB", progress: bool = Fa
     fixed = _fixed_modules(model)
     experts, expert_buffers = _expert_tensors(model)
     skip = tuple(f"{n}." for n in fixed)
-    jit = _jit_views(model)
     dense = {}
     for name, t in model.state_dict(keep_vars=True).items():
         if name.startswith(skip) and not name.endswith(".bias"):
             continue
         if name.endswith("._extra_state") or name in expert_buffers or not isinstance(t, torch.Tensor):
             continue
-        hit = jit.get(name)
-        if hit is not None:
-            t = hit[0].materialize(hit[1])  # the scratch holds whichever weight ran last
-        dense[name] = t.detach()
+        dense[name] = t.detach()  # just-in-time weights: decoded by their state-dict hook
     for name, t in experts.items():
         dense[name] = t
     records = {f"{n}.weight": m.fixed_weight for n, m in fixed.items()}
@@ -167,7 +163,7 @@ def dequantize_model(model):
         for m in model.modules():
             decompress_experts(m)
     for cw in _holders(model):
-        _decode_jit(model, cw)
+        _decode_jit(cw)
     model.__dict__.pop("wcodec_weights", None)
     model.__dict__.pop("save_pretrained", None)
     return model
@@ -187,22 +183,10 @@ def _holders(model) -> list:
     return [cw for cw in h if getattr(cw, "weights", None) and hasattr(cw, "materialize")]
 
 
-def _jit_views(model) -> dict:
-    """{parameter name: (CompressedWeights, key)} over the model's just-in-time weights (every
-    one is a view of the same scratch: only the names tell them apart)."""
-    return {name: (cw, key) for cw in _holders(model) for name, key in getattr(cw, "names", {}).items()}
-
-
-def _decode_jit(model, cw) -> None:
-    """Replace every just-in-time parameter of ``cw`` by its decoded weight."""
-    names = getattr(cw, "names", {})
-    new: dict[int, torch.nn.Parameter] = {}
-    for mname, module in model.named_modules(remove_duplicate=False):
-        for pname, p in list(module._parameters.items()):
-            key = names.get(f"{mname}.{pname}" if mname else pname)
-            if p is None or key is None:
-                continue
-            if id(p) not in new:
-                new[id(p)] = torch.nn.Parameter(cw.materialize(key), requires_grad=False)
-            module._parameters[pname] = new[id(p)]
-    cw.detach()
+def _decode_jit(cw) -> None:
+    """Every module decoding just in time from ``cw`` gets its decoded weight
+    (:meth:`CompressedWeights.release`); modules that shared one Parameter (tied) share the new one."""
+    decoded: dict[int, torch.nn.Parameter] = {}
+    for module in list(cw.bound):
+        old = module.weight
+        decoded[id(old)] = cw.release(module, decoded.get(id(old)))

@@ -256,12 +256,13 @@ class CompressedWeights:
         entry = self.bound.get(module)
         return None if entry is None else entry[0]
 
-    def release(self, module: torch.nn.Module) -> torch.nn.Parameter:
+    def release(self, module: torch.nn.Module, weight: torch.nn.Parameter | None = None) -> torch.nn.Parameter:
         """Stop decoding ``module``'s weight just in time: it gets its own decoded copy (a new
         frozen Parameter, model dtype, on this set's device), which it keeps; the record stays
         here for the other modules using it (tied weights). For changing a weight in place, as
-        a LoRA merge does. Returns the new Parameter. Raises InvalidInputError for a module not
-        attached here."""
+        a LoRA merge does. ``weight``: that decoded Parameter when the caller has it already (a
+        tied partner released before), so that the partners keep sharing one. Returns the new
+        Parameter. Raises InvalidInputError for a module not attached here."""
         if module not in self.bound:
             from ..errors import InvalidInputError
 
@@ -271,7 +272,7 @@ class CompressedWeights:
             h.remove()
         module.__dict__.pop("forward", None)
         module.__dict__.pop("_wcodec_jit", None)
-        module.weight = torch.nn.Parameter(self.materialize(key), requires_grad=False)
+        module.weight = weight if weight is not None else torch.nn.Parameter(self.materialize(key), requires_grad=False)
         return module.weight
 
     def detach(self) -> None:
