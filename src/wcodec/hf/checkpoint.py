@@ -9,13 +9,23 @@ is due. :func:`install` puts :func:`safe_open` in that name: for the one file na
 other path goes to safetensors unchanged. Everything transformers does with tensors it reads
 (renames, ``key_mapping``, merging per-expert tensors, tied weights, ``device_map`` placement,
 missing / unexpected key reports) then happens to real, decoded tensors, by its own code.
+
+While a ``keep_compressed`` load of a folder runs (:func:`keep_lazily`), a slice comes back as a
+:class:`StoredTensor` instead: the record's shape and dtype with no data, which moves to a
+device without decoding. The quantize operation of :mod:`wcodec.hf.keep` then takes a stored
+fixed-rate record as it is, or makes a just-in-time weight from the record, never reading the
+values; any other use of the tensor (transformers merging experts, a cast, a dense weight)
+decodes it there and then, on its device (the GPU decoder on CUDA). So a fixed or rANS folder
+kept compressed is read once, compressed, instead of decoded on the CPU and thrown away.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import torch
+from torch.utils._pytree import tree_map
 
 CHECKPOINT_NAME = "wcodec-checkpoint.safetensors"  # named to transformers, never a file on disk
 
@@ -41,8 +51,79 @@ class LazySlice:
         return self._dtype
 
     def __getitem__(self, index) -> torch.Tensor:
+        whole = index is Ellipsis or index == (Ellipsis,)
+        if whole and self._view.lazy:
+            return StoredTensor(self._view, self._name, self._shape, torch.device("cpu"))
         t = self._view.get_tensor(self._name)
-        return t if index is Ellipsis or index == (Ellipsis,) else t[index]
+        return t if whole else t[index]
+
+
+_TO_COPY_NEUTRAL = {"layout": (None, torch.strided), "pin_memory": (None, False), "non_blocking": (None, False, True),
+                    "memory_format": (None, torch.preserve_format)}
+
+
+class StoredTensor(torch.Tensor):
+    """A stored record as a tensor with no data yet (a wrapper subclass: shape, dtype, device).
+
+    ``.to(device)`` (same dtype) gives another StoredTensor on that device; every other
+    operation decodes the record on the tensor's device first (checksums checked; the GPU
+    decoder on CUDA) and runs on the decoded tensor. :func:`materialize` decodes explicitly.
+    Only made during a keep_compressed load, whose quantize operation takes every tensor."""
+
+    @staticmethod
+    def __new__(cls, view: "CheckpointView", name: str, shape, device):
+        from .._torch_tensors import torch_dtype
+
+        dtype = torch_dtype(view.reader.entry(name)["dtype"])
+        t = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype, device=device)
+        t.view_of, t.stored_name = view, name
+        return t
+
+    def __repr__(self):
+        return f"StoredTensor({self.stored_name!r}, shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and len(args) == 1 and isinstance(args[0], StoredTensor):
+            src = args[0]
+            if kwargs.get("dtype") in (None, src.dtype) and all(kwargs.get(k) in ok for k, ok in _TO_COPY_NEUTRAL.items()):
+                return StoredTensor(src.view_of, src.stored_name, src.shape, kwargs.get("device") or src.device)
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default) and isinstance(args[0], StoredTensor):
+            return StoredTensor(args[0].view_of, args[0].stored_name, args[0].shape, args[0].device)
+        args, kwargs = tree_map(lambda a: materialize(a) if isinstance(a, StoredTensor) else a, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def materialize(t: torch.Tensor) -> torch.Tensor:
+    """``t`` decoded on its device if it is a :class:`StoredTensor`, else ``t`` itself."""
+    if not isinstance(t, StoredTensor):
+        return t
+    from ..loading import load_tensors
+
+    with torch._C.DisableTorchFunctionSubclass():
+        dev = t.device
+    view, name = t.view_of, t.stored_name
+    return load_tensors(view.reader, [name], dev, "pt", view.verify)[name]
+
+
+_LAZY: dict[Path, bool] = {}  # folder -> verify, while a keep_compressed load of it runs
+_LAZY_LOCK = threading.Lock()
+
+
+def keep_lazily(folder, on: bool, verify: bool = True) -> None:
+    """Mark a folder's checkpoint as read by a keep_compressed load (slices come back as
+    :class:`StoredTensor`, decoded with checksums checked unless ``verify`` is False), or unmark
+    it. Every wcodec folder load sets this for its folder before its weights load, so a load that
+    failed half way cannot leave the mark behind."""
+    key = Path(folder).resolve()
+    with _LAZY_LOCK:
+        if on:
+            _LAZY[key] = bool(verify)
+        else:
+            _LAZY.pop(key, None)
 
 
 class CheckpointView:
@@ -57,6 +138,10 @@ class CheckpointView:
         self.folder = Path(folder)
         self.reader = CheckpointReader(self.folder)
         self.verify = verify
+        lazy = _LAZY.get(self.folder.resolve())
+        self.lazy = lazy is not None
+        if self.lazy:
+            self.verify = lazy
 
     def keys(self) -> list[str]:
         return list(self.reader.keys())

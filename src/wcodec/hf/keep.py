@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .checkpoint import materialize
+
+
 @dataclass
 class KeepState:
     """What one load keeps, filled by :class:`KeepCompressed`, finished by :func:`finish`."""
@@ -40,6 +43,7 @@ class KeepState:
     offload: bool = False
     verify: bool = True
     reader: object = None        # CheckpointReader of the folder (None: a safetensors source)
+    folder: object = None        # the folder's Path (None: a safetensors source)
     report: dict = field(default_factory=lambda: {"fused": [], "compressed": [], "decoded": [], "kept": {}})
     jit: dict = field(default_factory=dict)       # storage id -> (placeholder, stored key, dtype, why)
     _parents: dict | None = None
@@ -120,12 +124,14 @@ def _device_scope(t: torch.Tensor):
 
 def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources) -> torch.Tensor | None:
     """Keep one loaded tensor compressed if it can be; returns None when it was consumed (its
-    module now holds it compressed), else the tensor to set (dense, or a just-in-time placeholder)."""
+    module now holds it compressed), else the tensor to set (dense, or a just-in-time placeholder).
+    ``value`` may be a :class:`wcodec.hf.checkpoint.StoredTensor` (no data yet): it is decoded
+    only where its values are needed."""
     module, attr = _locate(model, name)
     current = getattr(module, attr, None)
     want = current.dtype if isinstance(current, torch.Tensor) and current.is_floating_point() else None
     if not value.is_floating_point():
-        return value
+        return materialize(value)
     matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
     expert = not matrix and _is_expert_param(module, attr, value)
     if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
@@ -135,15 +141,19 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
             state.report["kept"][name] = f"{type(module).__name__} (not a plain nn.Linear, nn.Embedding " \
                                          f"or transformers experts module)"
             state.report["decoded"].append(name)
+        value = materialize(value)
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if state.mode is True and expert:
-        why = _keep_expert(state, module, attr, name, value)
+        why = _keep_expert(state, module, attr, name, materialize(value))
         if why is None:
             return None
     elif state.mode is True and why is None:
+        key = _stored_record_key(state, sources, value)
+        if key is None or state.reader.entry(key).get("codec") != "fixed":
+            value = materialize(value)
         with _device_scope(value):
-            _fuse(state, model, module, name, _fixed_weight(state, _stored_record_key(state, sources, value), value))
+            _fuse(state, model, module, name, _fixed_weight(state, key, value))
         return None
     if why is None:
         why = "keep_compressed='jit'"
@@ -152,7 +162,7 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     key = _stored_record_key(state, sources, value, same_dtype=False) if jit else None
     if key is None:
         state.report["decoded"].append(name)
-        return value
+        return materialize(value)
     # the weight's shape over one zero element (strides 0): transformers' tie code reads shapes
     # (it pads an output bias to its weight's rows) and compares tied values; no memory is held
     placeholder = torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)

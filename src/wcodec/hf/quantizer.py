@@ -158,8 +158,13 @@ class WcodecHfQuantizer(HfQuantizer):
             reader = CheckpointReader(Path(checkpoint_files[0]).parent)
             check_model_size(model, reader)
         q = self.quantization_config
+        if reader is not None:
+            from .checkpoint import keep_lazily
+
+            keep_lazily(Path(checkpoint_files[0]).parent, bool(q.keep_compressed), q.verify)
         if q.keep_compressed:
             self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader)
+            self.state.folder = Path(checkpoint_files[0]).parent if reader is not None else None
         elif reader is not None:
             reader.close()
         return model
@@ -176,6 +181,9 @@ class WcodecHfQuantizer(HfQuantizer):
             finish(state, model)
         finally:
             if state.reader is not None:  # records kept just in time are copies
+                from .checkpoint import keep_lazily
+
+                keep_lazily(state.folder, False)
                 state.reader.close()
         bind_save(model)
         from .warmup import after_load
