@@ -242,7 +242,7 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
     # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
     BN, BI = (16, 64) if not _interpreting() else (16, 32)
-    fixed_decode_kernel[(_cdiv(fw.N, BN), _cdiv(G, BI))](fw.lo, fw.nib, out, fw.N, G, fw.base,
+    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base,
                                                           BN=BN, BI=BI, num_warps=4)
     E = fw.ecol.numel()
     if E:  # one launch, no index tensors built per call

@@ -339,9 +339,11 @@ def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_g
 
 @triton.jit
 def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, BN: tl.constexpr, BI: tl.constexpr):
-    """Decode to out[N, kpad] bf16 (escapes hold their placeholder: the caller writes their values)."""
-    pid_n = tl.program_id(0)
-    pid_g = tl.program_id(1)
+    """Decode to out[N, kpad] bf16 (escapes hold their placeholder: the caller writes their values).
+    Grid (column groups, row blocks): axis 0 takes 2^31 - 1 programs, so a record of long rows (a
+    3-D experts tensor [E, N, K] stored as E rows) fits; axes 1 and 2 stop at 65535."""
+    pid_g = tl.program_id(0)
+    pid_n = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)[:, None]
     wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
     cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
