@@ -70,7 +70,7 @@ def _corrupt(p, **kw):
 @pytest.mark.parametrize("backend", ["reference"] + BACKENDS)
 def test_corrupt_streams_reported(backend):
     s = _symbols(2000, 3)
-    p = joint.encode(s, 4, backend="reference")
+    p = joint.encode(s, 4, backend="reference", flat_raw=False)
     words = p.words.copy()
     words[5] ^= 0x40
     st = p.states.copy()
@@ -95,7 +95,7 @@ def test_corrupt_streams_reported(backend):
     (lambda p: dict(n_symbols=1 << 41), "n_symbols"),
 ])
 def test_validation(change, msg):
-    p = joint.encode(_symbols(500, 4), 16, backend="reference")
+    p = joint.encode(_symbols(500, 4), 16, backend="reference", flat_raw=False)
     assert p.exc_symbols.size > 1
     with pytest.raises(CorruptDataError, match=msg):
         _corrupt(p, **change(p)).validate()
