@@ -305,11 +305,13 @@ def _saving(c: np.ndarray, mu: np.ndarray) -> np.ndarray:
 
 
 def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int = PROB_BITS,
-           backend: str = "auto", flat_raw: bool = True, max_bytes: int | None = None) -> JointPlane | None:
+           backend: str = "auto", flat_raw: bool = True, max_bytes: int | None = None,
+           tables: str | int = "auto") -> JointPlane | None:
     """Encode [n] uint16 symbols (any shape, flattened; not modified) as a JointPlane.
 
-    chunk_steps: None picks ``rans.auto_chunk_steps(n)``. Tables: one per segment of chunks,
-    the segment length chosen among ``rans.table_candidates`` by estimated size. flat_raw: store
+    chunk_steps: None picks ``rans.auto_chunk_steps(n)``. tables: ``"auto"``: one table per
+    segment of chunks, the segment length chosen among ``rans.table_candidates`` by estimated
+    size; an int >= 1 fixes chunks_per_table. flat_raw: store
     the chunks of flat tables raw (False: every chunk coded, the layout before it). max_bytes:
     return None, without coding, where the chosen tables' estimated size (coded symbols, tables,
     states) is not below it (the float codec's byte planes). backend: ``"auto"``, ``"native"``,
@@ -326,16 +328,20 @@ def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int =
         raise ValueError(f"prob_bits must be in {list(PROB_BITS_RANGE)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}")
+    if tables != "auto" and not (isinstance(tables, (int, np.integer)) and 1 <= tables <= 1 << 32):
+        raise ValueError(f"tables must be 'auto' or an int in [1, 2**32], got {tables!r}")
     use_numba = _numba_backend(backend)
     cs = LANES * chunk_steps
     n_chunks = -(-n // cs)
-    block = counts_block(n, cs) if n_chunks else 1  # every finer candidate is a multiple of it
+    candidates = table_candidates(n, cs) if tables == "auto" else [int(tables)]
+    # counts per block of chunks: every candidate but one table for the whole plane is a multiple
+    block = counts_block(n, cs) if n_chunks and tables == "auto" else 1
     counts = np.zeros((-(-n_chunks // block), SYMBOLS), dtype=np.int64 if n >= 1 << 31 else np.int32)
     for k in range(counts.shape[0]):
         counts[k] = np.bincount(symbols[k * block * cs:(k + 1) * block * cs], minlength=SYMBOLS)
     state_bits = 64 * LANES if flat_raw else 0  # per chunk
     best = None
-    for cpt in table_candidates(n, cs) if n_chunks else [1]:
+    for cpt in candidates if n_chunks else [1]:
         tabs = _segment_tables(counts, -(-cpt // block), cpt, n_chunks, cs, n, prob_bits, state_bits) if n_chunks \
             else [_table(np.zeros(SYMBOLS, np.int64), prob_bits)]
         bits = sum(t[0] for t in tabs)
