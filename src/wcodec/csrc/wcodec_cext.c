@@ -2440,6 +2440,49 @@ static void dec16_task(void *vctx, int64_t c) {
     ctx->status[c] = st;
 }
 
+/* block_histograms16(symbols u16[n], block, counts int32[n_blocks * 65536], threads): the
+ * joint encoder's symbol counts per block of `block` symbols (block <= 2**31 - 1) */
+typedef struct {
+    const uint16_t *sym;
+    int64_t n, block;
+    int32_t *counts;
+} hist16_ctx;
+
+static void hist16_task(void *vctx, int64_t k) {
+    hist16_ctx *ctx = vctx;
+    int32_t *h = ctx->counts + k * 65536;
+    int64_t a = k * ctx->block, b = a + ctx->block < ctx->n ? a + ctx->block : ctx->n;
+    memset(h, 0, 65536 * sizeof(int32_t));
+    for (int64_t i = a; i < b; i++) h[ctx->sym[i]]++;
+}
+
+static PyObject *py_block_histograms16(PyObject *self, PyObject *args) {
+    PyObject *o_sym, *o_counts;
+    long long block;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &block, &o_counts, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    hist16_ctx ctx;
+    int64_t nc;
+    if (!(ctx.sym = get_buf(&bs, o_sym, 0, 2, &ctx.n, "symbols"))) goto fail;
+    if (!(ctx.counts = get_buf(&bs, o_counts, 1, 4, &nc, "counts"))) goto fail;
+    ctx.block = block;
+    if (block < 1 || block > INT32_MAX || nc != ((ctx.n + block - 1) / block) * 65536) {
+        PyErr_SetString(PyExc_ValueError, "block_histograms16: bad sizes");
+        goto fail;
+    }
+    int64_t n_blocks = nc / 65536;
+    threads = pick_threads(threads, n_blocks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(hist16_task, &ctx, n_blocks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
 /* decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, exc_offsets,
  *                 exc_symbols, exc_freqs, exc_cum, exc_rank, prob_bits, out, status, state_index,
  *                 threads): symbol i OR-ed into out[i] ([n] uint16 or uint32); state_index int64
@@ -2641,6 +2684,7 @@ static PyMethodDef methods[] = {
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
     {"encode_chunks16", py_encode_chunks16, METH_VARARGS, "rANS encode of a joint (16-bit symbol) plane's chunks"},
     {"decode_chunks16", py_decode_chunks16, METH_VARARGS, "rANS decode of a joint (16-bit symbol) plane's chunks"},
+    {"block_histograms16", py_block_histograms16, METH_VARARGS, "16-bit symbol counts per block"},
     {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
     {"isa", py_isa, METH_NOARGS, "the instruction set in use: scalar, avx2 or avx512"},
     {"set_isa", py_set_isa, METH_VARARGS, "use a (supported) instruction set"},

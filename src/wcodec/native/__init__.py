@@ -304,6 +304,17 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
 
 # ---- joint low plane (16-bit symbols, format version 2) ------------------------------------
 
+def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> np.ndarray:
+    """symbols: [n] uint16 -> [n_blocks, 65536] int32 counts per block of ``block`` (< 2**31) symbols."""
+    e = None if numba else ext()
+    if e is None:
+        from . import numba_rans16
+        return numba_rans16.block_histograms16(symbols, block, size=symbols.size)
+    counts = np.empty((-(-symbols.size // block), 65536), dtype=np.int32)
+    e.block_histograms16(symbols, block, counts, _threads_for(symbols.size))
+    return counts
+
+
 def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, raw, numba: bool = False):
     """rANS-encode [n] uint16 symbols in chunks: (states [n_chunks*32] uint64, offsets
     [n_chunks+1] uint32, words uint16). tables: ``rans.joint.JointPlane.tables()``; raw

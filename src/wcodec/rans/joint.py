@@ -267,8 +267,8 @@ def _segment_tables(counts: np.ndarray, rows: int, cpt: int, n_chunks: int, chun
     """
     nb, full = counts.shape[0], counts.shape[0] // rows  # (np.add.reduceat on axis 0 is ~50x slower)
     seg = counts if rows == 1 else np.concatenate(
-        [counts[:full * rows].reshape(full, rows, SYMBOLS).sum(axis=1, dtype=counts.dtype),
-         counts[full * rows:].sum(axis=0, dtype=counts.dtype, keepdims=True)[:1 if nb % rows else 0]])
+        [counts[:full * rows].reshape(full, rows, SYMBOLS).sum(axis=1, dtype=np.int64),
+         counts[full * rows:].sum(axis=0, dtype=np.int64, keepdims=True)[:1 if nb % rows else 0]])
     starts = np.arange(seg.shape[0], dtype=np.int64) * cpt * chunk_size
     n_seg = np.minimum(n, starts + cpt * chunk_size) - starts
     mu = n_seg / SYMBOLS
@@ -336,9 +336,10 @@ def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int =
     candidates = table_candidates(n, cs) if tables == "auto" else [int(tables)]
     # counts per block of chunks: every candidate but one table for the whole plane is a multiple
     block = counts_block(n, cs) if n_chunks and tables == "auto" else 1
-    counts = np.zeros((-(-n_chunks // block), SYMBOLS), dtype=np.int64 if n >= 1 << 31 else np.int32)
-    for k in range(counts.shape[0]):
-        counts[k] = np.bincount(symbols[k * block * cs:(k + 1) * block * cs], minlength=SYMBOLS)
+    if block * cs < 1 << 31:
+        counts = native.block_histograms16(symbols, block * cs, numba=use_numba)
+    else:  # one table for a plane of 2**31+ symbols: int64 counts
+        counts = np.bincount(symbols, minlength=SYMBOLS)[None, :]
     state_bits = 64 * LANES if flat_raw else 0  # per chunk
     best = None
     for cpt in candidates if n_chunks else [1]:
