@@ -266,9 +266,10 @@ def _segment_tables(counts: np.ndarray, rows: int, cpt: int, n_chunks: int, chun
     plane's chunks) so skip the search: all-MiniLM-L6-v2's embedding encodes ~10x faster.
     """
     nb, full = counts.shape[0], counts.shape[0] // rows  # (np.add.reduceat on axis 0 is ~50x slower)
+    acc = np.int32 if cpt * chunk_size < 1 << 31 else np.int64
     seg = counts if rows == 1 else np.concatenate(
-        [counts[:full * rows].reshape(full, rows, SYMBOLS).sum(axis=1, dtype=np.int64),
-         counts[full * rows:].sum(axis=0, dtype=np.int64, keepdims=True)[:1 if nb % rows else 0]])
+        [counts[:full * rows].reshape(full, rows, SYMBOLS).sum(axis=1, dtype=acc),
+         counts[full * rows:].sum(axis=0, dtype=acc, keepdims=True)[:1 if nb % rows else 0]])
     starts = np.arange(seg.shape[0], dtype=np.int64) * cpt * chunk_size
     n_seg = np.minimum(n, starts + cpt * chunk_size) - starts
     mu = n_seg / SYMBOLS
