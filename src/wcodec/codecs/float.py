@@ -214,7 +214,8 @@ class FloatCodec(Codec):
             from ..rans import joint as rans_joint
 
             v1_bytes = sum(a.nbytes for k, a in sections.items() if k.startswith(("low1.", "low0.")))
-            plane = rans_joint.encode(bits & np.uint32(0xFFFF), chunk_steps, max_bytes=v1_bytes, tables=tables)
+            plane = rans_joint.encode(bits.astype(np.uint16), chunk_steps, max_bytes=v1_bytes,  # the low 16 bits
+                                      tables=tables)
             if plane is not None and plane.nbytes < v1_bytes:
                 sections = {k: a for k, a in sections.items() if not k.startswith(("low1.", "low0."))}
                 sections.update(plane.sections("low16"))
