@@ -67,3 +67,24 @@ def test_malformed_joint_records_rejected():
     rec.sections.pop("low16.default")
     with pytest.raises(CorruptDataError, match="low16"):
         decode_tensor(rec)
+
+
+def test_raw_chunks_roundtrip_and_hostile_records_name_the_tensor():
+    # fp16 rows fill the first three chunks (coded), uniform rows the last two (raw: flat_raw)
+    a = _f32(rows=40, cols=256, fp16_rows=24)
+    rec = _enc(a, tables=1)
+    joint = rec.params["low_joint"]
+    assert joint["flat_raw"] == 1 and rec.sections["low16.states"].size == 3 * 32
+    assert np.array_equal(decode_tensor(rec).view(np.uint32), a.view(np.uint32))
+    with native.disabled():
+        assert np.array_equal(decode_tensor(rec).view(np.uint32), a.view(np.uint32))
+    for params, msg in ((dict(joint, flat_raw=0), "states"), (dict(joint, flat_raw=7), "flat_raw"),
+                        (dict(joint, flat_raw=1.0), "integer")):
+        bad = type(rec)(rec.codec, rec.dtype, rec.shape, dict(rec.params, low_joint=params), rec.sections)
+        with pytest.raises(CorruptDataError, match=f"emb.w.*{msg}|{msg}.*emb.w"):
+            decode_tensor(bad, "emb.w")
+    offsets = rec.sections["low16.offsets"].copy()
+    offsets[4] += 1  # the raw chunk 3 one word longer, raw chunk 4 one shorter
+    bad = type(rec)(rec.codec, rec.dtype, rec.shape, rec.params, {**rec.sections, "low16.offsets": offsets})
+    with pytest.raises(CorruptDataError, match="emb.w.*raw chunk 3 holds 2049 words"):
+        decode_tensor(bad, "emb.w")

@@ -84,3 +84,32 @@ def test_header_version_must_match_preamble(tmp_path):
     with pytest.raises(FormatError, match="does not match the preamble"):
         Reader(p)
     assert spec.VERSIONS == (1, 2)
+
+
+GOLDEN_RAW = GOLDEN.with_name("tiny_float_joint_v2_raw.wcodec")
+
+
+def _tensor_raw() -> np.ndarray:
+    """Two chunks of fp16 rows (coded), then three of uniform low bits (raw chunks, flat_raw)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((40, 256)).astype(np.float32)
+    a[:16] = a[:16].astype(np.float16).astype(np.float32)
+    return a
+
+
+def test_golden_v2_raw_chunks_bytes(tmp_path):
+    out = tmp_path / "v2raw.wcodec"
+    a = _tensor_raw()
+    rec = encode_tensor(a, "F32", codec="float", chunk_steps=64, tables=1, low_joint=True)
+    assert rec.params["low_joint"]["flat_raw"] == 1 and rec.sections["low16.states"].size == 2 * 32
+    with Writer(out, {"name": "tiny-v2-raw"}) as w:
+        w.add_record("w", rec, zlib.crc32(a.tobytes()))
+    if os.environ.get("WCODEC_REGEN_GOLDEN"):
+        GOLDEN_RAW.write_bytes(out.read_bytes())
+    assert out.read_bytes() == GOLDEN_RAW.read_bytes()
+
+
+def test_golden_v2_raw_chunks_read_back():
+    assert int.from_bytes(GOLDEN_RAW.read_bytes()[8:12], "little") == 2
+    with Reader(GOLDEN_RAW) as r:
+        assert np.array_equal(r.get_numpy("w").view(np.uint32), _tensor_raw().view(np.uint32))

@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from wcodec import native
 from wcodec.errors import CorruptDataError
@@ -70,7 +71,7 @@ def _corrupt(p, **kw):
 @pytest.mark.parametrize("backend", ["reference"] + BACKENDS)
 def test_corrupt_streams_reported(backend):
     s = _symbols(2000, 3)
-    p = joint.encode(s, 4, backend="reference")
+    p = joint.encode(s, 4, backend="reference", flat_raw=False)
     words = p.words.copy()
     words[5] ^= 0x40
     st = p.states.copy()
@@ -95,7 +96,7 @@ def test_corrupt_streams_reported(backend):
     (lambda p: dict(n_symbols=1 << 41), "n_symbols"),
 ])
 def test_validation(change, msg):
-    p = joint.encode(_symbols(500, 4), 16, backend="reference")
+    p = joint.encode(_symbols(500, 4), 16, backend="reference", flat_raw=False)
     assert p.exc_symbols.size > 1
     with pytest.raises(CorruptDataError, match=msg):
         _corrupt(p, **change(p)).validate()
@@ -121,3 +122,85 @@ def test_input_not_modified_and_bad_arguments():
         joint.encode(s, chunk_steps=0)
     with pytest.raises(ValueError):
         joint.encode(s, prob_bits=12)
+
+
+# ---- raw chunks (params flat_raw): a flat table's chunks hold their symbols as words ----------
+
+def _mixed(n_chunks, chunk, seed=0, spiky=(1,)):
+    """Uniform chunks, except those in ``spiky`` whose symbols have their low 13 bits zero."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 1 << 16, n_chunks * chunk - chunk // 3).astype(np.uint16)  # a partial last chunk
+    for c in spiky:
+        s[c * chunk:(c + 1) * chunk] = (rng.integers(0, 8, s[c * chunk:(c + 1) * chunk].size) << 13)
+    return s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_raw_chunks_bit_exact_with_reference(backend):
+    s = _mixed(6, 32 * 8, spiky=(1, 3))
+    ref = joint.encode(s, 8, backend="reference", tables=1)
+    raw = ref.raw_chunks()
+    assert ref.flat_raw == 1 and ref.params()["flat_raw"] == 1
+    assert raw.tolist() == [True, False, True, False, True, True]
+    assert ref.states.size == 2 * 32
+    assert np.diff(ref.offsets.astype(np.int64))[raw].tolist() == [256, 256, 256, 256 - 256 // 3]
+    _same(ref, joint.encode(s, 8, backend=backend, tables=1))
+    for b in ("reference", backend):
+        assert np.array_equal(joint.decode(ref, backend=b), s)
+        out = np.full(s.size, 0xA5A50000, dtype=np.uint32)
+        joint.decode(ref, backend=b, out=out)
+        assert np.array_equal(out & 0xFFFF, s) and (out >> 16 == 0xA5A5).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([1, 2, 4]), st.integers(0, 2**32 - 1),
+       st.lists(st.integers(0, 4), max_size=3), st.integers(0, 40))
+def test_raw_chunks_property(n_chunks, steps, seed, spiky, cut):
+    """Reference, C and numba agree bit for bit on planes that mix raw and coded chunks, with
+    either layout; every backend decodes every plane."""
+    s = _mixed(n_chunks, 32 * steps, seed, [c for c in spiky if c < n_chunks])
+    s = s[:max(1, s.size - cut)]
+    for flat_raw in (True, False):
+        ref = joint.encode(s, steps, backend="reference", flat_raw=flat_raw, tables=1)
+        assert ref.flat_raw == int(flat_raw and ref.raw_chunks().any())
+        for b in BACKENDS:
+            _same(ref, joint.encode(s, steps, backend=b, flat_raw=flat_raw, tables=1))
+            assert np.array_equal(joint.decode(ref, backend=b), s)
+        assert np.array_equal(joint.decode(ref, backend="reference"), s)
+
+
+def test_old_layout_unchanged_where_no_table_is_flat():
+    # the layout before raw chunks: the same bytes and no flat_raw param where no table is flat
+    s = _symbols(4096, spike=1)
+    a, b = joint.encode(s, 16, flat_raw=True, tables=1), joint.encode(s, 16, flat_raw=False, tables=1)
+    assert "flat_raw" not in a.params() and not a.raw_chunks().any()
+    _same(a, b)
+
+
+@pytest.mark.parametrize("backend", ["reference"] + BACKENDS)
+@pytest.mark.parametrize("change,msg", [
+    (lambda p: dict(flat_raw=2), "flat_raw"),
+    (lambda p: dict(flat_raw=0), "states"),  # raw chunks read as coded: no states for them
+    (lambda p: dict(states=np.concatenate([p.states, p.states[:32]])), "states"),
+    (lambda p: dict(offsets=p.offsets - np.isin(np.arange(p.offsets.size), [1]).astype(np.uint32)),
+     "raw chunk 0 holds 255 words, expected 256"),
+])
+def test_hostile_raw_chunks_rejected(backend, change, msg):
+    p = joint.encode(_mixed(4, 256, spiky=(2,)), 8, tables=1)
+    assert p.raw_chunks()[0] and not p.raw_chunks()[2]
+    with pytest.raises(CorruptDataError, match=msg):
+        joint.decode(_corrupt(p, **change(p)), backend=backend, where="low16 plane")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kernels_flag_raw_chunk_word_counts(backend):
+    # the kernels' own guard, below validation: a raw chunk given the wrong span is flagged
+    p = joint.encode(_mixed(3, 256, spiky=(1,)), 8, tables=1)
+    sidx = p.state_index()
+    assert sidx.tolist() == [-1, 0, -1]
+    offs = p.offsets.copy()
+    offs[1] -= 2
+    out = np.zeros(p.n_symbols, dtype=np.uint16)
+    status = native.decode_chunks16(p.states, offs, p.words, p.n_symbols, p.chunk_size, p.chunks_per_table,
+                                    p.tables(), p.prob_bits, out, sidx, numba=backend == "numba")
+    assert status[0] != 0

@@ -169,9 +169,9 @@ class FloatCodec(Codec):
                tables: str | int = "auto", low_joint: bool = False, **options) -> EncodedTensor:
         """array: float tensor of ``dtype`` (BF16 as uint16 bits), any shape; not modified.
 
-        low_joint: F32 only, opt-in (format version 2, which the GPU decoder does not read yet):
-        also code the two low bytes as one 16-bit plane (``rans.joint``) and keep it where it
-        is smaller than the two byte planes."""
+        low_joint: F32 only, opt-in (format version 2; the GPU loader decodes that plane on the
+        host): also code the two low bytes as one 16-bit plane (``rans.joint``) where a byte
+        plane is coded, and keep it where it is smaller than the two byte planes."""
         W, E, M, L = LAYOUT[dtype]
         bits = np.ascontiguousarray(array).reshape(-1).view(UINT[W])
         n = bits.size
@@ -208,12 +208,15 @@ class FloatCodec(Codec):
             else:
                 params["low"].append({"coded": False})
                 sections[f"{name}.raw"] = np.ascontiguousarray(low[k])
-        if low_joint and L == 2 and n:
+        if low_joint and L == 2 and n and any(lp["coded"] for lp in params["low"]):
+            # tried only where a byte plane is coded: the 16-bit symbols pay through structure
+            # that the bytes show too (MiniLM's 3 joint tensors; uniform low bits skip the search)
             from ..rans import joint as rans_joint
 
             v1_bytes = sum(a.nbytes for k, a in sections.items() if k.startswith(("low1.", "low0.")))
-            plane = rans_joint.encode(bits & np.uint32(0xFFFF), chunk_steps)
-            if plane.nbytes < v1_bytes:
+            plane = rans_joint.encode(bits.astype(np.uint16), chunk_steps, max_bytes=v1_bytes,  # the low 16 bits
+                                      tables=tables)
+            if plane is not None and plane.nbytes < v1_bytes:
                 sections = {k: a for k, a in sections.items() if not k.startswith(("low1.", "low0."))}
                 sections.update(plane.sections("low16"))
                 params["low"] = []

@@ -2154,7 +2154,9 @@ fail:
 /* joint low plane: rANS over 16-bit symbols (format version 2; wcodec.rans.reference16 is the
  * spec, wcodec.native.numba_rans16 the numba twin). Scalar C on every ISA: the step has two
  * binary searches and a 64-bit division that do not map onto the byte coder's SIMD lookups.
- * Tables: default [T], exc_offsets [T+1], exc_symbols u16, exc_freqs / exc_cum / exc_rank u32. */
+ * Tables: default [T], exc_offsets [T+1], exc_symbols u16, exc_freqs / exc_cum / exc_rank u32.
+ * Raw chunks (params flat_raw: a flat table's chunks) store their symbols as their words and
+ * have no states: encoded as a copy, decoded as an OR. */
 
 #define STATE_LOWER16 (1ull << 31)
 
@@ -2211,6 +2213,7 @@ typedef struct {
     uint64_t *states;
     int64_t *counts;
     uint16_t *scratch;
+    const uint8_t *raw; /* [n_chunks]: 1 = the chunk is stored raw */
     int bad;
 } enc16_ctx;
 
@@ -2225,6 +2228,12 @@ static void enc16_task(void *vctx, int64_t c) {
     int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
     const uint16_t *sym = ctx->sym + start;
     uint16_t *w = ctx->scratch + 2 * (start + m);
+    if (ctx->raw[c]) {
+        memcpy(w - m, sym, (size_t)m * 2);
+        memset(ctx->states + c * LANES, 0, LANES * sizeof(uint64_t));
+        ctx->counts[c] = m;
+        return;
+    }
     uint64_t X[LANES];
     for (int l = 0; l < LANES; l++) X[l] = STATE_LOWER16;
     int absent = 0;
@@ -2258,17 +2267,18 @@ static void enc16_task(void *vctx, int64_t c) {
 }
 
 /* encode_chunks16(symbols, chunk_size, chunks_per_table, default, exc_offsets, exc_symbols,
- *                 exc_freqs, exc_cum, prob_bits, states, counts, scratch [2n], threads) -> words */
+ *                 exc_freqs, exc_cum, prob_bits, states, counts, scratch [2n], raw u8[n_chunks],
+ *                 threads) -> words (a raw chunk's states are zero) */
 static PyObject *py_encode_chunks16(PyObject *self, PyObject *args) {
-    PyObject *o_sym, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_states, *o_counts, *o_scratch;
+    PyObject *o_sym, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_states, *o_counts, *o_scratch, *o_raw;
     long long cs, cpt;
     int pb, threads;
-    if (!PyArg_ParseTuple(args, "OLLOOOOOiOOOi", &o_sym, &cs, &cpt, &o_def, &o_eo, &o_esym, &o_efreq, &o_ecum,
-                          &pb, &o_states, &o_counts, &o_scratch, &threads))
+    if (!PyArg_ParseTuple(args, "OLLOOOOOiOOOOi", &o_sym, &cs, &cpt, &o_def, &o_eo, &o_esym, &o_efreq, &o_ecum,
+                          &pb, &o_states, &o_counts, &o_scratch, &o_raw, &threads))
         return NULL;
     bufs_t bs = {.k = 0};
     enc16_ctx ctx;
-    int64_t nd, neo, nsy, nfr, ncu, nst, nc, nsc;
+    int64_t nd, neo, nsy, nfr, ncu, nst, nc, nsc, nraw;
     ctx.sym = get_buf(&bs, o_sym, 0, 2, &ctx.n, "symbols");
     if (!ctx.sym) goto fail;
     if (!(ctx.tab.def = get_buf(&bs, o_def, 0, 4, &nd, "default"))) goto fail;
@@ -2279,12 +2289,13 @@ static PyObject *py_encode_chunks16(PyObject *self, PyObject *args) {
     if (!(ctx.states = get_buf(&bs, o_states, 1, 8, &nst, "states"))) goto fail;
     if (!(ctx.counts = get_buf(&bs, o_counts, 1, 8, &nc, "counts"))) goto fail;
     if (!(ctx.scratch = get_buf(&bs, o_scratch, 1, 2, &nsc, "scratch"))) goto fail;
+    if (!(ctx.raw = get_buf(&bs, o_raw, 0, 1, &nraw, "raw"))) goto fail;
     ctx.chunk_size = cs;
     ctx.chunks_per_table = cpt;
     ctx.pb = pb;
     int64_t n_chunks = cs > 0 ? (ctx.n + cs - 1) / cs : 0;
     if (cs < LANES || cs % LANES || pb < 16 || pb > 28 || nst != n_chunks * LANES || nc != n_chunks ||
-        nsc < 2 * ctx.n)
+        nsc < 2 * ctx.n || nraw != n_chunks)
         goto bad_args;
     if (check_tab16(&ctx.tab, nd, neo, nsy, nfr, ncu, ncu, n_chunks, cpt) < 0) goto fail;
     ctx.bad = 0;
@@ -2316,6 +2327,7 @@ typedef struct {
     const uint64_t *states;
     const uint32_t *offsets;
     const uint16_t *words;
+    const int64_t *sidx; /* [n_chunks]: the chunk's first state, -1 for a raw chunk */
     int64_t words_len, n, chunk_size, chunks_per_table;
     int pb, out_bytes;
     void *out;
@@ -2333,16 +2345,29 @@ static void dec16_task(void *vctx, int64_t c) {
     int64_t start = c * ctx->chunk_size;
     int64_t m = (ctx->n < start + ctx->chunk_size ? ctx->n : start + ctx->chunk_size) - start;
     int64_t pos = ctx->offsets[c], end = ctx->offsets[c + 1], last = ctx->words_len - 2;
+    uint16_t *o16 = (uint16_t *)ctx->out + start;
+    uint32_t *o32 = (uint32_t *)ctx->out + start;
+    if (ctx->sidx[c] < 0) { /* a raw chunk: its words are its symbols */
+        if (end - pos != m) {
+            ctx->status[c] = end - pos > m ? 2 : 1;
+            return;
+        }
+        const uint16_t *src = ctx->words + pos;
+        if (ctx->out_bytes == 2)
+            for (int64_t i = 0; i < m; i++) o16[i] |= src[i];
+        else
+            for (int64_t i = 0; i < m; i++) o32[i] |= src[i];
+        ctx->status[c] = 0;
+        return;
+    }
     uint64_t X[LANES];
     for (int l = 0; l < LANES; l++) {
-        X[l] = ctx->states[c * LANES + l];
+        X[l] = ctx->states[ctx->sidx[c] + l];
         if (X[l] < STATE_LOWER16 || X[l] >> 63) {
             ctx->status[c] = 3;
             return;
         }
     }
-    uint16_t *o16 = (uint16_t *)ctx->out + start;
-    uint32_t *o32 = (uint32_t *)ctx->out + start;
     /* k = r / d for the unlisted symbols: a shift where d is a power of two (every flat table:
      * d = 2**(prob_bits - 16)), else a double reciprocal corrected by one step (r, d < 2**28) */
     int dshift = d && !(d & (d - 1)) ? __builtin_ctzll(d) : -1;
@@ -2415,20 +2440,64 @@ static void dec16_task(void *vctx, int64_t c) {
     ctx->status[c] = st;
 }
 
+/* block_histograms16(symbols u16[n], block, counts int32[n_blocks * 65536], threads): the
+ * joint encoder's symbol counts per block of `block` symbols (block <= 2**31 - 1) */
+typedef struct {
+    const uint16_t *sym;
+    int64_t n, block;
+    int32_t *counts;
+} hist16_ctx;
+
+static void hist16_task(void *vctx, int64_t k) {
+    hist16_ctx *ctx = vctx;
+    int32_t *h = ctx->counts + k * 65536;
+    int64_t a = k * ctx->block, b = a + ctx->block < ctx->n ? a + ctx->block : ctx->n;
+    memset(h, 0, 65536 * sizeof(int32_t));
+    for (int64_t i = a; i < b; i++) h[ctx->sym[i]]++;
+}
+
+static PyObject *py_block_histograms16(PyObject *self, PyObject *args) {
+    PyObject *o_sym, *o_counts;
+    long long block;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &block, &o_counts, &threads)) return NULL;
+    bufs_t bs = {.k = 0};
+    hist16_ctx ctx;
+    int64_t nc;
+    if (!(ctx.sym = get_buf(&bs, o_sym, 0, 2, &ctx.n, "symbols"))) goto fail;
+    if (!(ctx.counts = get_buf(&bs, o_counts, 1, 4, &nc, "counts"))) goto fail;
+    ctx.block = block;
+    if (block < 1 || block > INT32_MAX || nc != ((ctx.n + block - 1) / block) * 65536) {
+        PyErr_SetString(PyExc_ValueError, "block_histograms16: bad sizes");
+        goto fail;
+    }
+    int64_t n_blocks = nc / 65536;
+    threads = pick_threads(threads, n_blocks);
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(hist16_task, &ctx, n_blocks, threads);
+    Py_END_ALLOW_THREADS
+    bufs_release(&bs);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
+
 /* decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, exc_offsets,
- *                 exc_symbols, exc_freqs, exc_cum, exc_rank, prob_bits, out, status, threads):
- * symbol i OR-ed into out[i] ([n] uint16 or uint32); tables validated by the caller */
+ *                 exc_symbols, exc_freqs, exc_cum, exc_rank, prob_bits, out, status, state_index,
+ *                 threads): symbol i OR-ed into out[i] ([n] uint16 or uint32); state_index int64
+ * [n_chunks] each chunk's first state or -1 (raw); tables validated by the caller */
 static PyObject *py_decode_chunks16(PyObject *self, PyObject *args) {
     PyObject *o_states, *o_offsets, *o_words, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_erank, *o_out,
-        *o_status;
+        *o_status, *o_sidx;
     long long n, cs, cpt;
     int pb, threads;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOOiOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_def, &o_eo,
-                          &o_esym, &o_efreq, &o_ecum, &o_erank, &pb, &o_out, &o_status, &threads))
+    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOOiOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_def,
+                          &o_eo, &o_esym, &o_efreq, &o_ecum, &o_erank, &pb, &o_out, &o_status, &o_sidx, &threads))
         return NULL;
     bufs_t bs = {.k = 0};
     dec16_ctx ctx;
-    int64_t ns, no, nd, neo, nsy, nfr, ncu, nra, nout, nst;
+    int64_t ns, no, nd, neo, nsy, nfr, ncu, nra, nout, nst, nsi;
     if (!(ctx.states = get_buf(&bs, o_states, 0, 8, &ns, "states"))) goto fail;
     if (!(ctx.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets"))) goto fail;
     if (!(ctx.words = get_buf(&bs, o_words, 0, 2, &ctx.words_len, "words"))) goto fail;
@@ -2441,16 +2510,22 @@ static PyObject *py_decode_chunks16(PyObject *self, PyObject *args) {
     if (!(ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out"))) goto fail;
     ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
     if (!(ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status"))) goto fail;
+    if (!(ctx.sidx = get_buf(&bs, o_sidx, 0, 8, &nsi, "state_index"))) goto fail;
     ctx.n = n;
     ctx.chunk_size = cs;
     ctx.chunks_per_table = cpt;
     ctx.pb = pb;
     int64_t n_chunks = cs > 0 ? (n + cs - 1) / cs : 0;
-    if (cs < LANES || cs % LANES || n < 0 || pb < 16 || pb > 28 || ctx.words_len < 2 || ns != n_chunks * LANES ||
-        no != n_chunks + 1 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4)) {
+    if (cs < LANES || cs % LANES || n < 0 || pb < 16 || pb > 28 || ctx.words_len < 2 || no != n_chunks + 1 ||
+        nout != n || nst != n_chunks || nsi != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4)) {
         PyErr_SetString(PyExc_ValueError, "decode_chunks16: inconsistent arguments");
         goto fail;
     }
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (ctx.sidx[c] < -1 || (ctx.sidx[c] >= 0 && ctx.sidx[c] > ns - LANES)) {
+            PyErr_SetString(PyExc_ValueError, "decode_chunks16: state index out of range");
+            goto fail;
+        }
     if (check_tab16(&ctx.tab, nd, neo, nsy, nfr, ncu, nra, n_chunks, cpt) < 0) goto fail;
     for (int64_t c = 0; c < n_chunks; c++)
         if (ctx.offsets[c] > ctx.offsets[c + 1] || (int64_t)ctx.offsets[c + 1] > ctx.words_len) {
@@ -2609,6 +2684,7 @@ static PyMethodDef methods[] = {
     {"encode_chunks", py_encode_chunks, METH_VARARGS, "rANS encode of a plane's chunks"},
     {"encode_chunks16", py_encode_chunks16, METH_VARARGS, "rANS encode of a joint (16-bit symbol) plane's chunks"},
     {"decode_chunks16", py_decode_chunks16, METH_VARARGS, "rANS decode of a joint (16-bit symbol) plane's chunks"},
+    {"block_histograms16", py_block_histograms16, METH_VARARGS, "16-bit symbol counts per block"},
     {"decode_lookup", py_decode_lookup, METH_VARARGS, "packed rANS decode lookup tables"},
     {"isa", py_isa, METH_NOARGS, "the instruction set in use: scalar, avx2 or avx512"},
     {"set_isa", py_set_isa, METH_VARARGS, "use a (supported) instruction set"},

@@ -75,6 +75,8 @@ def _float(params: dict, dtype: str, shape: list, numel: int) -> None:
         _int(joint, "prob_bits", 16, 28, where)
         _int(joint, "chunk_steps", 1, MAX_CHUNK_STEPS, where)
         _int(joint, "chunks_per_table", 1, MAX_CHUNKS_PER_TABLE, where)
+        if "flat_raw" in joint:  # raw chunks (CODEC_LAYOUT.md); absent in the first v2 files
+            _int(joint, "flat_raw", 0, 1, where)
         return
     if not isinstance(low, list) or len(low) != L:
         raise CorruptDataError(f"float params: 'low' must be a list of {L} objects for {dtype}")

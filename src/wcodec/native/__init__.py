@@ -304,38 +304,51 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
 
 # ---- joint low plane (16-bit symbols, format version 2) ------------------------------------
 
-def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, numba: bool = False):
+def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> np.ndarray:
+    """symbols: [n] uint16 -> [n_blocks, 65536] int32 counts per block of ``block`` (< 2**31) symbols."""
+    e = None if numba else ext()
+    if e is None:
+        from . import numba_rans16
+        return numba_rans16.block_histograms16(symbols, block, size=symbols.size)
+    counts = np.empty((-(-symbols.size // block), 65536), dtype=np.int32)
+    e.block_histograms16(symbols, block, counts, _threads_for(symbols.size))
+    return counts
+
+
+def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, raw, numba: bool = False):
     """rANS-encode [n] uint16 symbols in chunks: (states [n_chunks*32] uint64, offsets
-    [n_chunks+1] uint32, words uint16). tables: ``rans.joint.JointPlane.tables()``."""
+    [n_chunks+1] uint32, words uint16). tables: ``rans.joint.JointPlane.tables()``; raw
+    [n_chunks] uint8: chunks stored as their symbols (their 32 states are written as zeros)."""
     default, eo, esym, efreq, ecum, _ = tables
     e = None if numba else ext()
     n = symbols.size
     if e is None:
         from . import numba_rans16
         return numba_rans16.encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum,
-                                            prob_bits, size=n)
+                                            prob_bits, raw, size=n)
     n_chunks = -(-n // chunk_size)
     states = np.empty(n_chunks * 32, dtype=np.uint64)
     counts = np.empty(n_chunks, dtype=np.int64)
     scratch = np.empty(max(2 * n, 2), dtype=np.uint16)
     total = e.encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits,
-                              states, counts, scratch, _threads_for(n))
+                              states, counts, scratch, raw, _threads_for(n))
     offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
     np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
     return states, offsets, scratch[:total].copy()
 
 
-def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tables, prob_bits, out,
+def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tables, prob_bits, out, state_index,
                     numba: bool = False) -> np.ndarray:
     """Decode a validated joint plane, OR-ing symbol i into ``out[i]`` ([n] uint16/uint32 with
-    zero low 16 bits); returns the [n_chunks] int32 status. words: >= 2 entries."""
+    zero low 16 bits); returns the [n_chunks] int32 status. words: >= 2 entries; state_index
+    [n_chunks] int64: each chunk's first state, -1 for a raw chunk."""
     e = None if numba else ext()
     n_chunks = -(-n // chunk_size)
     if e is None:
         from . import numba_rans16
         return numba_rans16.decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, *tables,
-                                            prob_bits, out, size=n if n_chunks > 1 else 0)
+                                            prob_bits, out, state_index, size=n if n_chunks > 1 else 0)
     status = np.empty(n_chunks, dtype=np.int32)
     e.decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, *tables, prob_bits, out, status,
-                      _threads_for(n))
+                      state_index, _threads_for(n))
     return status

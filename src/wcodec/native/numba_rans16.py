@@ -4,7 +4,8 @@ bit-identical to ``wcodec.rans.reference16``, whose docstring states the rules.
 Tables arrive as ``wcodec.rans.joint.JointPlane.tables()``: default [T] uint32, exc_offsets
 [T + 1], exc_symbols uint16, exc_freqs / exc_cum / exc_rank uint32. Inputs are validated by the
 caller; every loop is bounded by array sizes, so corrupt data gives a non-zero status, never an
-out-of-bounds access.
+out-of-bounds access. Raw chunks (a flat table's chunks under ``flat_raw``) hold their symbols as
+their words and no states.
 """
 
 from __future__ import annotations
@@ -45,8 +46,21 @@ def _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits):
 
 
 @kernel
-def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits):
-    """Encode every chunk: (states [n_chunks * 32] uint64, offsets [n_chunks + 1] uint32, words uint16)."""
+def block_histograms16(symbols, block):
+    """[n_blocks, 65536] int32 symbol counts per block of ``block`` symbols."""
+    n = symbols.size
+    n_blocks = (n + block - 1) // block
+    counts = np.zeros((n_blocks, 65536), dtype=np.int32)
+    for k in nb.prange(n_blocks):
+        for i in range(k * block, min(n, k * block + block)):
+            counts[k, symbols[i]] += 1
+    return counts
+
+
+@kernel
+def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits, raw):
+    """Encode every chunk: (states [n_chunks * 32] uint64, offsets [n_chunks + 1] uint32, words
+    uint16); chunks with ``raw[c]`` are copied (their states are zero)."""
     n = symbols.size
     n_chunks = (n + chunk_size - 1) // chunk_size
     states = np.empty(n_chunks * LANES, dtype=np.uint64)
@@ -54,8 +68,15 @@ def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, ef
     counts = np.zeros(n_chunks + 1, dtype=np.int64)
     for c in nb.prange(n_chunks):
         a, b, d, X, start, m = _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits)
-        x = np.full(LANES, STATE_LOWER, dtype=np.int64)
         w = 2 * (start + m)
+        if raw[c]:
+            for i in range(m):
+                scratch[w - m + i] = symbols[start + i]
+            for lane in range(LANES):
+                states[c * LANES + lane] = 0
+            counts[c + 1] = m
+            continue
+        x = np.full(LANES, STATE_LOWER, dtype=np.int64)
         for i in range(m - 1, -1, -1):
             s = np.int64(symbols[start + i])
             j = _last_le(esym, a, b, s)
@@ -91,9 +112,10 @@ def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, ef
 
 @kernel
 def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum,
-                    erank, prob_bits, out):
-    """Decode every chunk, OR-ing symbol i into out[i] ([n] uint16 or uint32, zero low 16 bits).
-    Returns [n_chunks] int32 status as ``numba_rans.decode_chunks``."""
+                    erank, prob_bits, out, sidx):
+    """Decode every chunk, OR-ing symbol i into out[i] ([n] uint16 or uint32, zero low 16 bits);
+    sidx [n_chunks] int64: each chunk's first state, -1 for a raw chunk. Returns [n_chunks] int32
+    status as ``numba_rans.decode_chunks``."""
     n_chunks = (n + chunk_size - 1) // chunk_size
     status = np.zeros(n_chunks, dtype=np.int32)
     mask = (np.int64(1) << prob_bits) - 1
@@ -102,10 +124,20 @@ def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, def
         pos = np.int64(offsets[c])
         end = np.int64(offsets[c + 1])
         last = max(np.int64(words.size) - 2, 0)
+        if sidx[c] < 0:  # raw: its words are its symbols
+            if end - pos != m:
+                status[c] = 2 if end - pos > m else 1
+                continue
+            for i in range(m):
+                out[start + i] |= words[pos + i]
+            continue
+        if sidx[c] + LANES > states.size:
+            status[c] = 3
+            continue
         x = np.empty(LANES, dtype=np.int64)
         bad = 0
         for lane in range(LANES):
-            x[lane] = np.int64(states[c * LANES + lane])
+            x[lane] = np.int64(states[sidx[c] + lane])
             if x[lane] < STATE_LOWER:
                 bad = 3
         if bad:

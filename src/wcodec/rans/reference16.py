@@ -12,6 +12,9 @@ lanes of a step take the stream's words in lane order), except:
   whose range holds it; else ``k = (s - X) // d`` is the rank of the symbol among the unlisted
   ones, and the symbol is ``k`` plus the number of exceptions ``i`` (0-based in the table) with
   ``symbol_i - i <= k``.
+
+Raw chunks (params ``flat_raw``: a flat table's chunks) are not coded here: their words are
+their symbols and they have no states (``rans.joint`` handles them).
 """
 
 from __future__ import annotations
