@@ -35,28 +35,41 @@ SHAPES = "4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,1024x4096"
 SPLITS = (1, 2, 4, 8)
 
 
-def paths(M: int, mma: bool) -> list[str]:
-    """The kernels that can serve M rows (bf16 x)."""
+def paths(M: int, mma: bool, wgmma: bool, only: str = "") -> list[str]:
+    """The kernels that can serve M rows (bf16 x); ``only``: those named (comma-separated)."""
     out = ["gemv"] if M <= 2 else []
     if mma and 3 <= M <= 64:
         out.append("mma")
+    if wgmma and 32 < M <= 256:
+        out.append("wgmma")
     if 32 < M <= 256:
         out.append("wide")
     if M >= 64:
         out.append("decode")
-    return out
+    return [p for p in out if not only or p in only.split(",")]
 
 
 def run_path(fx, path: str, x, fw, split):
     """fx.linear(x, fw) through ``path`` at ``split`` K slices (None: the kernel's rule)."""
-    mma_max, mma_on = fx.MMA_MAX_M, fx.MMA_ENABLED
+    saved = fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MAX_M
     try:
         fx.MMA_MAX_M = 256 if path == "mma" else 0
-        fx.MMA_ENABLED = path == "mma"
+        fx.MMA_ENABLED = path in ("mma", "wgmma")
+        fx.WGMMA_MAX_M = 256 if path == "wgmma" else 0
         kind = {"gemv": "gemv", "decode": "decode"}.get(path, "mm")
         return fx.linear(x, fw, kind=kind, split=split)
     finally:
-        fx.MMA_MAX_M, fx.MMA_ENABLED = mma_max, mma_on
+        fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MAX_M = saved
+
+
+def merged(path: str, entries: list) -> list:
+    """``entries`` and those of the configs file ``path`` that no entry here replaces."""
+    if not path:
+        return entries
+    new = {(e["kind"], e["mb"], e["N"], e["K"]) for e in entries}
+    with open(path) as f:
+        old = [e for e in json.load(f)["entries"] if (e["kind"], e["mb"], e["N"], e["K"]) not in new]
+    return old + entries
 
 
 def save(a, arch: str, entries: list, rows: list) -> None:
@@ -77,6 +90,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--ms", default="1,2,4,8,16,32,64,128,256")
+    ap.add_argument("--paths", default="", help="only these kernels (gemv,mma,wgmma,wide,decode)")
+    ap.add_argument("--merge", default="", help="a configs file whose entries of other kernels and buckets are kept")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--write", action="store_true", help="also write the file into src/wcodec/gpu/configs/")
     a = ap.parse_args()
@@ -103,7 +118,7 @@ def main() -> int:
             x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ w.float().T
             row = dict(N=N, K=K, M=M, cublas=graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6)
-            for path in paths(M, fx._mma_ready(x)):
+            for path in paths(M, fx._mma_ready(x), fx._wgmma_ready(x), a.paths):
                 before = set(fx._BEST)
                 run_path(fx, path, x, fws[0], None)  # tunes at the rule's split
                 new = [k for k in fx._BEST if k not in before]
@@ -134,9 +149,9 @@ def main() -> int:
                   f"{time.time() - t0:.0f} s", flush=True)
         del ws, fws
         torch.cuda.empty_cache()
-        save(a, arch, entries, rows)  # after every shape: a run cut short keeps what it measured
-    print("\n| W [N x K] | M | cuBLAS us | gemv | mma (split) | wide (split) | decode |  (time / cuBLAS)")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+        save(a, arch, merged(a.merge, entries), rows)  # after every shape: a run cut short keeps what it measured
+    print("\n| W [N x K] | M | cuBLAS us | gemv | mma (split) | wgmma (split) | wide (split) | decode |  (time / cuBLAS)")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         def cell(p):
             if p not in r:
@@ -144,7 +159,7 @@ def main() -> int:
             sp = r.get(p + "_splits")
             s = f" ({min(sp, key=sp.get)})" if sp and p != "gemv" else ""
             return f"{r[p] / r['cublas']:.3f}{s}"
-        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('wide')} | "
+        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('wgmma')} | {cell('wide')} | "
               f"{cell('decode')} |")
     return 0
 

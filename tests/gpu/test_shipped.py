@@ -73,9 +73,10 @@ def test_fixed_takes_the_config_and_split_without_tuning(table, monkeypatch):
 
 
 def _kernel_args(kind: str):
-    if kind.startswith("mma"):
-        fixed_mma = pytest.importorskip("wcodec.gpu.fixed_mma", reason="the mma kernel needs Triton's Gluon")
-        return fixed_mma.fixed_mma_kernel.arg_names
+    if kind.startswith(("mma", "wgmma")):
+        name = "fixed_mma" if kind.startswith("mma") else "fixed_wgmma"
+        mod = pytest.importorskip(f"wcodec.gpu.{name}", reason="the mma kernels need Triton's Gluon")
+        return getattr(mod, f"{name}_kernel").arg_names
     from wcodec.gpu import fixed_kernels as fk
     return (fk.fixed_gemv_kernel if kind == "gemv" else fk.fixed_mm_kernel).arg_names
 

@@ -1,6 +1,8 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
 in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
-:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations; torch ops on the CPU).
+:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, the Hopper wgmma kernel in
+:mod:`wcodec.gpu.fixed_wgmma`, not routed today; torch ops on the CPU). Tile configs come from
+the files shipped per GPU architecture (:mod:`wcodec.gpu.shipped`), else from Triton's autotuner.
 
 ``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
 device tensors. ``encode_weight`` builds it from a bf16 tensor with torch ops on the tensor's own
@@ -41,6 +43,14 @@ MMA_MAX_M = 32
 #: once per program, not once per 64 rows
 WIDE_MIN_M = 32
 WIDE_MAX_M = 256
+#: bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M rows on an sm_90 GPU runs the Hopper wgmma kernel
+#: (fixed_wgmma: W tiles decoded once into shared memory, multiplied asynchronously), before
+#: the rules of LARGE_M and of the wide tiled kernel. Off (no M): H200, 2026-11-26, time /
+#: cuBLAS at M = 64 / 128 / 256: 11008x4096 2.29 / 3.52 / 4.74x, 4096x4096 1.99 / 2.52 / 3.32x,
+#: no faster than the wide tiled kernel at 64 rows and slower than decode + cuBLAS above
+#: (``tools/tune_kernels.py --paths wgmma`` measures it)
+WGMMA_MIN_M = 32
+WGMMA_MAX_M = 0
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -341,12 +351,15 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
-    if kind.startswith("mma"):  # "mma16" .. "mma128", by row block; never interpreted (see _mma_ready)
-        from . import fixed_mma
+    if kind.startswith(("mma", "wgmma")):  # "mma16" .. "mma128", "wgmma64" .. "wgmma256": never interpreted
         if kind not in _TUNED:
             import triton
-            _TUNED[kind] = triton.autotune(configs=fixed_mma.configs(int(kind[3:])), key=["N", "K", "MB", "SPLIT"],
-                                           cache_results=True)(fixed_mma.fixed_mma_kernel)
+            if kind.startswith("mma"):
+                from .fixed_mma import configs, fixed_mma_kernel as fn
+            else:
+                from .fixed_wgmma import configs, fixed_wgmma_kernel as fn
+            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgma"))), key=["N", "K", "MB", "SPLIT"],
+                                           cache_results=True)(fn)
         return _TUNED[kind], {}
     from . import fixed_kernels as fk
     base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
@@ -437,8 +450,8 @@ def _tuning_notice(kind: str, key: tuple) -> None:
     if not _NOTICED:
         import sys
         print(f"wcodec: no shipped kernel config for {kind} at N={key[0]} K={key[1]} M bucket {key[2]}: "
-              "autotuning (once per shape and bucket; kept in Triton's cache; tools/tune_kernels.py "
-              "writes configs for a GPU)", file=sys.stderr)
+              "autotuning, or reading an earlier tuning from Triton's cache (once per shape and bucket; "
+              "tools/tune_kernels.py writes configs for a GPU)", file=sys.stderr)
     _NOTICED.add((kind, key))
 
 
@@ -504,23 +517,48 @@ def _mma_kind(m: int) -> str:
     return f"mma{_mma_rows(m)}"
 
 
-def _gluon_available() -> bool:
+_WGMMA_OK: dict = {}
+
+
+def _wgmma_ready(x: torch.Tensor) -> bool:
+    """Whether :func:`linear` of x may run the Hopper wgmma kernel (:mod:`wcodec.gpu.fixed_wgmma`):
+    bf16 x on a GPU of compute capability 9.x, a Triton whose Gluon has the Hopper ops, not
+    WCODEC_MMA=0, and no failure of that kernel earlier in this process."""
+    if not (MMA_ENABLED and x.is_cuda and x.dtype == torch.bfloat16) or _interpreting():
+        return False
+    i = _cuda_index(x.device)
+    if i not in _WGMMA_OK:
+        _WGMMA_OK[i] = torch.version.cuda is not None and torch.cuda.get_device_capability(i)[0] == 9 \
+            and _gluon_available(hopper=True)
+    return _WGMMA_OK[i]
+
+
+def _runs_wgmma(x2: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs the wgmma kernel for the tensor-core path of x2 [M, K]."""
+    return WGMMA_MIN_M < x2.shape[0] <= WGMMA_MAX_M and _wgmma_ready(x2)
+
+
+def _gluon_available(hopper: bool = False) -> bool:
     try:
         import inspect
 
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.language.nvidia import ampere
+        if hopper:
+            from triton.experimental.gluon.language.nvidia import hopper as h
+            return all(hasattr(h, f) for f in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared"))
         return hasattr(ampere, "mma_v2") and "assert_trivial" in inspect.signature(gl.convert_layout).parameters
     except Exception:  # no Gluon, or one without a piece the kernel uses: the Triton kernel runs
         return False
 
 
-def _mma_failed(err: Exception) -> None:
-    """The mma kernel failed at its first (tuning) launch: warn once, use the Triton kernel."""
+def _mma_failed(err: Exception, wgmma: bool = False) -> None:
+    """The mma (``wgmma``: the wgmma) kernel failed at its first launch: warn once, use the Triton kernel."""
     import warnings
-    for i in list(_MMA_OK) or [torch.cuda.current_device()]:
-        _MMA_OK[i] = False
-    warnings.warn(f"wcodec: the fused mma kernel failed on this GPU/Triton ({type(err).__name__}: "
+    ok = _WGMMA_OK if wgmma else _MMA_OK
+    for i in list(ok) or [torch.cuda.current_device()]:
+        ok[i] = False
+    warnings.warn(f"wcodec: the fused {'wgmma' if wgmma else 'mma'} kernel failed on this GPU/Triton ({type(err).__name__}: "
                   f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
 
 
@@ -531,7 +569,8 @@ def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
-    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) else "decode"
+    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x)
+    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or wgmma else "decode"
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
@@ -588,7 +627,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
-    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)):
+    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)
+              or _runs_wgmma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, wgmma=True)):
         _linear_tiled(x2, fw, args, key, b, y, split, record)
     return y.reshape(*lead, fw.N)
 
@@ -620,25 +660,27 @@ def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, rec
         _reduce(ws, b, y, split, b is not y, record, recorded)
 
 
-def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record) -> bool:
-    """y = x2 @ W.T (+ bias) by the Gluon mma kernel and, for split > 1, the split-K sum; False
-    (nothing launched) when the kernel fails at its first launch (see _mma_failed)."""
+def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record, wgmma: bool = False) -> bool:
+    """y = x2 @ W.T (+ bias) by the Gluon mma kernel (``wgmma``: the Hopper wgmma kernel) and,
+    for split > 1, the split-K sum; False (nothing launched) when the kernel fails at its first
+    launch (see _mma_failed)."""
     M = x2.shape[0]
-    kind = _mma_kind(M)
+    kind = f"wgmma{max(64, _pow2(M))}" if wgmma else _mma_kind(M)
     mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
     if split is None:
-        split = _shipped_split(kind, fw.N, fw.K, mb, x2.device) or split_k(M, fw.N, fw.K, x2.device, mma=True)
+        split = _shipped_split(kind, fw.N, fw.K, mb, x2.device) \
+            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if wgmma else 0)
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
     grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
     key = key[:2] + (mb,) + key[3:] + (split,)
     try:
-        _launch(kind, grid, key, x2, *args[:5], fw.erow, b, y, ws, *args[7:-1], mb, split, EB=32,
-                HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
+        _launch(kind, grid, key, x2, *args[:5], fw.erow, b, y, ws, *args[7:-1], mb, split,
+                **({} if wgmma else {"EB": 32}), HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
     except Exception as err:
         if (kind, key) in _BEST:
             raise  # it ran before: not a compile failure
-        _mma_failed(err)
+        _mma_failed(err, wgmma)
         return False
     if split > 1:
         _reduce(ws, b, y, split, b is not y, record, recorded)
@@ -727,8 +769,8 @@ class LinearReplays:
     """:func:`linear` of one weight for eager inference, replaying recorded launches
     (:mod:`wcodec.gpu.replay`): the host time of a layer drops from 67-105 to 20-30 us (H100 host).
 
-    A launch is recorded on the second call of a key (the first tunes) and replayed from the
-    third. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
+    A launch is recorded on the second call of a key (the first tunes; with a shipped config,
+    on the first) and replayed from the next. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
     the current CUDA device, the weight's N and base; the weight's packed tensor must be the same
     object as when recorded (else the entries are dropped: its contents may change in place,
     as ``load_state_dict`` does, but not its size). Pickles and deep-copies as an empty cache.
