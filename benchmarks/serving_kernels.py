@@ -6,12 +6,15 @@ bandwidth over a few tiles. Needs a CUDA GPU.
 
     PYTHONPATH=src python3 benchmarks/serving_kernels.py [--ms 1,16,32,64,128,256] [--shapes 0,1,2,3]
         [--heavy-ms 1,16,64] [--kinds] [--decode] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/serving_kernels.py --first-forward 1,16,64,256
 
 Times: median GPU time per call of a CUDA graph replaying 20+ calls that rotate over more weight
 copies than the L2 holds (``fused_matmul.graph_time``). Every output is checked against an fp32
 reference first (relative error < 5e-3). ``--kinds`` also times the other kernels for each M
 (the Triton tiled kernel with ``WCODEC_MMA`` off, decode + cuBLAS). Prints one table last; the
-rows go to DIR/serving_kernels.json (DIR: --out, default $OUT or .).
+rows go to DIR/serving_kernels.json (DIR: --out, default $OUT or .). ``--first-forward``: fresh
+processes (empty Triton cache) against warm ones, with and without the shipped kernel configs
+(``wcodec.gpu.shipped``): the first fused forward of a Llama-2-7B layer's linears per M.
 """
 
 from __future__ import annotations
@@ -110,6 +113,53 @@ def measure(N, K, dist, ms, kinds, t0, decode):
     return rows
 
 
+#: one process's first fused forward through a Llama-2-7B layer's seven linears (q k v o gate up
+#: down) at each M of argv[1]: wall ms of the first call (compiles, and tunes where nothing is
+#: shipped or cached) and of the second
+FIRST_CHILD = r"""
+import json, sys, time, torch
+from wcodec.gpu import fixed as fx
+g = torch.Generator(device="cuda").manual_seed(0)
+shapes = [(4096, 4096)] * 4 + [(11008, 4096)] * 2 + [(4096, 11008)]
+fws = [fx.encode_weight((torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)) for n, k in shapes]
+out = {}
+for m in map(int, sys.argv[1].split(",")):
+    xs = {k: torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16) for k in (4096, 11008)}
+    for run in ("first", "second"):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for fw in fws:
+            fx.linear(xs[fw.K], fw)
+        torch.cuda.synchronize()
+        out.setdefault(m, {})[run] = (time.perf_counter() - t) * 1e3
+print("RESULT " + json.dumps(out))
+"""
+
+
+def first_forward(ms: str) -> list:
+    """Fresh processes (an empty TRITON_CACHE_DIR: a fresh machine) then warm ones (the same
+    cache again), with the shipped configs and without (WCODEC_SHIPPED_CONFIGS=0)."""
+    import subprocess
+    import tempfile
+    rows = []
+    for shipped in ("1", "0"):
+        cache = tempfile.mkdtemp(prefix="triton_cache_")
+        for state in ("fresh", "warm"):
+            env = {**os.environ, "TRITON_CACHE_DIR": cache, "WCODEC_SHIPPED_CONFIGS": shipped}
+            t = time.perf_counter()
+            r = subprocess.run([sys.executable, "-c", FIRST_CHILD, ms], capture_output=True, text=True, env=env,
+                               timeout=900)
+            wall = time.perf_counter() - t
+            assert r.returncode == 0, r.stderr[-3000:]
+            res = json.loads(r.stdout.split("RESULT ", 1)[1])
+            rows.append(dict(shipped=shipped == "1", state=state, process_s=round(wall, 2),
+                             tuned_notice="autotuning" in r.stderr,
+                             first_ms={m: round(v["first"], 1) for m, v in res.items()},
+                             second_ms={m: round(v["second"], 2) for m, v in res.items()}))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ms", default="1,16,32,64,128,256")
@@ -117,10 +167,26 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="0,1,2,3")
     ap.add_argument("--kinds", action="store_true")
     ap.add_argument("--decode", action="store_true", help="also sweep the decode-to-scratch kernel's tiles")
+    ap.add_argument("--first-forward", metavar="MS", default="",
+                    help="only measure fresh and warm processes' first forward at these M (e.g. 1,16,64,256)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args(argv)
     t0 = time.time()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    if a.first_forward:
+        rows = first_forward(a.first_forward)
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "first_forward.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        ms = a.first_forward.split(",")
+        print("\n| shipped configs | process | " + " | ".join(f"M={m} first ms (second)" for m in ms)
+              + " | process s | autotuned |")
+        print("|---|---|" + "---:|" * len(ms) + "---:|---|")
+        for r in rows:
+            print(f"| {'yes' if r['shipped'] else 'no'} | {r['state']} | "
+                  + " | ".join(f"{r['first_ms'][m]} ({r['second_ms'][m]})" for m in ms)
+                  + f" | {r['process_s']} | {'yes' if r['tuned_notice'] else 'no'} |")
+        return 0
     rows = []
     for i in a.shapes.split(","):
         N, K = SHAPES[int(i)]

@@ -151,3 +151,25 @@ def test_encoder_row_blocks_and_empty_shapes(monkeypatch):
         assert p2 == params and all(np.array_equal(sections[k], s2[k]) for k in sections)
         assert torch.equal(fx.decode(fw).view(torch.int16), w.view(torch.int16))
         assert fx.linear(torch.ones(2, K, dtype=torch.bfloat16, device=DEVICE), fw).shape == (2, N)
+
+
+@pytest.mark.parametrize("N,K,M,split", [(40, 70, 33, 1), (24, 64, 100, 2), (17, 136, 130, 3)])
+def test_wide_tiled_kernel(N, K, M, split):
+    """bf16 x of 33-256 rows runs the tiled kernel with all rows in one block of pow2(M) >= 64
+    rows (each W tile decoded once per program), escapes, bias and K slices included."""
+    w = weight(N, K, seed=M, zeros=N)
+    fw = fx.encode_weight(w)
+    g = torch.Generator().manual_seed(M)
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16).to(DEVICE)
+    b = torch.randn(N, generator=g).to(torch.bfloat16).to(DEVICE)
+    assert fx._wide_rows(x) == max(64, 1 << (M - 1).bit_length())
+    ref = x.float() @ w.float().T + b.float()
+    y = fx.linear(x, fw, b, kind="mm", split=split)
+    assert y.dtype == torch.bfloat16 and y.shape == (M, N)
+    assert rel(y, ref) < 1e-2
+
+
+def test_wide_rows_only_for_bf16_of_33_to_256_rows():
+    x = torch.zeros(257, 8, dtype=torch.bfloat16)
+    assert [fx._wide_rows(x[:m]) for m in (32, 33, 64, 65, 128, 129, 256, 257)] == [0, 64, 64, 128, 128, 256, 256, 0]
+    assert fx._wide_rows(x[:100].float()) == 0 and fx._wide_rows(x[:100].half()) == 0

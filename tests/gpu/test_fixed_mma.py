@@ -78,6 +78,17 @@ def weight(N, K, seed, escapes=0.01):
     return w.to(torch.bfloat16)
 
 
+def case(N, K, M, bias):
+    """A fixed weight with escapes, strided bf16 x of M rows, a bias or None, and the fp32 reference."""
+    w = weight(N, K, seed=N + K + M)
+    fw = fx.encode_weight(w)
+    assert fw.ecol.numel() > 0
+    g = torch.Generator(device="cuda").manual_seed(M)
+    x = torch.randn(M, 2 * K, device="cuda", generator=g).to(torch.bfloat16)[:, ::2]  # strided rows
+    b = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16) if bias else None
+    return fw, x, b, x.float() @ w.float().T + (b.float() if bias else 0)
+
+
 def rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
 
@@ -92,17 +103,17 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     """Every row block of the kernel (16-128 rows, several blocks above 128), whatever M the
     routing gives it today (MMA_MAX_M)."""
     monkeypatch.setattr(fx, "MMA_MAX_M", 256)
-    w = weight(N, K, seed=N + K + M)
-    fw = fx.encode_weight(w)
-    assert fw.ecol.numel() > 0
-    g = torch.Generator(device="cuda").manual_seed(M)
-    x = torch.randn(M, 2 * K, device="cuda", generator=g).to(torch.bfloat16)[:, ::2]  # strided rows
-    b = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16) if bias else None
-    ref = x.float() @ w.float().T + (b.float() if bias else 0)
+    fw, x, b, ref = case(N, K, M, bias)
     assert fx.pick_kind(M, x) == "mm"
+    check_kernel(fw, x, b, ref, fx._mma_kind(M), monkeypatch)
+
+
+def check_kernel(fw, x, b, ref, kind: str, monkeypatch) -> None:
+    """linear(x, fw, b) runs kernel ``kind``, matches ``ref`` at every split, and the Triton
+    kernel agrees with it."""
     y = fx.linear(x, fw, b)
-    assert any(k[0] == fx._mma_kind(M) for k in fx._BEST), "the mma kernel did not run"
-    assert y.dtype == torch.bfloat16 and y.shape == (M, N)
+    assert any(k[0] == kind for k in fx._BEST), f"{kind} did not run"
+    assert y.dtype == torch.bfloat16 and y.shape == (x.shape[0], fw.N)
     assert rel(y, ref) < 5e-3
     for split in (1, 2, 3, 8):
         assert rel(fx.linear(x, fw, b, split=split), ref) < 5e-3

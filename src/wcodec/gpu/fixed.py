@@ -1,6 +1,8 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
 in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
-:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations; torch ops on the CPU).
+:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, the Hopper wgmma kernel in
+:mod:`wcodec.gpu.fixed_wgmma`, not routed today; torch ops on the CPU). Tile configs come from
+the files shipped per GPU architecture (:mod:`wcodec.gpu.shipped`), else from Triton's autotuner.
 
 ``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
 device tensors. ``encode_weight`` builds it from a bf16 tensor with torch ops on the tensor's own
@@ -23,11 +25,13 @@ from ..errors import UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
 #: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
-#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS
-#: (2026-11-26, M = 256: decode + cuBLAS 1.99-2.56x cuBLAS, the tiled kernel 3.3-4.5x; M = 4096
-#: 1.05-1.21x)
+#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS.
+#: H200, 2026-11-26, tools/tune_kernels.py over six Llama shapes, time / cuBLAS: at M = 64 the
+#: wide tiled kernel 1.81-2.06x (1024x4096: 1.83x, the mma kernel 1.48x), the mma kernel
+#: 2.16-2.56x, decode + cuBLAS 2.18-2.82x; at M = 128 decode + cuBLAS 1.74-2.84x, the wide
+#: kernel 2.25-3.47x; at M = 256 1.67-2.31x against 3.06-4.22x
 GEMV_MAX_M = 4
-LARGE_M = 256
+LARGE_M = 65
 #: with the mma kernel (fixed_mma, M <= MMA_MAX_M, bf16 x): CUDA-core FMAs up to this M only
 #: (H100, M = 2: the GEMV 6-18 % faster on 5 of 7 Llama shapes; M = 4: the mma kernel 4-25 % on 7 of 7)
 MMA_GEMV_MAX_M = 2
@@ -35,6 +39,19 @@ MMA_GEMV_MAX_M = 2
 #: H100, 2026-11-26: at M = 32 it takes 1.09-1.29x cuBLAS where the tiled kernel took 1.18-1.78x;
 #: at 64-128 rows (blocks of 64 and 128) 2.1-4.1x, behind the tiled kernel
 MMA_MAX_M = 32
+#: bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton tiled kernel runs it with
+#: all rows in one block (kinds "mm_wide64" .. "mm_wide256", _wide_rows): each W tile is decoded
+#: once per program, not once per 64 rows
+WIDE_MIN_M = 32
+WIDE_MAX_M = 256
+#: bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M rows on an sm_90 GPU runs the Hopper wgmma kernel
+#: (fixed_wgmma: W tiles decoded once into shared memory, multiplied asynchronously), before
+#: the rules of LARGE_M and of the wide tiled kernel. Off (no M): H200, 2026-11-26, time /
+#: cuBLAS at M = 64 / 128 / 256: 11008x4096 2.29 / 3.52 / 4.74x, 4096x4096 1.99 / 2.52 / 3.32x,
+#: no faster than the wide tiled kernel at 64 rows and slower than decode + cuBLAS above
+#: (``tools/tune_kernels.py --paths wgmma`` measures it)
+WGMMA_MIN_M = 32
+WGMMA_MAX_M = 0
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -321,6 +338,17 @@ def _configs(kind: str) -> list:
                 C(8, 3, BM=128, BN=128, BI=16), C(8, 3, BM=256, BN=128, BI=8), C(4, 4, BM=64, BN=128, BI=8),
                 C(8, 3, BM=128, BN=128, BI=8, SWAP=1), C(8, 3, BM=256, BN=128, BI=8, SWAP=1),
                 C(4, 3, BM=128, BN=64, BI=8, SWAP=1), C(8, 4, BM=64, BN=128, BI=16, SWAP=1)]
+    if kind.startswith("mm_wide"):  # all rows of x in one block: each W tile decoded once per program
+        # (num_warps, num_stages, BN, BI, SWAP): the tiles ptxas builds for sm_90 without spilling
+        # (Triton 3.9, cuobjdump: BN = 256 spills everywhere, BN = 128 at BM = 64 and 256 rows)
+        bm = int(kind[7:])
+        tiles = {64: [(8, 3, 64, 8, 0), (8, 3, 64, 16, 0), (8, 4, 64, 8, 0), (8, 3, 32, 16, 0), (4, 3, 64, 8, 0),
+                      (4, 3, 32, 16, 0), (4, 4, 64, 8, 0), (8, 3, 64, 8, 1)],
+                 128: [(8, 3, 64, 8, 0), (8, 3, 128, 8, 0), (8, 3, 64, 16, 0), (8, 4, 64, 8, 0), (8, 2, 128, 8, 0),
+                       (8, 3, 32, 16, 0), (8, 4, 128, 4, 0), (4, 3, 32, 16, 0), (8, 3, 64, 8, 1), (8, 3, 128, 8, 1),
+                       (8, 2, 128, 8, 1), (8, 3, 64, 16, 1)],
+                 256: [(8, 3, 32, 16, 0), (8, 2, 32, 16, 0), (8, 4, 64, 4, 0), (8, 3, 64, 8, 1), (8, 2, 64, 8, 1)]}[bm]
+        return [C(nw, ns, BM=bm, BN=bn, BI=bi, SWAP=sw) for nw, ns, bn, bi, sw in tiles]
     return [C(8, 3, BM=128, BN=64, BI=16), C(8, 3, BM=128, BN=32, BI=16), C(4, 3, BM=64, BN=64, BI=16),
             C(8, 4, BM=128, BN=64, BI=8), C(8, 3, BM=128, BN=128, BI=8), C(4, 3, BM=64, BN=32, BI=32)]
 
@@ -334,17 +362,22 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
-    if kind.startswith("mma"):  # "mma16" .. "mma128", by row block; never interpreted (see _mma_ready)
-        from . import fixed_mma
+    if kind.startswith(("mma", "wgmma")):  # "mma16" .. "mma128", "wgmma64" .. "wgmma256": never interpreted
         if kind not in _TUNED:
             import triton
-            _TUNED[kind] = triton.autotune(configs=fixed_mma.configs(int(kind[3:])), key=["N", "K", "MB", "SPLIT"],
-                                           cache_results=True)(fixed_mma.fixed_mma_kernel)
+            if kind.startswith("mma"):
+                from .fixed_mma import configs, fixed_mma_kernel as fn
+            else:
+                from .fixed_wgmma import configs, fixed_wgmma_kernel as fn
+            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgma"))), key=["N", "K", "MB", "SPLIT"],
+                                           cache_results=True)(fn)
         return _TUNED[kind], {}
     from . import fixed_kernels as fk
     base = {"gemv": fk.fixed_gemv_kernel, "grad": fk.fixed_grad_input_kernel}.get(kind, fk.fixed_mm_kernel)
     if _interpreting():
         small = {"gemv": dict(BN=8, BI=4), "grad": dict(BM=16, BN=16, BI=2), "mm_small": dict(BM=16, BN=16, BI=2)}
+        if kind.startswith("mm_wide"):  # its own block height: all rows of x
+            return base, dict(BM=int(kind[7:]), BN=16, BI=2)
         return base, small.get(kind, dict(BM=16, BN=16, BI=2, SWAP=1))  # above 16 rows: the swapped dot
     if kind not in _TUNED:
         import triton
@@ -369,15 +402,76 @@ def _launch(kind: str, grid, key: tuple, *args, record: "Recording | None" = Non
         return
     best = _BEST.get((kind, key))
     if best is None:
-        kern[grid](*args, **kwargs)
-        _BEST[(kind, key)] = kern.best_config
-    else:
+        best = _shipped_config(kind, key, kern.fn, args[0].device)
+        if best is None:
+            _tuning_notice(kind, key)
+            kern[grid](*args, **kwargs)
+            _BEST[(kind, key)] = kern.best_config
+            return
         _run(kern.fn, grid, args, {**kwargs, **best.all_kwargs()}, record, subs)
+        _BEST[(kind, key)] = best  # after the launch: a config that fails to compile is not kept
+        return
+    _run(kern.fn, grid, args, {**kwargs, **best.all_kwargs()}, record, subs)
+
+
+_ARCH: dict = {}
+
+
+def _arch(device) -> str:
+    """"sm90" for a GPU of compute capability 9.0: the name of its shipped configs file."""
+    i = _cuda_index(device)
+    if i not in _ARCH:
+        major, minor = torch.cuda.get_device_capability(i)
+        _ARCH[i] = f"sm{major}{minor}"
+    return _ARCH[i]
+
+
+def _shipped_entry(kind: str, n: int, k: int, mb: int, device) -> dict | None:
+    """The shipped configs' entry (:mod:`wcodec.gpu.shipped`) for kernel ``kind`` at M bucket
+    ``mb`` on an [n, k] weight, or None (no file for this GPU, no shape near enough, no GPU)."""
+    if device.type != "cuda":
+        return None
+    from . import shipped
+    return shipped.lookup(_arch(device), kind, mb, n, k)
+
+
+def _shipped_config(kind: str, key: tuple, fn, device):
+    """The shipped tile config for ``kind`` at autotuning key (N, K, M bucket, ...) as a
+    triton.Config, or None (then the autotuner runs)."""
+    from . import shipped
+    e = _shipped_entry(kind, key[0], key[1], key[2], device)
+    if e is None or not shipped.usable(e, fn.arg_names):
+        return None
+    import triton
+    c = e["config"]
+    return triton.Config(dict(c["kwargs"]), num_warps=c["num_warps"], num_stages=c["num_stages"])
+
+
+def _shipped_split(kind: str, n: int, k: int, mb: int, device) -> int | None:
+    """K slices the shipped configs timed fastest for this kernel, bucket and nearest shape, or None."""
+    e = _shipped_entry(kind, n, k, mb, device)
+    return int(e["split"]) if e is not None and 1 <= int(e.get("split", 0)) <= 64 else None
+
+
+_NOTICED: set = set()
+
+
+def _tuning_notice(kind: str, key: tuple) -> None:
+    """One line on stderr, once per process, when a kernel autotunes for want of a shipped config."""
+    if not _NOTICED:
+        import sys
+        print(f"wcodec: no shipped kernel config for {kind} at N={key[0]} K={key[1]} M bucket {key[2]}: "
+              "autotuning, or reading an earlier tuning from Triton's cache (once per shape and bucket; "
+              "tools/tune_kernels.py writes configs for a GPU)", file=sys.stderr)
+    _NOTICED.add((kind, key))
 
 
 def tuned_configs() -> dict:
-    """{kernel kind: {autotuning key: best config}} chosen so far in this process (for reports)."""
-    return {k: {str(key): str(cfg) for key, cfg in getattr(t, "cache", {}).items()} for k, t in _TUNED.items()}
+    """{kernel kind: {key: config}} launched so far in this process, shipped or autotuned (for reports)."""
+    out: dict = {}
+    for (kind, key), cfg in _BEST.items():
+        out.setdefault(kind, {})[str(key)] = str(cfg)
+    return out
 
 
 def _dot_kind(dtype) -> int:
@@ -434,23 +528,48 @@ def _mma_kind(m: int) -> str:
     return f"mma{_mma_rows(m)}"
 
 
-def _gluon_available() -> bool:
+_WGMMA_OK: dict = {}
+
+
+def _wgmma_ready(x: torch.Tensor) -> bool:
+    """Whether :func:`linear` of x may run the Hopper wgmma kernel (:mod:`wcodec.gpu.fixed_wgmma`):
+    bf16 x on a GPU of compute capability 9.x, a Triton whose Gluon has the Hopper ops, not
+    WCODEC_MMA=0, and no failure of that kernel earlier in this process."""
+    if not (MMA_ENABLED and x.is_cuda and x.dtype == torch.bfloat16) or _interpreting():
+        return False
+    i = _cuda_index(x.device)
+    if i not in _WGMMA_OK:
+        _WGMMA_OK[i] = torch.version.cuda is not None and torch.cuda.get_device_capability(i)[0] == 9 \
+            and _gluon_available(hopper=True)
+    return _WGMMA_OK[i]
+
+
+def _runs_wgmma(x2: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs the wgmma kernel for the tensor-core path of x2 [M, K]."""
+    return WGMMA_MIN_M < x2.shape[0] <= WGMMA_MAX_M and _wgmma_ready(x2)
+
+
+def _gluon_available(hopper: bool = False) -> bool:
     try:
         import inspect
 
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.language.nvidia import ampere
+        if hopper:
+            from triton.experimental.gluon.language.nvidia import hopper as h
+            return all(hasattr(h, f) for f in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared"))
         return hasattr(ampere, "mma_v2") and "assert_trivial" in inspect.signature(gl.convert_layout).parameters
     except Exception:  # no Gluon, or one without a piece the kernel uses: the Triton kernel runs
         return False
 
 
-def _mma_failed(err: Exception) -> None:
-    """The mma kernel failed at its first (tuning) launch: warn once, use the Triton kernel."""
+def _mma_failed(err: Exception, wgmma: bool = False) -> None:
+    """The mma (``wgmma``: the wgmma) kernel failed at its first launch: warn once, use the Triton kernel."""
     import warnings
-    for i in list(_MMA_OK) or [torch.cuda.current_device()]:
-        _MMA_OK[i] = False
-    warnings.warn(f"wcodec: the fused mma kernel failed on this GPU/Triton ({type(err).__name__}: "
+    ok = _WGMMA_OK if wgmma else _MMA_OK
+    for i in list(ok) or [torch.cuda.current_device()]:
+        ok[i] = False
+    warnings.warn(f"wcodec: the fused {'wgmma' if wgmma else 'mma'} kernel failed on this GPU/Triton ({type(err).__name__}: "
                   f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
 
 
@@ -461,7 +580,8 @@ def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
-    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) else "decode"
+    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x)
+    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or wgmma else "decode"
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
@@ -473,7 +593,10 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     FMAs for M <= GEMV_MAX_M rows of x (MMA_GEMV_MAX_M where the mma kernel runs), tensor cores
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
-    it fails to compile), decode + cuBLAS from LARGE_M rows (``kind`` forces one of KINDS);
+    it fails to compile; bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton
+    kernel takes all its rows in one block), decode + cuBLAS from LARGE_M rows (``kind``
+    forces one of KINDS); tile configs come from the files shipped for the GPU's architecture
+    (:mod:`wcodec.gpu.shipped`), else Triton autotunes once per shape and M bucket;
     elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when
     x's last dimension is not K, for an unknown ``kind`` or a ``split`` outside [1, 64].
 
@@ -515,16 +638,30 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
-    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)):
+    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)
+              or _runs_wgmma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, wgmma=True)):
         _linear_tiled(x2, fw, args, key, b, y, split, record)
     return y.reshape(*lead, fw.N)
+
+
+def _wide_rows(x2: torch.Tensor) -> int:
+    """The row block of the wide tiled kernel for x2 (all of its rows: WIDE_MIN_M < M <=
+    WIDE_MAX_M, bf16), else 0 (the tiled kernel's other kinds)."""
+    M = x2.shape[0]
+    return max(64, _pow2(M)) if x2.dtype == torch.bfloat16 and WIDE_MIN_M < M <= WIDE_MAX_M else 0
 
 
 def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record) -> None:
     """y = x2 @ W.T (+ bias) by the Triton tiled kernel and, for split > 1, the split-K sum."""
     M = x2.shape[0]
-    kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
-    split = split_k(M, fw.N, fw.K, x2.device) if split is None else split
+    wide = _wide_rows(x2)
+    if wide:  # tuned per power of two of M (its block height), not per _bucket
+        kind = f"mm_wide{wide}"
+        key = key[:2] + (_pow2(M),) + key[3:]
+    else:
+        kind = "mm_small" if M <= 16 else "mm_mid" if M <= 128 else "mm_large"
+    if split is None:
+        split = _shipped_split(kind, fw.N, fw.K, key[2], x2.device) or split_k(M, fw.N, fw.K, x2.device, wide=wide)
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
     grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
@@ -534,24 +671,27 @@ def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, rec
         _reduce(ws, b, y, split, b is not y, record, recorded)
 
 
-def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record) -> bool:
-    """y = x2 @ W.T (+ bias) by the Gluon mma kernel and, for split > 1, the split-K sum; False
-    (nothing launched) when the kernel fails at its first launch (see _mma_failed)."""
+def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record, wgmma: bool = False) -> bool:
+    """y = x2 @ W.T (+ bias) by the Gluon mma kernel (``wgmma``: the Hopper wgmma kernel) and,
+    for split > 1, the split-K sum; False (nothing launched) when the kernel fails at its first
+    launch (see _mma_failed)."""
     M = x2.shape[0]
-    kind = _mma_kind(M)
-    split = split_k(M, fw.N, fw.K, x2.device, mma=True) if split is None else split
+    kind = f"wgmma{max(64, _pow2(M))}" if wgmma else _mma_kind(M)
+    mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
+    if split is None:
+        split = _shipped_split(kind, fw.N, fw.K, mb, x2.device) \
+            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if wgmma else 0)
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
     grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
-    mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
     key = key[:2] + (mb,) + key[3:] + (split,)
     try:
-        _launch(kind, grid, key, x2, *args[:5], fw.erow, b, y, ws, *args[7:-1], mb, split, EB=32,
-                HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
+        _launch(kind, grid, key, x2, *args[:5], fw.erow, b, y, ws, *args[7:-1], mb, split,
+                **({} if wgmma else {"EB": 32}), HAS_BIAS=b is not y, record=record, subs=(x2, x2, b, y, ws))
     except Exception as err:
         if (kind, key) in _BEST:
             raise  # it ran before: not a compile failure
-        _mma_failed(err)
+        _mma_failed(err, wgmma)
         return False
     if split > 1:
         _reduce(ws, b, y, split, b is not y, record, recorded)
@@ -579,7 +719,7 @@ MIN_SPLIT_COLS = 1024
 MMA_MIN_SPLIT_COLS = 512
 
 
-def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
+def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0) -> int:
     """K slices for the tiled kernels (``SPLIT``): with few output tiles (e.g. M = 16 on a
     4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row of W and
     the GPU waits on memory latency; slicing K doubles the programs until there are two per SM
@@ -592,6 +732,8 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False) -> int:
     sms = _sm_count(device)
     if mma:
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, _mma_rows(M)), 3 * sms // 2, MMA_MIN_SPLIT_COLS
+    elif wide:  # one row block of ``wide`` rows: tiles of 64 rows of W
+        tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, wide), 2 * sms, MIN_SPLIT_COLS
     else:
         bm, bn = (16, 32) if M <= 16 else (64, 64)  # the tiles the autotuner mostly picks
         tiles, programs, cols = _cdiv(M, bm) * _cdiv(N, bn), 2 * sms, MIN_SPLIT_COLS
@@ -638,8 +780,8 @@ class LinearReplays:
     """:func:`linear` of one weight for eager inference, replaying recorded launches
     (:mod:`wcodec.gpu.replay`): the host time of a layer drops from 67-105 to 20-30 us (H100 host).
 
-    A launch is recorded on the second call of a key (the first tunes) and replayed from the
-    third. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
+    A launch is recorded on the second call of a key (the first tunes; with a shipped config,
+    on the first) and replayed from the next. Key: x's shape, strides, dtype, device and pointer alignment, the bias's alignment,
     the current CUDA device, the weight's N and base; the weight's packed tensor must be the same
     object as when recorded (else the entries are dropped: its contents may change in place,
     as ``load_state_dict`` does, but not its size). Pickles and deep-copies as an empty cache.

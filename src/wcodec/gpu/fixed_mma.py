@@ -184,6 +184,25 @@ def _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi, xrow, xk, xmask, K):
 
 
 @gluon.jit
+def _x_tile(x_ptr, stride_xm, m_left, L: gl.constexpr, BM: gl.constexpr, BG: gl.constexpr):
+    """Column offsets [1, 8*BG], row pointers [BM, 1] and row mask of x's tile in layout L."""
+    xm = gl.arange(0, BM, layout=gl.SliceLayout(1, L))[:, None]
+    return (gl.arange(0, 8 * BG, layout=gl.SliceLayout(0, L))[None, :], x_ptr + xm.to(gl.int64) * stride_xm,
+            xm < m_left)
+
+
+@gluon.jit
+def _program(x_ptr, stride_xm, M, BM: gl.constexpr, BN: gl.constexpr):
+    """This program's K slice, first row of x and of W, x's pointer at its row block and the rows
+    left from there: program axis 0 walks the row blocks of x fastest (the programs that decode
+    one W tile run together: its second read comes from L2)."""
+    pid = gl.program_id(0)
+    n_mb = gl.cdiv(M, BM)
+    m0 = (pid % n_mb) * BM
+    return gl.program_id(1), m0, (pid // n_mb) * BN, x_ptr + m0.to(gl.int64) * stride_xm, M - m0
+
+
+@gluon.jit
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                      BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr,
@@ -204,21 +223,12 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
     bL: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
     # groups [BG, BN]: lanes 0-1 walk 4 groups, lanes 2-4 8 rows, warps the row blocks: bL / 8 in k
     gL: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
-    pid = gl.program_id(0)
-    split = gl.program_id(1)
-    n_mb = gl.cdiv(M, BM)
-    m0 = (pid % n_mb) * BM
-    n0 = (pid // n_mb) * BN
-    x_ptr = x_ptr + m0.to(gl.int64) * stride_xm
-    m_left = M - m0
+    split, m0, n0, x_ptr, m_left = _program(x_ptr, stride_xm, M, BM, BN)
     gi = gl.arange(0, BG, layout=gl.SliceLayout(1, gL))[:, None]
     rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, gL))[None, :]
     roff = rows.to(gl.int64) * G
     rmask = rows < N
-    xm = gl.arange(0, BM, layout=gl.SliceLayout(1, aL))[:, None]
-    xk = gl.arange(0, 8 * BG, layout=gl.SliceLayout(0, aL))[None, :]
-    xrow = x_ptr + xm.to(gl.int64) * stride_xm
-    xmask = xm < m_left
+    xk, xrow, xmask = _x_tile(x_ptr, stride_xm, m_left, aL, BM, BG)
     base4 = (base * 0x01010101).to(gl.uint32)
     acc = gl.zeros([BM, BN], gl.float32, mma)
     g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG

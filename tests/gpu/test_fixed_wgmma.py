@@ -1,0 +1,83 @@
+"""The Hopper wgmma kernel (wcodec.gpu.fixed_wgmma). On any machine with a Triton whose Gluon has
+the Hopper ops: it compiles for sm_90 to asynchronous wgmma fed from shared memory, 16-byte
+shared stores, no spills for 64-row blocks. On an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1): its
+outputs match an fp32 reference and the Triton kernel's for escapes, bias, odd shapes, strided x,
+every block height and split, whatever rows the routing gives it today (WGMMA_MAX_M: none, it
+measured slower than the other paths)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed for the fixed-rate kernels")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
+
+from wcodec.gpu import fixed as fx  # noqa: E402
+
+from .test_fixed_mma import case, check_kernel  # noqa: E402
+
+ON_GPU = os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available() \
+    and torch.cuda.get_device_capability()[0] == 9
+hopper = pytest.mark.skipif(not fx._gluon_available(hopper=True),
+                            reason=f"triton {triton.__version__}'s Gluon lacks the Hopper ops")
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
+
+#: ahead-of-time compile for sm_90 (no GPU needed), in a fresh process (the interpreter the CPU
+#: tests use patches triton.language in place)
+_COMPILE = """
+import json, os, re, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from wcodec.gpu.fixed_wgmma import configs, fixed_wgmma_kernel
+ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
+            erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
+ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
+cfg = configs(64)[0]
+consts = {"XPF": True, **cfg.kwargs, "HAS_BIAS": True}
+sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
+names = list(sig)
+attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
+k = triton.compile(GluonASTSource(fixed_wgmma_kernel, signature=sig, constexprs=consts, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
+ptx = k.asm["ptx"]
+f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
+f.write(k.asm["cubin"])
+f.close()
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+stack = re.search(r"STACK:(\\d+)", usage)
+print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": ptx.count("wgmma.wait_group.sync.aligned 1"),
+                              "st_v4": ptx.count("st.shared.v4"), "stack": int(stack.group(1)) if stack else None}))
+"""
+
+
+@hopper
+def test_compiles_to_async_wgmma_without_spills():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and line, run.stderr[-3000:]
+    got = json.loads(line[0][7:])
+    # one K step in flight while the next is decoded; W and x tiles stored 16 bytes a thread
+    assert got["wgmma"] > 0 and got["wait1"] > 0 and got["st_v4"] > 0, got
+    assert got["stack"] in (0, None), got
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("N,K,M", [(1000, 4104, 40), (777, 520, 33), (96, 64, 64), (300, 1032, 100),
+                                   (4096, 1024, 128), (520, 2048, 256), (130, 264, 250)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
+    fw, x, b, ref = case(N, K, M, bias)
+    assert fx._runs_wgmma(x) and fx.pick_kind(M, x) == "mm"
+    check_kernel(fw, x, b, ref, f"wgmma{max(64, 1 << (M - 1).bit_length())}", monkeypatch)
