@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import CorruptDataError, UnsupportedError
 from .base import Codec, EncodedTensor, register, view_2d
-from .fixed import check_layout, padded_cols, unpack_nibbles
+from .fixed import _check_params, _sec, check_layout, padded_cols, unpack_nibbles
 from .fixed import encode_bits as _fixed_encode
 
 #: largest base: the escape placeholder's exponent base + 7 must stay below 31 (inf/NaN)
@@ -124,18 +124,34 @@ class Checked(NamedTuple):
 
 def check_record(params: dict, sections: dict, rows: int, cols: int) -> Checked:
     """The one validation of a codec "fixed16" record (numpy decode, GPU upload, module state
-    dicts): params and section sizes, then :func:`check_layout16`. Raises CorruptDataError
-    naming the field."""
-    base, kpad, n_esc, col_bits = _check_params(params, rows, cols)
-    lo = _sec(sections, "lo", np.uint8, rows * kpad)
-    nib = _sec(sections, "nib", np.uint8, rows * kpad // 2)
-    m2 = _sec(sections, "m2", np.uint8, rows * kpad // 4)
-    ptr = _sec(sections, "esc.ptr", np.uint32, rows + 1)
-    col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
-    val = _sec(sections, "esc.val", np.uint16, n_esc)
+    dicts): params and section sizes (codec "fixed"'s checks, base <= MAX_BASE, the ``m2``
+    section), then :func:`check_layout16`. Raises CorruptDataError naming the field."""
+    with _as_fixed16():
+        base, kpad, n_esc, col_bits = _check_params(params, rows, cols)
+        if base > MAX_BASE:
+            raise CorruptDataError(f"codec fixed: field params.base {base} > {MAX_BASE}")
+        lo = _sec(sections, "lo", np.uint8, rows * kpad)
+        nib = _sec(sections, "nib", np.uint8, rows * kpad // 2)
+        m2 = _sec(sections, "m2", np.uint8, rows * kpad // 4)
+        ptr = _sec(sections, "esc.ptr", np.uint32, rows + 1)
+        col = _sec(sections, "esc.col", np.uint16 if col_bits == 16 else np.uint32, n_esc)
+        val = _sec(sections, "esc.val", np.uint16, n_esc)
     erow = check_layout16(base, rows, cols, lo.reshape(rows, kpad), nib.reshape(rows, kpad // 2),
                           m2.reshape(rows, kpad // 4), ptr, col, val)
     return Checked(base, kpad, col_bits, lo, nib, m2, ptr, col, val, erow)
+
+
+class _as_fixed16:
+    """Context manager: codec "fixed"'s CorruptDataError messages (its checks run here on this
+    layout's shared fields) name codec "fixed16"."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, CorruptDataError):
+            raise CorruptDataError(str(e).replace("codec fixed:", "codec fixed16:")) from None
+        return False
 
 
 def check_layout16(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarray, m2: np.ndarray,
@@ -151,10 +167,8 @@ def check_layout16(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndar
     v = np.asarray(val).astype(np.int64)
     if v.size and (int(v.min()) < 0 or int(v.max()) > 0xFFFF):
         raise CorruptDataError("codec fixed16: field esc.val: escape value outside 16 bits")
-    try:
+    with _as_fixed16():
         erow = check_layout(base, rows, cols, lo, nib, ptr, col, _as_fixed_bits(v) if v.size else v)
-    except CorruptDataError as e:
-        raise CorruptDataError(str(e).replace("codec fixed:", "codec fixed16:")) from None
     kpad = lo.shape[1]
     if kpad > cols or v.size:
         planes = unpack_m2(m2.reshape(-1), rows, kpad)
@@ -185,36 +199,6 @@ def reference_decode_value(lo: int, nibble: int, m2: int, base: int) -> int:
     return ((nibble >> 3) << 15) | ((base + (nibble & 7)) << 10) | (m2 << 8) | lo
 
 
-def _check_params(params: dict, rows: int, cols: int) -> tuple[int, int, int, int]:
-    try:
-        base, kpad = params["base"], params["kpad"]
-        n_esc, col_bits = params["n_escapes"], params["col_bits"]
-    except (KeyError, TypeError):
-        raise CorruptDataError("codec fixed16: params need base, kpad, n_escapes, col_bits") from None
-    for k, x in (("base", base), ("kpad", kpad), ("n_escapes", n_esc), ("col_bits", col_bits)):
-        if type(x) is not int or x < 0:
-            raise CorruptDataError(f"codec fixed16: field params.{k} must be a non-negative integer")
-    if base > MAX_BASE:
-        raise CorruptDataError(f"codec fixed16: field params.base {base} > {MAX_BASE}")
-    if kpad != padded_cols(cols):
-        raise CorruptDataError(f"codec fixed16: field params.kpad {kpad} is not {padded_cols(cols)} for {cols} "
-                               "columns")
-    if col_bits != (16 if cols <= 0x10000 else 32):
-        raise CorruptDataError(f"codec fixed16: field params.col_bits {col_bits} is not the encoder's for {cols} "
-                               "columns")
-    if n_esc > rows * cols:
-        raise CorruptDataError(f"codec fixed16: field params.n_escapes {n_esc} > the {rows}x{cols} weights")
-    return base, kpad, n_esc, col_bits
-
-
-def _sec(sections: dict, name: str, dtype, size: int) -> np.ndarray:
-    arr = sections.get(name)
-    if arr is None or arr.dtype != np.dtype(dtype) or arr.ndim != 1 or arr.size != size:
-        got = "missing" if arr is None else f"{arr.dtype}[{arr.size}]"
-        raise CorruptDataError(f"codec fixed16: section '{name}' must be {np.dtype(dtype).name}[{size}], got {got}")
-    return arr
-
-
 class Fixed16Codec(Codec):
     """Fixed-rate lossless F16 (14 bits/weight + escapes), the layout the fp16 kernels read."""
 
@@ -225,11 +209,10 @@ class Fixed16Codec(Codec):
         shrink below MAX_BITS_PER_WEIGHT."""
         if dtype != "F16":
             raise UnsupportedError(f"codec fixed16 codes F16 tensors only, got {dtype}")
-        bits = np.ascontiguousarray(array).reshape(-1).view(np.uint16)
-        rows, cols = view_2d(tuple(array.shape))
-        params, sections = encode_bits(bits, rows, cols)
-        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
-                             info={"escape_fraction": params["n_escapes"] / max(1, bits.size)})
+        shape = tuple(array.shape)
+        params, sections = encode_bits(np.ascontiguousarray(array).view(np.uint16).reshape(-1), *view_2d(shape))
+        escaped = params["n_escapes"] / max(1, array.size)
+        return EncodedTensor(self.id, dtype, shape, params, sections, info={"escape_fraction": escaped})
 
     def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
         """out: see Codec.decode; the numpy decode's last step writes into it."""

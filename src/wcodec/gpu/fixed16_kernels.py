@@ -15,22 +15,21 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fixed_kernels import _escape_rows, _fma8, _natural_pairs, _store_y
+from .fixed_kernels import _escape_rows, _natural_pairs, _store_y, _x_lanes
 
 
 @triton.jit
-def _group16(nw, mw, lo0, lo1, base4):
-    """nibble word, m2 word (shifted to this group), two lo words (u32) -> (e02_h0, e13_h0,
-    e02_h1, e13_h1): fp16 pairs of columns 4h+0 / 4h+2 and 4h+1 / 4h+3."""
-    c0 = nw & 0x0F0F0F0F
-    c1 = (nw >> 4) & 0x0F0F0F0F
-    h0 = ((c0 & 0x08080808) << 4) | (((c0 & 0x07070707) + base4) << 2) | (mw & 0x03030303)
-    h1 = ((c1 & 0x08080808) << 4) | (((c1 & 0x07070707) + base4) << 2) | ((mw >> 2) & 0x03030303)
-    e02_0 = (lo0 & 0x00FF00FF) | ((h0 & 0x00FF00FF) << 8)
-    e13_0 = ((lo0 >> 8) & 0x00FF00FF) | (h0 & 0xFF00FF00)
-    e02_1 = (lo1 & 0x00FF00FF) | ((h1 & 0x00FF00FF) << 8)
-    e13_1 = ((lo1 >> 8) & 0x00FF00FF) | (h1 & 0xFF00FF00)
-    return e02_0, e13_0, e02_1, e13_1
+def _group16(nw, mw, lo, base8):
+    """nibble word, m2 word (shifted to this group) (u32), lo word (u64) -> (e02_h0, e13_h0,
+    e02_h1, e13_h1): u32 fp16 pairs of columns 4h+0 / 4h+2 and 4h+1 / 4h+3. Works on u64 words
+    whose low half is nibble half h = 0 and high half h = 1 (the lo word's order)."""
+    n = (nw & 0x0F0F0F0F).to(tl.uint64) | (((nw >> 4) & 0x0F0F0F0F).to(tl.uint64) << 32)
+    m = (mw & 0x03030303).to(tl.uint64) | (((mw >> 2) & 0x03030303).to(tl.uint64) << 32)
+    hi = ((n & 0x0808080808080808) << 4) | (((n & 0x0707070707070707) + base8) << 2) | m
+    even = (lo & 0x00FF00FF00FF00FF) | ((hi & 0x00FF00FF00FF00FF) << 8)
+    odd = ((lo >> 8) & 0x00FF00FF00FF00FF) | (hi & 0xFF00FF00FF00FF00)
+    return ((even & 0xFFFFFFFF).to(tl.uint32), (odd & 0xFFFFFFFF).to(tl.uint32),
+            (even >> 32).to(tl.uint32), (odd >> 32).to(tl.uint32))
 
 
 @triton.jit
@@ -53,10 +52,7 @@ def _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base):
     lo = tl.load(lo_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint64, bitcast=True)
     mw = tl.load(m2_ptr + r64 * (G // 2) + gi // 2, mask=m, other=0).to(tl.uint32, bitcast=True)
     mw = mw >> ((gi % 2) * 4).to(tl.uint32)
-    lo0 = (lo & 0xFFFFFFFF).to(tl.uint32)
-    lo1 = (lo >> 32).to(tl.uint32)
-    base4 = (base * 0x01010101).to(tl.uint32)
-    return _group16(nw, mw, lo0, lo1, base4)
+    return _group16(nw, mw, lo, base.to(tl.uint64) * 0x0101010101010101)
 
 
 @triton.jit
@@ -74,39 +70,26 @@ def fixed16_gemv_kernel(x_ptr, lo_ptr, nib_ptr, m2_ptr, eptr_ptr, ecol_ptr, eval
                         BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
                         HAS_BIAS: tl.constexpr):
     """y[M, N] = x[M, K] @ W.T (+ bias) with CUDA-core FMAs for M <= 4: one program per BN rows
-    of W and BM (1, 2 or 4) rows of x, the whole K; each W tile decoded once, multiplied into one
-    [BN, BI] fp32 accumulator per activation row. x: any float dtype. MB: autotuning key only."""
-    pid_n = tl.program_id(0)
-    m0 = tl.program_id(1) * BM
-    n0 = pid_n * BN
+    of W and BM (1, 2 or 4) rows of x, the whole K; each W tile is decoded once and multiplied
+    into a [BM, BN, BI] fp32 accumulator, reduced once at the end. x: any float dtype.
+    MB: autotuning key only."""
+    n0 = tl.program_id(0) * BN
+    om = tl.program_id(1) * BM + tl.arange(0, BM)
+    xm = om[:, None] < M
     rows = n0 + tl.arange(0, BN)[:, None]
-    a0 = tl.zeros((BN, BI), tl.float32)
-    a1 = tl.zeros((BN, BI), tl.float32)
-    a2 = tl.zeros((BN, BI), tl.float32)
-    a3 = tl.zeros((BN, BI), tl.float32)
+    acc = tl.zeros((BM, BN, BI), tl.float32)
     for g0 in range(0, G, BI):
         gi = g0 + tl.arange(0, BI)[None, :]
         e02_0, e13_0, e02_1, e13_1 = _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base)
-        w0, w1, w2, w3 = _f16_lo(e02_0), _f16_lo(e13_0), _f16_hi(e02_0), _f16_hi(e13_0)
-        w4, w5, w6, w7 = _f16_lo(e02_1), _f16_lo(e13_1), _f16_hi(e02_1), _f16_hi(e13_1)
-        a0 = _fma8(a0, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x_ptr, m0, stride_xm, gi, K, M, False)
-        if BM > 1:
-            a1 = _fma8(a1, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x_ptr, m0 + 1, stride_xm, gi, K, M, False)
-        if BM > 2:
-            a2 = _fma8(a2, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x_ptr, m0 + 2, stride_xm, gi, K, M, False)
-            a3 = _fma8(a3, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x_ptr, m0 + 3, stride_xm, gi, K, M, False)
-    om = m0 + tl.arange(0, BM)
-    sel = om[:, None] - m0
-    y = tl.where(sel == 0, tl.sum(a0, axis=1)[None, :], 0.0)
-    if BM > 1:
-        y += tl.where(sel == 1, tl.sum(a1, axis=1)[None, :], 0.0)
-    if BM > 2:
-        y += tl.where(sel == 2, tl.sum(a2, axis=1)[None, :], 0.0)
-        y += tl.where(sel == 3, tl.sum(a3, axis=1)[None, :], 0.0)
+        x0, x1, x2, x3, x4, x5, x6, x7 = _x_lanes(x_ptr, x_ptr, om, stride_xm, gi, K, xm, False)
+        acc += _f16_lo(e02_0)[None] * x0[:, None, :] + _f16_lo(e13_0)[None] * x1[:, None, :] \
+            + _f16_hi(e02_0)[None] * x2[:, None, :] + _f16_hi(e13_0)[None] * x3[:, None, :] \
+            + _f16_lo(e02_1)[None] * x4[:, None, :] + _f16_lo(e13_1)[None] * x5[:, None, :] \
+            + _f16_hi(e02_1)[None] * x6[:, None, :] + _f16_hi(e13_1)[None] * x7[:, None, :]
+    y = tl.sum(acc, axis=2)
     # the escapes of rows n0..n0+BN-1: y[m, n] += x[m, col] * (value - placeholder)
     e_start = tl.load(eptr_ptr + n0).to(tl.int64)
     e_end = tl.load(eptr_ptr + tl.minimum(n0 + BN, N)).to(tl.int64)
-    xm = om[:, None] < M
     for e0 in range(e_start, e_end, EB):
         e = e0 + tl.arange(0, EB)
         em = e < e_end
