@@ -210,3 +210,23 @@ def test_minilm_cast_to_fp16(minilm_path):
     from safetensors.numpy import load_file
 
     _check_real(load_file(minilm_path))
+
+
+def test_cli_encode_codec_fixed_on_an_fp16_checkpoint(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    import wcodec.numpy as wn
+    from wcodec.cli import main
+
+    tensors = {"w": fp16_weights((64, 256)), "b": fp16_weights((64,))}
+    save_file(tensors, tmp_path / "m.safetensors")
+    assert main(["encode", str(tmp_path / "m.safetensors"), str(tmp_path / "m.wcodec"), "--codec", "fixed",
+                 "-q"]) == 0
+    from wcodec.format.reader import Reader
+
+    with Reader(tmp_path / "m.wcodec") as r:
+        entries = r.header["tensors"]
+    assert entries["w"]["codec"] == "fixed16" and entries["b"]["codec"] == "raw"
+    back = wn.load_file(tmp_path / "m.wcodec")
+    assert all(np.array_equal(back[k].view(np.uint16), v.view(np.uint16)) for k, v in tensors.items())

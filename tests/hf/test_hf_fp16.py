@@ -90,3 +90,34 @@ def test_save_pretrained_stores_fixed16_records(fp16_folders, tmp_path):
         A.assert_same_outputs(A.outputs(again, feed), want, f"reloaded (keep={kept})")
     again = A.load("llama", tmp_path / "saved")
     A.assert_same_weights(again, ref, "reloaded plain")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fp16 kernels' GPU path needs a CUDA GPU (CI has none)")
+@pytest.mark.parametrize("keep", [True, "jit"])
+def test_kept_fp16_model_on_gpu_follows_the_fp16_logits(fp16_folders, keep):
+    """On the GPU the GEMV (one token per step: M = 2) sums in another order than cuBLAS, so the
+    logits match the fp16 model's to rounding; decode + cuBLAS (the 16-row prompt, and every
+    step of ``keep_compressed="jit"``, which decodes the fixed16 records with their own kernel)
+    gives the fp16 model's logits exactly."""
+    root, _, feed, _ = fp16_folders
+    dense = transformers.AutoModelForCausalLM.from_pretrained(str(root / "src"), device_map="cuda").eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(root / "fixed"), device_map="cuda", quantization_config=WcodecConfig(keep_compressed=keep)).eval()
+    if keep is True:
+        q = model.get_submodule("model.layers.0.self_attn.q_proj")
+        assert type(q) is CompressedLinear16 and q.w_packed.is_cuda
+    ids = feed["input_ids"].cuda()
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, dense(ids).logits)  # 16 rows: decode + cuBLAS
+        want = dense.generate(ids, max_new_tokens=8, do_sample=False)
+        got, ref = model(ids, use_cache=True), dense(ids, use_cache=True)
+        for n in range(ids.shape[1], want.shape[1]):  # one token a step, 2 rows: the GEMV
+            step = want[:, n:n + 1]
+            got = model(step, past_key_values=got.past_key_values, use_cache=True)
+            ref = dense(step, past_key_values=ref.past_key_values, use_cache=True)
+            a, b = got.logits[:, -1].float(), ref.logits[:, -1].float()
+            assert float((a - b).norm() / b.norm()) < 1e-2
+        x = torch.randn(2, 64, device="cuda", dtype=torch.float16)
+        lin = dense.get_submodule("model.layers.0.self_attn.q_proj")
+        got = model.get_submodule("model.layers.0.self_attn.q_proj")(x)
+        assert float((got.float() - lin(x).float()).norm() / lin(x).float().norm()) < 2e-3
