@@ -108,3 +108,13 @@ def test_hostile_state_dicts_are_refused(change, msg):
     assert torch.equal(target.w_packed, before)
     with pytest.raises(CorruptDataError, match="base"):
         target.set_extra_state({**target.get_extra_state(), "base": 30})
+
+
+def test_warm_module_runs_the_fp16_layout():
+    from wcodec.gpu import fixed16 as fx16
+    from wcodec.hf.warmup import warm_module
+
+    cl = CompressedLinear16.from_linear(fp16_linear())
+    before = cl.w_packed.clone()
+    assert warm_module(cl, torch.float16) == fx16.GEMV_MAX_M + 1
+    assert torch.equal(cl.w_packed, before)
