@@ -127,3 +127,43 @@ def test_gpu_large_shapes(N, K):
         y = fx16.linear(x, fw)
         ref = (x.float() @ w.float().T)
         assert float((y.float() - ref).norm() / ref.norm()) < 2e-3
+
+
+#: compiles the kernels ahead of time for an NVIDIA architecture (no GPU needed), in a fresh
+#: process: the interpreter of the other tests patches triton.language in place
+_COMPILE = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from wcodec.gpu.fixed16 import _gemv_configs
+from wcodec.gpu.fixed16_kernels import fixed16_decode_kernel, fixed16_gemv_kernel
+target = GPUTarget("cuda", int(sys.argv[1]), 32)
+cfg = _gemv_configs()[int(sys.argv[2])]
+ptrs = dict(x_ptr="*fp16", lo_ptr="*i64", nib_ptr="*i32", m2_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32",
+            eval_ptr="*i32", b_ptr="*fp16", y_ptr="*fp16")
+ints = dict.fromkeys("M N K G stride_xm stride_ym MB".split(), "i32")
+consts = {**cfg.kwargs, "BM": 4, "EB": 32, "HAS_BIAS": True, "base": 1}  # base 1: Triton passes it as a constant
+sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
+triton.compile(ASTSource(fixed16_gemv_kernel, signature=sig, constexprs=consts), target=target,
+               options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+sig = dict(lo_ptr="*i64", nib_ptr="*i32", m2_ptr="*i32", out_ptr="*fp16", N="i32", G="i32", base="i32",
+           BN="constexpr", BI="constexpr")
+triton.compile(ASTSource(fixed16_decode_kernel, signature=sig, constexprs={"BN": 16, "BI": 64}), target=target,
+               options={"num_warps": 4})
+print("COMPILED")
+"""
+
+
+def test_kernels_compile_for_the_h100(capability=90, config=3):
+    """The GEMV (a 4-row block, base passed as a constant) and the decode kernel compile for
+    sm_90 (about 20 s on a 2-vCPU host, most of it the fresh process's imports)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fx16.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE, str(capability), str(config)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "COMPILED" in run.stdout, run.stderr[-3000:]

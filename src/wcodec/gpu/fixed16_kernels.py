@@ -52,7 +52,8 @@ def _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base):
     lo = tl.load(lo_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint64, bitcast=True)
     mw = tl.load(m2_ptr + r64 * (G // 2) + gi // 2, mask=m, other=0).to(tl.uint32, bitcast=True)
     mw = mw >> ((gi % 2) * 4).to(tl.uint32)
-    return _group16(nw, mw, lo, base.to(tl.uint64) * 0x0101010101010101)
+    # a u64 tensor times base: also when Triton passes base = 1 as a constant
+    return _group16(nw, mw, lo, tl.full((1,), 0x0101010101010101, tl.uint64) * base)
 
 
 @triton.jit
@@ -109,7 +110,8 @@ def fixed16_decode_kernel(lo_ptr, nib_ptr, m2_ptr, out_ptr, N, G, base, BN: tl.c
     rows = tl.program_id(0) * BN + tl.arange(0, BN)[:, None]
     g0 = tl.program_id(1) * BI
     gi = g0 + tl.arange(0, BI)[None, :]
-    w0, w1, w2, w3 = _natural_pairs(*_load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base))
+    e02_0, e13_0, e02_1, e13_1 = _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base)
+    w0, w1, w2, w3 = _natural_pairs(e02_0, e13_0, e02_1, e13_1)
     words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BN, 4 * BI))
     halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
     wt = tl.reshape(halves, (BN, 8 * BI)).to(tl.float16, bitcast=True)
