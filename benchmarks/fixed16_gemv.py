@@ -16,26 +16,18 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+from gpu_decode import bench_call  # noqa: E402
 from wcodec.gpu import fixed16 as fx16  # noqa: E402
 
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (32000, 4096)]
 ROWS = (1, 2, 4, 16, 256)
 
 
-def timed(fn, reps: int = 50) -> float:
-    """Median microseconds of fn() on the current stream."""
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return sorted(times)[len(times) // 2]
+def timed(fn) -> float:
+    """Median microseconds of one call (CUDA events around it, as benchmarks/gpu_decode.py)."""
+    return 1e6 * bench_call(fn, torch, reps=50, warm=5)
 
 
 def main() -> None:

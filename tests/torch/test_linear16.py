@@ -118,3 +118,17 @@ def test_warm_module_runs_the_fp16_layout():
     before = cl.w_packed.clone()
     assert warm_module(cl, torch.float16) == fx16.GEMV_MAX_M + 1
     assert torch.equal(cl.w_packed, before)
+
+
+def test_compiles_as_one_op_without_graph_breaks():
+    lin = fp16_linear()
+    cl = CompressedLinear16.from_linear(lin)
+    f = torch.compile(cl, fullgraph=True, backend="aot_eager")
+    x1 = torch.randn(3, 128).half().requires_grad_(True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    y1, y2 = f(x1), lin(x2)
+    assert torch.equal(y1.view(torch.int16), y2.view(torch.int16))
+    y1.float().nan_to_num().sum().backward()
+    y2.float().nan_to_num().sum().backward()
+    assert torch.equal(x1.grad.view(torch.int16), x2.grad.view(torch.int16))
+    assert torch.equal(cl.bias.grad, lin.bias.grad)

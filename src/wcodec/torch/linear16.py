@@ -7,6 +7,7 @@ layout (codec "fixed16", about 14-15.5 bits/weight) and decoded inside the GEMV 
 from __future__ import annotations
 
 import copy
+from typing import Optional
 
 import numpy as np
 import torch
@@ -79,6 +80,37 @@ def check_packed16(t, base: int, n: int, k: int, where: str) -> fx16.Fixed16Weig
     return fw
 
 
+# torch.compile / CUDA graphs: the fp16 layout's matmul as one opaque op (as the bf16 layout's)
+@torch.library.custom_op("wcodec::fixed16_linear", mutates_args=())
+def _linear_op(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], base: int, n: int,
+               k: int) -> torch.Tensor:
+    return fx16.linear(x, fx16.unpack(packed, base, n, k), bias)
+
+
+@torch.library.custom_op("wcodec::fixed16_grad_input", mutates_args=())
+def _grad_op(g: torch.Tensor, packed: torch.Tensor, base: int, n: int, k: int) -> torch.Tensor:
+    return fx16.grad_input(g, fx16.unpack(packed, base, n, k))
+
+
+_linear_op.register_fake(lambda x, packed, bias, base, n, k: x.new_empty((*x.shape[:-1], n)))
+_grad_op.register_fake(lambda g, packed, base, n, k: g.new_empty((*g.shape[:-1], k)))
+
+
+def _keep_for_backward(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.meta = (*inputs[3:], inputs[2] is not None)
+
+
+def _op_backward(ctx, grad):
+    (packed,), (base, n, k, has_bias) = ctx.saved_tensors, ctx.meta
+    gx = _grad_op(grad.contiguous(), packed, base, n, k) if ctx.needs_input_grad[0] else None
+    gb = grad.reshape(-1, n).sum(0) if has_bias and ctx.needs_input_grad[2] else None
+    return gx, None, gb, None, None, None
+
+
+_linear_op.register_autograd(_op_backward, setup_context=_keep_for_backward)
+
+
 class _Fixed16LinearFn(torch.autograd.Function):
     """Training through a frozen fp16 weight: the input gradient ``g @ W`` and the bias's."""
 
@@ -101,7 +133,7 @@ class CompressedLinear16(CompressedLinear):
     [..., out_features] in x's dtype. On CUDA the fused GEMV (M <= 4 rows of x, fp32
     accumulation) or decode + cuBLAS; on the CPU the weight is decoded (numpy) and multiplied by
     ``F.linear``, exactly as nn.Linear with the dense weight. ``.weight``: a Fixed16WeightTensor.
-    Not traced as one op by torch.compile (no custom op yet: the eager kernels run)."""
+    Under torch.compile the matmul is one custom op (``wcodec::fixed16_linear``)."""
 
     _view_type = Fixed16WeightTensor
 
@@ -140,6 +172,8 @@ class CompressedLinear16(CompressedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if torch.compiler.is_compiling():
+            return _linear_op(x, self.w_packed, bias, self.base, self.out_features, self.in_features)
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             return _Fixed16LinearFn.apply(x, bias, self.fixed_weight)
         return fx16.linear(x, self.fixed_weight, bias)
