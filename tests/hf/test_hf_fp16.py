@@ -121,3 +121,15 @@ def test_kept_fp16_model_on_gpu_follows_the_fp16_logits(fp16_folders, keep):
         lin = dense.get_submodule("model.layers.0.self_attn.q_proj")
         got = model.get_submodule("model.layers.0.self_attn.q_proj")(x)
         assert float((got.float() - lin(x).float()).norm() / lin(x).float().norm()) < 2e-3
+
+
+def test_tied_output_layer_is_fused_from_the_embedding(tmp_path):
+    config = transformers.AutoConfig.for_model("llama", **{**A.ARCHS["llama"].config, "tie_word_embeddings": True})
+    torch.manual_seed(A.SEED)
+    transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16).save_pretrained(tmp_path / "src")
+    convert_folder(tmp_path / "src", tmp_path / "fixed", mode="lossless", codec="fixed")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "src")).eval()
+    feed = A.inputs("llama", ref.config, ref.dtype)
+    model = _keep(tmp_path / "fixed")
+    assert type(model.lm_head) is CompressedLinear16 and "lm_head.weight" not in A.report(model)["kept"]
+    A.assert_same_outputs(A.outputs(model, feed), A.outputs(ref, feed), "tied, kept")
