@@ -93,7 +93,7 @@ def test_save_pretrained_stores_fixed16_records(fp16_folders, tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the fp16 kernels' GPU path needs a CUDA GPU (CI has none)")
-@pytest.mark.parametrize("keep", [True, "jit"])
+@pytest.mark.parametrize("keep", [True, "jit", None])  # None: a plain load (fixed16 records decoded on the GPU)
 def test_kept_fp16_model_on_gpu_follows_the_fp16_logits(fp16_folders, keep):
     """On the GPU the GEMV (one token per step: M = 2) sums in another order than cuBLAS, so the
     logits match the fp16 model's to rounding; decode + cuBLAS (the 16-row prompt, and every
@@ -101,8 +101,8 @@ def test_kept_fp16_model_on_gpu_follows_the_fp16_logits(fp16_folders, keep):
     gives the fp16 model's logits exactly."""
     root, _, feed, _ = fp16_folders
     dense = transformers.AutoModelForCausalLM.from_pretrained(str(root / "src"), device_map="cuda").eval()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(root / "fixed"), device_map="cuda", quantization_config=WcodecConfig(keep_compressed=keep)).eval()
+    kw = {} if keep is None else {"quantization_config": WcodecConfig(keep_compressed=keep)}
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(root / "fixed"), device_map="cuda", **kw).eval()
     if keep is True:
         q = model.get_submodule("model.layers.0.self_attn.q_proj")
         assert type(q) is CompressedLinear16 and q.w_packed.is_cuda
