@@ -388,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "or lossy (rate-controlled quantization of float matrices: needs --qp or --target-snr-db)")
     sp.add_argument("--codec", choices=("fixed",), default=None,
                     help="fixed: BF16 weights in the fixed-rate layout that CompressedLinear multiplies "
-                         "without decoding to memory (about 12 bits/weight; default: rANS, the smallest)")
+                         "without decoding to memory (about 12 bits/weight; F16 weights in its fp16 layout, "
+                         "about 14-15.5, where that saves; default: rANS, the smallest)")
     sp.add_argument("--workers", type=int, default=None, help="encoding threads (default: up to 4)")
     sp.add_argument("--max-shard-size", type=_size, default=None, help="folder output: bytes per shard (default 5GiB)")
     sp.add_argument("--qp", type=float, default=None, help="--mode lossy: quantization parameter 0-63 (+6 doubles the step)")

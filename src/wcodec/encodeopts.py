@@ -35,7 +35,7 @@ def mode_of(mode: str, qp=None, target_snr_db=None, codec: str | None = None) ->
         except ValueError as e:
             raise InvalidInputError(str(e)) from None
     if codec is not None and out != "lossless":
-        raise InvalidInputError(f"codec {codec!r} is a lossless layout of BF16 weights; it does not combine "
+        raise InvalidInputError(f"codec {codec!r} is a lossless layout of BF16/F16 weights; it does not combine "
                                 f"with mode {out.split(':')[0]!r} (encode with mode 'lossless')")
     return out
 
@@ -71,8 +71,10 @@ def check_results(entries: dict, mode: str, codec: str | None) -> None:
                 f"SNR target {target:g} dB is out of reach for {len(missed)} tensor(s) even at their finest "
                 f"8-bit steps: {shown}{more}; nothing was written. Choose a target <= {math.floor(reach * 10) / 10:g} "
                 "dB, a qp, or mode 'lossless'")
-    if codec is not None and stored and not any(e.get("codec") == codec for e in stored.values()):
+    ids = (codec, "fixed16") if codec == "fixed" else (codec,)  # "fixed" stores F16 as "fixed16"
+    if codec is not None and stored and not any(e.get("codec") in ids for e in stored.values()):
         from .codecs import MIN_CODED_NUMEL
         dtypes = sorted({e["dtype"] for e in stored.values()})
-        raise UnsupportedError(f"codec {codec!r} takes BF16 tensors of at least {MIN_CODED_NUMEL} weights; "
-                               f"this checkpoint has none (dtypes {', '.join(dtypes)}); nothing was written")
+        raise UnsupportedError(f"codec {codec!r} takes BF16 tensors of at least {MIN_CODED_NUMEL} weights "
+                               f"(and F16 ones its fp16 layout shrinks below 15.5 bits/weight); this checkpoint "
+                               f"has none (dtypes {', '.join(dtypes)}); nothing was written")

@@ -31,7 +31,7 @@ def _load_all() -> None:
     if _loaded:
         return
     from . import float as _f, int8 as _i, quant as _q, fixed as _x  # noqa: F401
-    from . import fp8 as _f8  # noqa: F401
+    from . import fp8 as _f8, fixed16 as _x16  # noqa: F401
     _loaded = True
 
 
@@ -44,9 +44,11 @@ def _checker():
     return _check_params
 
 
-#: codecs a caller may prefer (``save_file(..., codec=...)``): id -> which tensors it can take;
-#: the others keep the policy's codec
-PREFERABLE = {"fixed": lambda dtype, numel: dtype == "BF16" and numel >= MIN_CODED_NUMEL}
+#: codecs a caller may prefer (``save_file(..., codec=...)``): id -> the codec id it stores a
+#: tensor of (dtype, numel) in, or None; the others keep the policy's codec. "fixed": BF16 in
+#: codec "fixed", F16 in codec "fixed16" where that saves (its encoder refuses otherwise)
+PREFERABLE = {"fixed": lambda dtype, numel: {"BF16": "fixed", "F16": "fixed16"}.get(dtype)
+              if numel >= MIN_CODED_NUMEL else None}
 
 
 def choose_codec(dtype: str, shape: tuple, mode: str = "lossless") -> str:
@@ -79,15 +81,22 @@ def encode_tensor(array: np.ndarray, dtype: str, mode: str = "lossless", name: s
     per-channel quantization of float tensors), or ``"lossy:qp=N"`` / ``"lossy:snr=X"`` (rate
     control of float matrices, :mod:`wcodec.codecs.lossy`). codec: force a codec id. prefer: a
     codec of :data:`PREFERABLE` used for the tensors it can take (e.g. ``"fixed"``: BF16 tensors
-    of at least MIN_CODED_NUMEL elements), the policy's codec for the others. Raises UnsupportedError.
+    of at least MIN_CODED_NUMEL elements, and F16 ones in codec "fixed16" unless that layout
+    would not save: those keep the policy's codec), the policy's codec for the others.
+    Raises UnsupportedError.
     """
     if dtype not in DTYPES:
         raise UnsupportedError(f"tensor '{name}': dtype {dtype} is not supported")
     if prefer is not None and prefer not in PREFERABLE:
         raise UnsupportedError(f"codec {prefer!r} cannot be chosen per file (choose from {sorted(PREFERABLE)})")
-    if codec is None and prefer is not None and PREFERABLE[prefer](dtype, int(array.size)):
-        codec = prefer
-    codec_id = codec or choose_codec(dtype, tuple(array.shape), mode)
+    preferred = PREFERABLE[prefer](dtype, int(array.size)) if codec is None and prefer is not None else None
+    if preferred == "fixed16":
+        _load_all()
+        try:
+            return get_codec(preferred).encode(array, dtype, **options)
+        except UnsupportedError:  # would not save: the policy's codec below
+            preferred = None
+    codec_id = codec or preferred or choose_codec(dtype, tuple(array.shape), mode)
     if codec_id != "raw":
         _load_all()
     if codec_id == "int8-quant":

@@ -123,15 +123,17 @@ def _fp8(params: dict, dtype: str, shape: list, numel: int) -> None:
     check_plane(params.get("data"), numel, "fp8 params 'data'")
 
 
-def _fixed(params: dict, dtype: str, shape: list, numel: int) -> None:
-    """Types and ranges; the fit to the shape is wcodec.codecs.fixed.check_record's (numpy-free here)."""
-    if dtype != "BF16":
-        raise CorruptDataError(f"fixed codec: dtype must be BF16, got {dtype}")
-    _int(params, "base", 0, 119, "fixed params")
-    _int(params, "kpad", 0, MAX_SYMBOLS, "fixed params")
-    _int(params, "n_escapes", 0, max(numel, 0), "fixed params")
+def _fixed(params: dict, dtype: str, shape: list, numel: int, codec: str = "fixed") -> None:
+    """Types and ranges; the fit to the shape is wcodec.codecs.fixed.check_record's (numpy-free here).
+    codec "fixed16" (F16): the same fields, base at most 23 (codecs.fixed16)."""
+    want, max_base = ("F16", 23) if codec == "fixed16" else ("BF16", 119)
+    if dtype != want:
+        raise CorruptDataError(f"{codec} codec: dtype must be {want}, got {dtype}")
+    _int(params, "base", 0, max_base, f"{codec} params")
+    _int(params, "kpad", 0, MAX_SYMBOLS, f"{codec} params")
+    _int(params, "n_escapes", 0, max(numel, 0), f"{codec} params")
     if params.get("col_bits") not in (16, 32) or type(params.get("col_bits")) is not int:
-        raise CorruptDataError(f"fixed params: 'col_bits' must be 16 or 32, got {params.get('col_bits')!r}"[:300])
+        raise CorruptDataError(f"{codec} params: 'col_bits' must be 16 or 32, got {params.get('col_bits')!r}"[:300])
 
 
 _PLANE_SECTIONS = {"freqs": "U8", "freqs_big": "U16", "states": "U32", "offsets": "U32", "words": "U16"}
@@ -170,7 +172,8 @@ def check_sections(codec: str, dtypes: dict) -> None:
             raise CorruptDataError(f"{codec} codec: section '{name}' must be {known[name]}, got {dt!r}"[:300])
 
 
-CHECKS = {"float": _float, "int8": _int8_dtype, "int8-quant": _quant, "raw": _raw, "fp8": _fp8, "fixed": _fixed}
+CHECKS = {"float": _float, "int8": _int8_dtype, "int8-quant": _quant, "raw": _raw, "fp8": _fp8, "fixed": _fixed,
+          "fixed16": lambda *a: _fixed(*a, codec="fixed16")}
 
 
 def check_params(codec: str, dtype: str, shape, params) -> None:

@@ -40,12 +40,13 @@ MAX_RATIO_SLACK = 1 << 20
 #: symbols, 248 symbols per byte at the encoder's default 1024 steps (its densest: larger planes
 #: get fewer steps), so 256 symbols per byte takes every file the encoder writes by default and
 #: bounds what a small file can make the decoder allocate to ~256 x its peak bytes per element
-#: (was 1024: a 34 KB int8 file cost 130 MB, issue 27). fixed: >= 12 bits stored per 16-bit weight.
+#: (was 1024: a 34 KB int8 file cost 130 MB, issue 27). fixed: >= 12 bits stored per 16-bit weight,
+#: fixed16 >= 14.
 #: Values: (decoded bytes or symbols per compressed byte, counted in "bytes" or "symbols").
 SYMBOLS_PER_BYTE = 256
 CODEC_RATIO = {"raw": (1, "bytes"), "float": (16, "bytes"), "int8": (SYMBOLS_PER_BYTE, "symbols"),
                "int8-quant": (SYMBOLS_PER_BYTE, "symbols"), "fp8": (SYMBOLS_PER_BYTE, "symbols"),
-               "fixed": (2, "bytes")}
+               "fixed": (2, "bytes"), "fixed16": (2, "bytes")}
 INDEX_SUFFIX = ".wcodec.index.json"
 
 #: section dtypes (safetensors names) -> numpy little-endian dtypes
@@ -83,7 +84,9 @@ def section_dtype_name(arr: np.ndarray) -> str:
 
 def record_version(codec: str, params: dict) -> int:
     """The lowest container version that can hold a record: 2 for a float record with a joint
-    low plane (``low_joint``, CODEC_LAYOUT.md), else 1."""
+    low plane (``low_joint``, CODEC_LAYOUT.md) and for codec "fixed16", else 1."""
+    if codec == "fixed16":
+        return 2
     return 2 if codec == "float" and isinstance(params, dict) and "low_joint" in params else 1
 
 

@@ -37,10 +37,16 @@ def _cpu_fallback(items, device):
     return out
 
 
+#: the fixed-rate codecs, decoded by their own kernels: codec id -> module (wcodec.gpu.<module>)
+FIXED = {"fixed": "fixed", "fixed16": "fixed16"}
+
+
 def _load_fixed(items, dev, crcs, workers) -> dict:
-    """Codec "fixed" records: sections checked on the host, uploaded, decoded by its own kernel."""
+    """Codec "fixed" / "fixed16" records: sections checked on the host, uploaded, decoded by
+    their own kernel."""
+    import importlib
+
     from ..errors import WcodecError
-    from .fixed import decode, from_sections
     if crcs is not None:
         with ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4)) as pool:
             _check_sections(pool, items, crcs)
@@ -51,7 +57,9 @@ def _load_fixed(items, dev, crcs, workers) -> dict:
             check_params(rec.codec, rec.dtype, rec.shape, rec.params)
         except WcodecError as e:
             raise type(e)(f"tensor '{name}': {e}") from None
-        out[name] = decode(from_sections(rec.params, rec.sections, rec.shape, dev, name)).reshape(tuple(rec.shape))
+        layout = importlib.import_module(f"{__package__}.{FIXED[rec.codec]}")
+        fw = layout.from_sections(rec.params, rec.sections, rec.shape, dev, name)
+        out[name] = layout.decode(fw).reshape(tuple(rec.shape))
     return out
 
 
@@ -123,10 +131,10 @@ def load_records(items, device="cuda", separate: bool = False, crcs: dict | None
             from . import decode as D
         except ImportError:
             fallback = True
-    if not fallback and any(rec.codec == "fixed" for _, rec in items):
-        rest = [(n, r) for n, r in items if r.codec != "fixed"]
+    if not fallback and any(rec.codec in FIXED for _, rec in items):
+        rest = [(n, r) for n, r in items if r.codec not in FIXED]
         out = load_records(rest, dev, separate, crcs, batch_bytes, workers, config) if rest else {}
-        out.update(_load_fixed([(n, r) for n, r in items if r.codec == "fixed"], dev, crcs, workers))
+        out.update(_load_fixed([(n, r) for n, r in items if r.codec in FIXED], dev, crcs, workers))
         return out
     if fallback:
         if crcs is not None:

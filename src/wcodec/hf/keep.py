@@ -6,11 +6,13 @@ tensor after its own conversions (renames, expert merges) and placement, one ten
 tensor). For a parameter ``name`` holding ``value`` (already on its device, in the load dtype):
 
 - with ``keep_compressed=True``: the weight of a plain ``nn.Linear`` in bfloat16 becomes a
-  :class:`wcodec.torch.linear.CompressedLinear` (fused decode + matmul), the weight of a plain
+  :class:`wcodec.torch.linear.CompressedLinear` (fused decode + matmul), in float16 a
+  :class:`wcodec.torch.linear16.CompressedLinear16` where its fp16 layout saves (codec
+  "fixed16"; else it stays as loaded, reported with the layout's size), the weight of a plain
   untied bfloat16 ``nn.Embedding`` a :class:`wcodec.torch.embedding.CompressedEmbedding`, a 3-D
   expert parameter of an experts module compressed experts (:mod:`wcodec.torch.experts`); the
   fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
-  and reached the model unchanged, else it is encoded on the device;
+  (or "fixed16") and reached the model unchanged, else it is encoded on the device;
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
   tied, or another dtype, with ``jit_embeddings``) and that reached the model unchanged from a
   stored record stay that record, decoded just in time into a shared scratch
@@ -95,8 +97,9 @@ def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtyp
 
 
 def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tensor) -> str | None:
-    if value.dtype != torch.bfloat16:
-        return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
+    if value.dtype != torch.bfloat16 and not (value.dtype == torch.float16 and type(module) is torch.nn.Linear):
+        return f"dtype {value.dtype} (the fused kernels' fixed-rate layouts are for bfloat16, and float16 " \
+               f"nn.Linear weights)"
     if name in state.tied(model):
         return "tied to another weight (transformers ties it by parameter after loading)"
     if type(module) is torch.nn.Embedding and module.max_norm is not None:
@@ -106,15 +109,23 @@ def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tens
     return None
 
 
+def _stored_codec(value: torch.Tensor) -> str:
+    """The fixed-rate codec a stored record of ``value``'s dtype is fused from as it is."""
+    return "fixed16" if value.dtype == torch.float16 else "fixed"
+
+
 def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
     """The fixed-rate layout of ``value`` on its device: the stored sections when ``key`` is a
-    record stored with codec "fixed", else encoded from ``value``."""
+    record stored with codec "fixed" (bf16) or "fixed16" (fp16), else encoded from ``value``.
+    Raises UnsupportedError for an fp16 weight the fp16 layout would not shrink."""
     from ..gpu import fixed as fx
+    from ..gpu import fixed16 as fx16
 
-    if key is not None and state.reader.entry(key).get("codec") == "fixed":
+    layout = fx16 if value.dtype == torch.float16 else fx
+    if key is not None and state.reader.entry(key).get("codec") == _stored_codec(value):
         rec = state.reader.record(key, verify=state.verify)
-        return fx.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
-    return fx.encode_weight(value)
+        return layout.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
+    return layout.encode_weight(value)
 
 
 def _device_scope(t: torch.Tensor):
@@ -150,11 +161,11 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
             return None
     elif state.mode is True and why is None:
         key = _stored_record_key(state, sources, value)
-        if key is None or state.reader.entry(key).get("codec") != "fixed":
+        if key is None or state.reader.entry(key).get("codec") != _stored_codec(value):
             value = materialize(value)
-        with _device_scope(value):
-            _fuse(state, model, module, name, _fixed_weight(state, key, value))
-        return None
+        why = _fuse_weight(state, model, module, name, key, value)
+        if why is None:
+            return None
     if why is None:
         why = "keep_compressed='jit'"
     state.report["kept"][name] = why
@@ -183,17 +194,18 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
         except AttributeError:
             continue
         p = module._parameters.get(attr) if attr == "weight" and type(module) is torch.nn.Linear else None
-        if p is None or p.dtype != torch.bfloat16:
+        if p is None or p.dtype not in (torch.bfloat16, torch.float16):
             continue
         hit = state.jit.get(_storage_id(p))
-        with _device_scope(p):
-            if hit is not None:
-                value = _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]].to(torch.bfloat16)
-                fw = _fixed_weight(state, hit[1], value)
-                del value
-            else:
-                fw = _fixed_weight(state, None, p.detach())
-            _fuse(state, model, module, target, fw)
+        if hit is not None:
+            value = _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]].to(p.dtype)
+            why = _fuse_weight(state, model, module, target, hit[1], value)
+            del value
+        else:
+            why = _fuse_weight(state, model, module, target, None, p.detach())
+        if why is not None:  # an fp16 layout that would not save: the tie stays
+            state.report["kept"][target] = why
+            continue
         state.report["kept"].pop(target, None)
         if target in state.report["decoded"]:
             state.report["decoded"].remove(target)
@@ -230,15 +242,31 @@ def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Te
     return None
 
 
+def _fuse_weight(state: KeepState, model, module, name: str, key: str | None, value: torch.Tensor) -> str | None:
+    """Fuse ``module`` with the fixed-rate layout of ``value`` (stored record ``key`` or encoded);
+    None when done, else why not (an fp16 weight its layout would not shrink)."""
+    from ..errors import UnsupportedError
+
+    try:
+        with _device_scope(value):
+            fw = _fixed_weight(state, key, value)
+    except UnsupportedError as e:
+        return str(e)
+    _fuse(state, model, module, name, fw)
+    return None
+
+
 def _fuse(state: KeepState, model, module, name: str, fw) -> None:
+    from ..gpu.fixed16 import Fixed16Weight
     from ..torch.embedding import CompressedEmbedding
     from ..torch.linear import CompressedLinear
+    from ..torch.linear16 import CompressedLinear16
 
     if isinstance(module, torch.nn.Embedding):
         new = CompressedEmbedding(fw, module.padding_idx)
     else:
         bias = module.bias
-        new = CompressedLinear(fw, None)
+        new = (CompressedLinear16 if isinstance(fw, Fixed16Weight) else CompressedLinear)(fw, None)
         if bias is not None:  # loaded already, or still on meta (transformers sets it later)
             new.bias = bias if isinstance(bias, torch.nn.Parameter) else torch.nn.Parameter(bias)
     for parent, cname in state.parents(model).get(id(module), []):

@@ -29,14 +29,17 @@ def _fixed_modules(model) -> dict:
 
 
 def _fixed_record(fw):
-    """(EncodedTensor of codec "fixed", CRC-32 of the decoded bf16 bits) of a FixedWeight."""
+    """(EncodedTensor of codec "fixed" (a FixedWeight, bf16) or "fixed16" (a Fixed16Weight,
+    fp16), CRC-32 of the decoded bits)."""
     from ..codecs.base import EncodedTensor
     from ..format import spec
     from ..gpu import fixed as fx
+    from ..gpu import fixed16 as fx16
 
-    params, sections = fx.to_sections(fw)
-    rec = EncodedTensor("fixed", "BF16", (fw.N, fw.K), params, sections)
-    bits = fx.decode(fw).detach().cpu().view(torch.int16).numpy().view(np.uint16)
+    layout, codec, dtype = (fx16, "fixed16", "F16") if isinstance(fw, fx16.Fixed16Weight) else (fx, "fixed", "BF16")
+    params, sections = layout.to_sections(fw)
+    rec = EncodedTensor(codec, dtype, (fw.N, fw.K), params, sections)
+    bits = layout.decode(fw).detach().cpu().view(torch.int16).numpy().view(np.uint16)
     return rec, spec.crc32(bits)
 
 

@@ -67,6 +67,7 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     ``dtype``, the module's bias cast as its forward casts it), or one CompressedEmbedding's row
     lookup, on the module's device; returns the number of calls. The module is not modified."""
     from ..gpu import fixed as fx
+    from ..gpu import fixed16 as fx16
     from ..torch.embedding import CompressedEmbedding
 
     fw = module.fixed_weight
@@ -76,9 +77,12 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
             return 1
         bias = None if module.bias is None else module.bias.detach().to(dtype)
         x = torch.zeros((rows()[-1], fw.K), dtype=dtype, device=fw.device)
-        for n in rows():
-            fx.linear(x[:n], fw, bias)  # x[:n] is contiguous, aligned as a fresh tensor
-        return len(rows())
+        # an fp16 weight (CompressedLinear16) tunes its GEMV only; above it, decode + cuBLAS
+        lin, ms = (fx16.linear, range(1, fx16.GEMV_MAX_M + 2)) if isinstance(fw, fx16.Fixed16Weight) \
+            else (fx.linear, rows())
+        for n in ms:
+            lin(x[:n], fw, bias)  # x[:n] is contiguous, aligned as a fresh tensor
+        return len(ms)
 
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:

@@ -93,6 +93,28 @@ class _TritonDecoder:
             self.checked = True
 
 
+class _FixedDecoder:
+    """GPU decode of a codec "fixed" / "fixed16" record (which the plan decoder does not take):
+    the layout kept on the device, decoded by its own kernels, then copied into the scratch."""
+
+    work_nbytes = 0
+
+    def __init__(self, name: str, record, device: torch.device):
+        import importlib
+
+        self.layout = importlib.import_module(f"wcodec.gpu.{_FIXED[record.codec]}")
+        self.fw = self.layout.from_sections(record.params, record.sections, tuple(record.shape), device, name)
+        self.nbytes = self.fw.nbytes
+
+    def decode_into(self, out: torch.Tensor, work: torch.Tensor | None) -> None:
+        w = self.layout.decode(self.fw).reshape(-1)
+        out[:w.numel() * w.element_size()].copy_(w.view(torch.uint8))
+
+
+#: fixed-rate codec id -> its wcodec.gpu module (decoded by _FixedDecoder on the GPU)
+_FIXED = {"fixed": "fixed", "fixed16": "fixed16"}
+
+
 class _JitLinear(torch.autograd.Function):
     """``F.linear(x, weight, bias)`` whose weight is a scratch view: nothing of it is saved; the
     backward decodes it again (the scratch holds another module's weight by then). The weight
@@ -163,8 +185,11 @@ class CompressedWeights:
         """Register one weight. key: caller's id (e.g. the checkpoint name); name: for error
         messages; record: its EncodedTensor; dtype: the module's dtype (default: the stored one)."""
         stored = torch_dtype(record.dtype)
-        dec = (_TritonDecoder(name, record, self.device, self.offload) if self.decoder == "triton"
-               else _NumbaDecoder(name, record))
+        if self.decoder == "triton" and record.codec in _FIXED and not self.offload:
+            dec = _FixedDecoder(name, record, self.device)
+        else:
+            dec = (_TritonDecoder(name, record, self.device, self.offload) if self.decoder == "triton"
+                   else _NumbaDecoder(name, record))
         self.weights[key] = _Weight(dec, tuple(record.shape), stored, dtype or stored)
 
     def allocate(self) -> dict[str, torch.Tensor]:

@@ -75,7 +75,11 @@ class _FixedLinearFn(torch.autograd.Function):
 class FixedBuffers(nn.Module):
     """Holds a FixedWeight as one uint8 buffer ``w_packed`` (``wcodec.gpu.fixed.pack``:
     ``.to(device)`` moves it, ``state_dict`` saves it; one graph input per layer under
-    torch.compile). Subclasses give the weight's shape through ``_shape()``."""
+    torch.compile). Subclasses give the weight's shape through ``_shape()``; a subclass of
+    another layout (``wcodec.torch.linear16``) also sets ``_view_type`` and ``_check_packed``."""
+
+    #: the ``.weight`` view's class (its constructor takes packed, base, n, k)
+    _view_type = FixedWeightTensor
 
     def _register_fixed(self, fw: fx.FixedWeight) -> None:
         self.register_buffer("w_packed", fx.pack(fw))
@@ -98,7 +102,7 @@ class FixedBuffers(nn.Module):
         view = self.__dict__.get("_weight_view")
         if view is not None and view.backed_by(packed, self.base, *shape):
             return view
-        view = FixedWeightTensor(packed, self.base, *shape)
+        view = self._view_type(packed, self.base, *shape)
         if not torch.compiler.is_compiling():  # no attribute writes inside a traced forward
             self.__dict__["_weight_view"] = view
         return view
@@ -134,13 +138,18 @@ class FixedBuffers(nn.Module):
             state_dict[prefix + "w_packed"] = fx.pack(fw)
         new, old = state_dict.get(prefix + "w_packed"), self._buffers.get("w_packed")
         if new is not None:
-            fs.check_packed(new, base, n, k, where)
+            self._check_packed(new, base, n, k, where)
         elif base != self.base:
             raise CorruptDataError(f"{where}_extra_state' changes the window base without a 'w_packed'")
         # another weight's escape list has another length: take the stored size
         if new is not None and old is not None and new.shape != old.shape:
             self._buffers["w_packed"] = torch.empty(new.shape, dtype=old.dtype, device=old.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _check_packed(self, packed, base: int, n: int, k: int, where: str) -> None:
+        """An untrusted ``w_packed`` checked for this layout (``fixed_state.check_packed``)."""
+        from .fixed_state import check_packed
+        check_packed(packed, base, n, k, where)
 
     def _extra_fields(self) -> dict:
         """The shape fields of ``_extra_state`` and this module's values of them."""
@@ -189,7 +198,7 @@ class CompressedLinear(FixedBuffers):
         """weight: [N, K] bfloat16 on the device to compress on (not modified); bias: [N] or None.
 
         Raises UnsupportedError for a weight that is not 2-D bfloat16 (the layout is lossless
-        for bf16 only: cast first if a rounding is acceptable).
+        for bf16 only; float16 weights: ``wcodec.torch.linear16.CompressedLinear16``).
         """
         return cls(fx.encode_weight(weight.detach()), bias)
 
