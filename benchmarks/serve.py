@@ -263,7 +263,9 @@ def child(args) -> None:
 
     hints = WorkloadHints(max_prompt_length=plen[1], max_generated_length=olen[1], num_requests=most)
     t = time.perf_counter()
-    with torch.inference_mode(), model.continuous_batching_context_manager(
+    # no inference_mode here: the engine's thread updates the paged cache in place outside it
+    # (transformers 5.17: 'Inplace update to inference tensor outside InferenceMode')
+    with torch.no_grad(), model.continuous_batching_context_manager(
             generation_config=gc, continuous_batching_config=cbc, workload_hints=hints) as manager:
         res["engine_warmup_s"] = time.perf_counter() - t
         cache = getattr(getattr(manager, "batch_processor", None), "cache", None)
