@@ -10,10 +10,10 @@ huge allocation.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import numpy as np
 
+from .. import native
 from ..errors import ChecksumError, CorruptDataError, FormatError
 from . import _io
 from .params import check_params, check_sections
@@ -66,10 +66,11 @@ def align_up(n: int, a: int = ALIGN) -> int:
 
 
 def crc32(data) -> int:
-    """zlib CRC-32 of a bytes-like object or a C-contiguous numpy array (its raw bytes)."""
+    """zlib CRC-32 of a bytes-like object or a numpy array (its raw C-order bytes), computed by
+    :func:`wcodec.native.crc32` (the C extension's threads, or zlib)."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    return zlib.crc32(data) & 0xFFFFFFFF
+    return native.crc32(data)
 
 
 def section_dtype_name(arr: np.ndarray) -> str:
