@@ -126,9 +126,10 @@ def _gpu_load_records():
         return None
 
 
-def _cpu_decoder(reader: CheckpointReader, verify: bool):
-    """``fn(name) -> numpy array`` for :func:`map_in_threads`: each thread reads the compressed
-    bytes into its own reused SpanBuffer (dropped with ``fn``, after the load)."""
+def cpu_decoder(reader: CheckpointReader, verify: bool = True):
+    """``fn(name) -> numpy array`` (``reader.get_numpy``) for :func:`map_in_threads` and
+    ``imap_in_threads``: each thread reads the compressed bytes into its own reused SpanBuffer
+    (dropped with ``fn``, after the load)."""
     local = threading.local()
 
     def decode(name):
@@ -147,7 +148,7 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
     if framework in ("np", "numpy"):
         if str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        out = map_in_threads(_cpu_decoder(reader, verify), stored, cost=reader.numel)
+        out = map_in_threads(cpu_decoder(reader, verify), stored, cost=reader.numel)
     elif framework in ("pt", "torch"):
         dev, post = placement(device)
         if post is not None:
@@ -169,7 +170,7 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
             out = load_records([(n, reader.record(n, verify=False, copy=False)) for n in stored], dev,
                                crcs=crcs)
         else:
-            decode = _cpu_decoder(reader, verify)
+            decode = cpu_decoder(reader, verify)
             out = map_in_threads(lambda n: to_torch(decode(n), reader.entry(n)["dtype"]).to(dev), stored,
                                  cost=reader.numel)
     else:
