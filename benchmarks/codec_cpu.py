@@ -160,29 +160,36 @@ class ApiRun:
                    for n, t in self.tensors.items()), "API round trip not bit-exact"
 
     def op(self, name):
+        """(run, check): ``run()`` is what is timed, ``check(its result)`` the bit-exact check
+        made after the clock stops (the kernels' rounds check outside the clock too)."""
         import wcodec
         import wcodec.torch as wt
         from wcodec import cli
 
-        def save_file():
-            wcodec.save_file(self.tensors, self.file, workers=self.threads)
-
-        def torch_save():
-            self.blob = wt.save(self.tensors)
-
         def cli_encode():
             with contextlib.redirect_stdout(io.StringIO()):  # its one-line summary
-                assert cli.main(["encode", str(self.src), str(self.cli_file), "--quiet", "--force",
-                                 "--workers", str(self.threads)]) == 0
+                return cli.main(["encode", str(self.src), str(self.cli_file), "--quiet", "--force",
+                                 "--workers", str(self.threads)])
 
         def cli_decode():
             with contextlib.redirect_stdout(io.StringIO()):
-                assert cli.main(["decode", str(self.cli_file), str(self.back), "--quiet", "--force"]) == 0
-            assert self.back.read_bytes() == self.src_bytes, "CLI decode not byte-exact"
+                return cli.main(["decode", str(self.cli_file), str(self.back), "--quiet", "--force"])
 
-        return {"save_file": save_file, "load_file": lambda: self._same(wcodec.load_file(self.file)),
-                "torch.save": torch_save, "torch.load": lambda: self._same(wt.load(self.blob)),
-                "cli encode": cli_encode, "cli decode": cli_decode}[name]
+        def cli_encoded(rc):
+            assert rc == 0, "CLI encode failed"
+
+        def cli_decoded(rc):
+            assert rc == 0 and self.back.read_bytes() == self.src_bytes, "CLI decode not byte-exact"
+
+        def keep(blob):
+            self.blob = blob  # torch.load's input (load_file reads what save_file wrote)
+
+        return {"save_file": (lambda: wcodec.save_file(self.tensors, self.file, workers=self.threads), keep),
+                "load_file": (lambda: wcodec.load_file(self.file), self._same),
+                "torch.save": (lambda: wt.save(self.tensors), keep),
+                "torch.load": (lambda: wt.load(self.blob), self._same),
+                "cli encode": (cli_encode, cli_encoded),
+                "cli decode": (cli_decode, cli_decoded)}[name]
 
 
 def paired(arrays, dtype, threads, ctx, repeat, api=None):
@@ -222,11 +229,13 @@ def paired(arrays, dtype, threads, ctx, repeat, api=None):
                    for a, o in zip(arrays, outs))
         del outs
         for name in best_api:
-            fn = api.op(name)
+            run, check = api.op(name)
             with ctx():
                 t = clock()
-                fn()
+                out = run()
                 best_api[name] = min(best_api[name], clock() - t)
+            check(out)
+            del out
     return [b if b < float("inf") else float("nan") for b in best] + [best_api]
 
 

@@ -15,6 +15,7 @@ from wcodec import native
 ext = native.ext()
 needs_ext = pytest.mark.skipif(ext is None, reason="C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
 PIECE = 1 << 18  # crc32.c's piece of the threaded path
+PARALLEL = 4 << 20  # and the bytes from which it runs
 
 LENGTHS = [*range(0, 300), 1000, 4096 + 13, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17]
 
@@ -43,7 +44,7 @@ def test_equals_zlib_every_length_and_alignment(isa):
 
 @needs_ext
 def test_threaded_pieces_equal_one_thread():
-    data = np.random.default_rng(1).integers(0, 256, 5 * PIECE + 3, dtype=np.uint8)
+    data = np.random.default_rng(1).integers(0, 256, PARALLEL + 5 * PIECE + 3, dtype=np.uint8)
     one = ext.crc32(data, 0, 1)
     assert one == zlib.crc32(data)
     assert ext.crc32(data, 0, 2) == ext.crc32(data, 0, 4) == one
@@ -53,7 +54,7 @@ def test_threaded_pieces_equal_one_thread():
 @needs_ext
 def test_many_equals_each():
     rng = np.random.default_rng(2)
-    bufs = [rng.integers(0, 256, n, dtype=np.uint8) for n in (0, 5, 64, PIECE, 2 * PIECE + 9, 1000)]
+    bufs = [rng.integers(0, 256, n, dtype=np.uint8) for n in (0, 5, 64, PIECE, 2 * PIECE + 9, 1000, PARALLEL + 1)]
     bufs.append(b"bytes too")
     bufs.append(memoryview(bytearray(b"x" * 300)))
     bufs.append(rng.standard_normal(7000).astype(np.float32))  # any C-contiguous buffer: its bytes

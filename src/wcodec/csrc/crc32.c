@@ -213,9 +213,13 @@ uint32_t wc_crc32(const uint8_t *buf, int64_t len, uint32_t crc) {
 
 /* ---- many buffers, in pieces on the extension's threads ------------------------------------- */
 
-/* pieces of this many bytes (the last of a buffer shorter): small enough to share a MiniLM
- * matrix (1.2 MB) between two threads, large enough that a piece's start-up is noise */
+/* pieces of this many bytes (the last of a buffer shorter): small enough to share a large
+ * matrix between threads, large enough that a piece's start-up is noise */
 #define PIECE ((int64_t)1 << 18)
+/* below this many bytes in one call, the calling thread alone: loaders already run tensors in
+ * parallel, and a hand-off to helper threads costs a wake-up and a wait each time (on a loaded
+ * machine a time slice) for work of well under a millisecond */
+#define PARALLEL_BYTES ((int64_t)4 << 20)
 
 typedef struct {
     const uint8_t **bufs;
@@ -250,7 +254,9 @@ static int crc_many(const uint8_t **bufs, int64_t *lens, int64_t n, uint32_t *ou
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = first[b]; i < first[b + 1]; i++) owner[i] = b;
     many_ctx m = {bufs, lens, first, owner, crc};
-    if (total) wc_run_parallel(piece_task, &m, total, threads);
+    int64_t bytes = 0;
+    for (int64_t b = 0; b < n; b++) bytes += lens[b];
+    if (total) wc_run_parallel(piece_task, &m, total, bytes < PARALLEL_BYTES ? 1 : threads);
     uint32_t shift = x2nmodp(PIECE, 3); /* every piece but a buffer's last is PIECE bytes */
     for (int64_t b = 0; b < n; b++) {
         uint32_t c = 0;
@@ -295,7 +301,7 @@ PyObject *wc_py_crc32(PyObject *self, PyObject *args) {
     uint32_t c;
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (threads == 1 || len <= PIECE) {
+    if (threads == 1 || len < PARALLEL_BYTES) {
         c = wc_crc32(buf, len, value);
     } else {
         rc = crc_many(&buf, &len, 1, &c, threads);
