@@ -23,6 +23,10 @@ from ..errors import ChecksumError, CorruptDataError, FormatError
 from . import _io, spec
 
 
+_EMPTY = np.empty(0, dtype=np.uint8)
+_EMPTY.flags.writeable = False
+
+
 class SpanBuffer:
     """A uint8 buffer that one thread reuses for the byte spans of successive tensors.
 
@@ -191,20 +195,16 @@ class Reader:
         if copy:
             start, end = self.span(name)
             buf = self.read_span(start, end, into)
-            buf.flags.writeable = False
         else:
-            start, buf = 0, self.buffer()
-        sections = {}
-        for sname, s in e["sections"].items():
-            dt = np.dtype(spec.SECTION_DTYPES[s["dtype"]])
-            if s["size"]:
-                arr = np.frombuffer(buf, dtype=dt, count=s["size"] // dt.itemsize, offset=s["offset"] - start)
-            else:
-                arr = np.empty(0, dtype=dt)
-                arr.flags.writeable = False
-            sections[sname] = arr
+            start, buf = 0, np.frombuffer(self.buffer(), dtype=np.uint8)
+        buf.flags.writeable = False
+        # byte slices viewed as their dtypes (np.frombuffer per section cost ~4x a slice's view)
+        raw = [buf[s["offset"] - start:s["offset"] - start + s["size"]] if s["size"] else _EMPTY
+               for s in e["sections"].values()]
+        sections = {sname: r.view(spec.SECTION_NP[s["dtype"]])
+                    for (sname, s), r in zip(e["sections"].items(), raw)}
         if verify:
-            got = native.crc32_many([a.view(np.uint8) for a in sections.values()])
+            got = native.crc32_many(raw)
             for (sname, s), crc in zip(e["sections"].items(), got):
                 if crc != s["crc32"]:
                     raise ChecksumError(f"tensor '{name}': section '{sname}' checksum mismatch (corrupt data)")

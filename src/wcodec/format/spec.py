@@ -54,8 +54,10 @@ SECTION_DTYPES = {
     "U64": "<u8", "I64": "<i8", "F16": "<f2", "F32": "<f4", "F64": "<f8",
 }
 _NP_TO_SECTION = {np.dtype(v).str: k for k, v in SECTION_DTYPES.items()}
-#: bytes per item of each section dtype (np.dtype() per section cost ~1 us in header validation)
-SECTION_ITEMSIZE = {k: np.dtype(v).itemsize for k, v in SECTION_DTYPES.items()}
+#: the numpy dtype and bytes per item of each section dtype (np.dtype() from a string costs ~1 us,
+#: paid per section on every read)
+SECTION_NP = {k: np.dtype(v) for k, v in SECTION_DTYPES.items()}
+SECTION_ITEMSIZE = {k: v.itemsize for k, v in SECTION_NP.items()}
 # tensor dtypes: same names as wcodec.codecs.base.DTYPES (kept here so the reader needs no codecs)
 TENSOR_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4,
                    "I64": 8, "U64": 8, "F16": 2, "BF16": 2, "F32": 4, "F64": 8,
