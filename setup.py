@@ -15,7 +15,8 @@ if sys.platform == "win32":
 else:
     args = ["-O3", "-std=gnu99", "-fno-strict-aliasing"]
 
-setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c", "src/wcodec/csrc/predict.c"],
-                             depends=["src/wcodec/csrc/predict.h"],  # shipped in the sdist
+setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c", "src/wcodec/csrc/predict.c",
+                                              "src/wcodec/csrc/crc32.c"],
+                             depends=["src/wcodec/csrc/predict.h", "src/wcodec/csrc/crc32.h"],  # shipped in the sdist
                              extra_compile_args=args, optional=True,
                              libraries=[] if sys.platform == "win32" else ["m"])])

@@ -6,9 +6,15 @@ ran (native-avx512/avx2/scalar: the C extension; numba: the fallback).
     python benchmarks/codec_cpu.py            # all-MiniLM-L6-v2 + every model in ../shared/models
     python benchmarks/codec_cpu.py --quick    # skip the slow DFloat11 encoder
     python benchmarks/codec_cpu.py --minilm --quick --threads 1,2,4,8,16 --with-numba
+    python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --api   # + the public API
 
 Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
 bf16 = the fp32 weights rounded to nearest even. GB/s counts the uncompressed tensor bytes.
+``--api`` times, in the same rounds as the kernels and ZipNN, what users run on those tensors (as
+torch tensors, every check on): ``wcodec.save_file`` / ``load_file`` (a file in /dev/shm where it
+exists, else the temporary folder), ``wcodec.torch.save`` / ``load`` (bytes in memory) and the CLI's
+``wcodec encode`` / ``decode`` (``wcodec.cli.main`` in this process, safetensors file in and out:
+interpreter start-up and imports not counted).
 Needs: pip install zipnn dfloat11 dahuffman (dfloat11's GPU module needs cupy; only its CPU
 encoder, dfloat11_utils, is loaded here).
 """
@@ -16,7 +22,9 @@ encoder, dfloat11_utils, is loaded here).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import os
 import platform
 import sys
@@ -108,8 +116,6 @@ def dfloat11_bytes(arrays):
     mod_spec = importlib.util.spec_from_file_location("dfloat11_utils", path)
     utils = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(utils)  # dfloat11/__init__ imports cupy; its encoder does not need it
-    import contextlib
-    import io
     import torch
 
     total = 0
@@ -124,10 +130,73 @@ def dfloat11_bytes(arrays):
     return total, time.perf_counter() - t
 
 
-def paired(arrays, dtype, threads, ctx, repeat):
-    """(wcodec enc s, dec s, ZipNN enc s, dec s): best of ``repeat`` rounds, each round timing
-    ZipNN and wcodec back to back (encode, then decode), so that on a shared machine both meet
-    the same load; every round trip checked bit-exact. ctx: makes the context wcodec runs in
+#: the public API's operations timed by ``--api`` (see :class:`ApiRun`), in table order
+API_OPS = ("save_file", "load_file", "torch.save", "torch.load", "cli encode", "cli decode")
+
+
+class ApiRun:
+    """The public API on one model's tensors: each operation of API_OPS as a callable that
+    checks its result bit-exact against the input (so every timed call did the whole job)."""
+
+    def __init__(self, arrays, dtype, threads, folder: Path):
+        import torch
+        from safetensors.torch import save_file as st_save
+
+        self.threads, self.folder = threads, folder
+        self.names = [f"t{i:03d}" for i in range(len(arrays))]
+        self.tensors = {n: (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dtype == "BF16"
+                            else torch.from_numpy(a)) for n, a in zip(self.names, arrays)}
+        self.src, self.file = folder / "src.safetensors", folder / "api.wcodec"
+        self.cli_file, self.back = folder / "cli.wcodec", folder / "back.safetensors"
+        st_save(self.tensors, str(self.src))
+        self.src_bytes = self.src.read_bytes()
+        self.blob = None
+
+    def _same(self, out) -> None:
+        import torch
+        assert list(out) == self.names or sorted(out) == self.names, "tensor names differ"
+        assert all(torch.equal(out[n].view(torch.int16 if out[n].dtype == torch.bfloat16 else out[n].dtype),
+                               t.view(torch.int16 if t.dtype == torch.bfloat16 else t.dtype))
+                   for n, t in self.tensors.items()), "API round trip not bit-exact"
+
+    def op(self, name):
+        """(run, check): ``run()`` is what is timed, ``check(its result)`` the bit-exact check
+        made after the clock stops (the kernels' rounds check outside the clock too)."""
+        import wcodec
+        import wcodec.torch as wt
+        from wcodec import cli
+
+        def cli_encode():
+            with contextlib.redirect_stdout(io.StringIO()):  # its one-line summary
+                return cli.main(["encode", str(self.src), str(self.cli_file), "--quiet", "--force",
+                                 "--workers", str(self.threads)])
+
+        def cli_decode():
+            with contextlib.redirect_stdout(io.StringIO()):
+                return cli.main(["decode", str(self.cli_file), str(self.back), "--quiet", "--force"])
+
+        def cli_encoded(rc):
+            assert rc == 0, "CLI encode failed"
+
+        def cli_decoded(rc):
+            assert rc == 0 and self.back.read_bytes() == self.src_bytes, "CLI decode not byte-exact"
+
+        def keep(blob):
+            self.blob = blob  # torch.load's input (load_file reads what save_file wrote)
+
+        return {"save_file": (lambda: wcodec.save_file(self.tensors, self.file, workers=self.threads), keep),
+                "load_file": (lambda: wcodec.load_file(self.file), self._same),
+                "torch.save": (lambda: wt.save(self.tensors), keep),
+                "torch.load": (lambda: wt.load(self.blob), self._same),
+                "cli encode": (cli_encode, cli_encoded),
+                "cli decode": (cli_decode, cli_decoded)}[name]
+
+
+def paired(arrays, dtype, threads, ctx, repeat, api=None):
+    """(wcodec enc s, dec s, ZipNN enc s, dec s, {API op: s}): best of ``repeat`` rounds, each
+    round timing ZipNN and wcodec back to back (encode, then decode) and then, with ``api`` (an
+    ApiRun), each operation of API_OPS, so that on a shared machine all meet the same load;
+    every round trip checked bit-exact. ctx: makes the context wcodec runs in
     (``native.disabled`` for the numba path). ZipNN times are nan where not installed."""
     try:
         import zipnn
@@ -136,6 +205,7 @@ def paired(arrays, dtype, threads, ctx, repeat):
     except ImportError:
         z = None
     best = [float("inf")] * 4
+    best_api = dict.fromkeys(API_OPS if api is not None else (), float("inf"))
     for _ in range(repeat):
         if z is not None:
             t = clock()
@@ -158,12 +228,29 @@ def paired(arrays, dtype, threads, ctx, repeat):
         assert all(np.array_equal(a.reshape(-1).view(np.uint8), o.reshape(-1).view(np.uint8))
                    for a, o in zip(arrays, outs))
         del outs
-    return [b if b < float("inf") else float("nan") for b in best]
+        for name in best_api:
+            run, check = api.op(name)
+            with ctx():
+                t = clock()
+                out = run()
+                best_api[name] = min(best_api[name], clock() - t)
+            check(out)
+            del out
+    return [b if b < float("inf") else float("nan") for b in best] + [best_api]
 
 
-def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3, dtypes=("BF16", "F32")) -> None:
-    """Encode/decode GB/s of wcodec (and ZipNN, same tensors, same thread count) per thread count."""
-    import contextlib
+def api_folder() -> Path:
+    """Where --api writes its files: /dev/shm when present (the disk is not what is measured)."""
+    import tempfile
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="wcodec-api-", dir=shm if shm.is_dir() else None))
+
+
+def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3, dtypes=("BF16", "F32"),
+            api: bool = False) -> None:
+    """Encode/decode GB/s of wcodec (and ZipNN, same tensors, same thread count) per thread
+    count; with ``api``, a second table of the public API from the same rounds."""
+    import shutil
     import numba
 
     paths = [native.path()] + (["numba"] if with_numba and native.path() != "numba" else [])
@@ -173,22 +260,52 @@ def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3, dtype
           "pool of N workers, each call up to N threads (a process-wide budget of N)")
     print("\n| model | dtype | threads | path | wcodec enc | wcodec dec | ZipNN enc | ZipNN dec | enc x ZipNN | dec x ZipNN |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for model, tensors in models.items():
-        for dtype in dtypes:
-            arrays = [to_bf16_bits(t) if dtype == "BF16" else t for t in tensors.values()]
-            raw = sum(a.nbytes for a in arrays)
-            for t in counts:
-                for path in paths:
-                    ctx = native.disabled if path == "numba" else contextlib.nullcontext
-                    native.set_threads(t)
-                    numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
-                    with ctx():
-                        bench_wcodec(arrays[:2], dtype, threads=t)  # warm-up (numba: compile)
-                    te, td, zte, ztd = paired(arrays, dtype, t, ctx, repeat)
-                    print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} | {raw / td / 1e9:.2f} | "
-                          f"{raw / zte / 1e9:.2f} | {raw / ztd / 1e9:.2f} | {zte / te:.2f} | {ztd / td:.2f} |",
-                          flush=True)
+    api_rows = []
+    folder = api_folder() if api else None
+    try:
+        for model, tensors in models.items():
+            for dtype in dtypes:
+                arrays = [to_bf16_bits(t) if dtype == "BF16" else t for t in tensors.values()]
+                raw = sum(a.nbytes for a in arrays)
+                for t in counts:
+                    for path in paths:
+                        ctx = native.disabled if path == "numba" else contextlib.nullcontext
+                        native.set_threads(t)
+                        numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
+                        with ctx():
+                            bench_wcodec(arrays[:2], dtype, threads=t)  # warm-up (numba: compile)
+                        run = ApiRun(arrays, dtype, t, folder) if api else None
+                        te, td, zte, ztd, ta = paired(arrays, dtype, t, ctx, repeat, run)
+                        print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} | {raw / td / 1e9:.2f} | "
+                              f"{raw / zte / 1e9:.2f} | {raw / ztd / 1e9:.2f} | {zte / te:.2f} | {ztd / td:.2f} |",
+                              flush=True)
+                        if api:
+                            api_rows.append((model, dtype, t, path, raw, te, td, zte, ztd, ta))
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     native.set_threads(native._usable_cores())
+    if api_rows:
+        print_api(api_rows, repeat)
+
+
+def print_api(rows, repeat) -> None:
+    """The --api table: GB/s of each public operation beside the kernels and ZipNN (same rounds),
+    and how far the API is from the kernels (time ratio: 1.00 = the kernels' speed)."""
+    print(f"\npublic API - the same rounds (best of {repeat}), GB/s of uncompressed tensor bytes; save_file and "
+          "the CLI with --workers N; load_file, torch.load and the CLI decode with their default workers; "
+          "x ZipNN: save_file / load_file against ZipNN compress / decompress; API / kernels: time of save_file, "
+          "load_file over the kernels' encode, decode")
+    print("\n| model | dtype | threads | path | kernels enc / dec | save_file / load_file | torch.save / load | "
+          "CLI encode / decode | ZipNN enc / dec | x ZipNN enc / dec | API / kernels enc / dec |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for model, dtype, t, path, raw, te, td, zte, ztd, ta in rows:
+        gb = {k: raw / v / 1e9 for k, v in ta.items()}
+        print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} / {raw / td / 1e9:.2f} | "
+              f"{gb['save_file']:.2f} / {gb['load_file']:.2f} | {gb['torch.save']:.2f} / {gb['torch.load']:.2f} | "
+              f"{gb['cli encode']:.2f} / {gb['cli decode']:.2f} | {raw / zte / 1e9:.2f} / {raw / ztd / 1e9:.2f} | "
+              f"{zte / ta['save_file']:.2f} / {ztd / ta['load_file']:.2f} | "
+              f"{ta['save_file'] / te:.2f} / {ta['load_file'] / td:.2f} |", flush=True)
 
 
 def tensor_class(name: str, shape) -> str:
@@ -217,6 +334,9 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=tuple(CLOCK), default="wall",
                     help="wall (default) or cpu: process CPU time, for a loaded machine (use with --threads 1)")
     ap.add_argument("--scaling-only", action="store_true", help="only the thread-scaling table")
+    ap.add_argument("--api", action="store_true",
+                    help="also time the public API (save_file / load_file, wcodec.torch.save / load, the CLI) "
+                         "in the thread-scaling rounds")
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the thread-scaling table (best of)")
     ap.add_argument("--synthetic", type=float, default=0,
                     help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
@@ -255,7 +375,7 @@ def main(argv=None) -> int:
               else sorted({1, *(2 ** k for k in range(1, 5) if 2 ** k <= cores), cores}))
     print(f"kernels: {native.path()}, default threads {native.threads()}, cores usable {cores}, "
           f"clock {args.clock}, load average {os.getloadavg()[0]:.1f}")
-    scaling(models, counts, args.with_numba, args.repeat, dtypes)
+    scaling(models, counts, args.with_numba, args.repeat, dtypes, api=args.api)
     if args.scaling_only:
         return 0
     rows, classes = [], {}

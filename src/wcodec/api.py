@@ -103,6 +103,12 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str =
     codec no tensor takes), InvalidInputError (a ValueError: not a tensor, bad metadata, bad
     mode settings), NotFoundError (a FileNotFoundError: the folder does not exist), OSError.
     """
+    _save(tensors, filename, metadata, mode, workers, codec, qp, target_snr_db)
+
+
+def _save(tensors, filename, metadata, mode, workers, codec=None, qp=None, target_snr_db=None,
+          durable: bool = True) -> None:
+    """save_file's work; durable=False skips the fsync (a file read back and removed at once)."""
     from .encodeopts import mode_of
 
     _check_args(tensors, metadata)
@@ -110,7 +116,7 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str =
     # name order: save()'s bytes are canonical whatever the dict order (as safetensors')
     items = sorted(((str(k), v) for k, v in tensors.items()), key=lambda kv: kv[0])
     meta = None if metadata is None else dict(sorted(metadata.items()))
-    with Writer(filename, meta) as w:
+    with Writer(filename, meta, durable=durable) as w:
         _encode(w, (_item(k, v) for k, v in items), mode, workers, codec=codec)
 
 
@@ -251,12 +257,12 @@ def decode_to_folder(src, dst, progress: bool = False) -> list[Path]:
 def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless", workers: int | None = None) -> bytes:
     """The .wcodec file of ``tensors`` as bytes (as ``safetensors.torch.save``); arguments and
     errors as :func:`save_file`. The container is written through a temporary file (the writer
-    streams to disk), read back and removed."""
+    streams to disk; no fsync: it is read back and removed at once)."""
     import tempfile
     _check_args(tensors, metadata)
     with tempfile.TemporaryDirectory(prefix="wcodec-") as d:
         path = Path(d) / "data.wcodec"
-        save_file(tensors, path, metadata, mode, workers)
+        _save(tensors, path, metadata, mode, workers, durable=False)
         return path.read_bytes()
 
 

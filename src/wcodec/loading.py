@@ -10,11 +10,13 @@ import importlib
 import importlib.util
 import os
 import struct
+import threading
 from pathlib import Path
 
 from .errors import DeviceError, InvalidInputError, MissingDependencyError, NotFoundError
 from .format import CheckpointReader
 from .format.encode import map_in_threads
+from .format.reader import SpanBuffer
 
 BACKENDS = ("mmap", "pread")
 
@@ -124,6 +126,21 @@ def _gpu_load_records():
         return None
 
 
+def cpu_decoder(reader: CheckpointReader, verify: bool = True):
+    """``fn(name) -> numpy array`` (``reader.get_numpy``) for :func:`map_in_threads` and
+    ``imap_in_threads``: each thread reads the compressed bytes into its own reused SpanBuffer
+    (dropped with ``fn``, after the load)."""
+    local = threading.local()
+
+    def decode(name):
+        into = getattr(local, "into", None)
+        if into is None:
+            into = local.into = SpanBuffer()
+        return reader.get_numpy(name, verify=verify, into=into)
+
+    return decode
+
+
 def load_tensors(reader: CheckpointReader, names: list[str], device, framework: str, verify: bool) -> dict:
     """Decode ``names``; aliases come back as the same object as their target (tied weights)."""
     target = {n: reader.alias_of(n) or n for n in names}
@@ -131,7 +148,7 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
     if framework in ("np", "numpy"):
         if str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        out = map_in_threads(lambda n: reader.get_numpy(n, verify=verify), stored, cost=reader.numel)
+        out = map_in_threads(cpu_decoder(reader, verify), stored, cost=reader.numel)
     elif framework in ("pt", "torch"):
         dev, post = placement(device)
         if post is not None:
@@ -153,8 +170,9 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
             out = load_records([(n, reader.record(n, verify=False, copy=False)) for n in stored], dev,
                                crcs=crcs)
         else:
-            out = map_in_threads(lambda n: to_torch(reader.get_numpy(n, verify=verify),
-                                                    reader.entry(n)["dtype"]).to(dev), stored, cost=reader.numel)
+            decode = cpu_decoder(reader, verify)
+            out = map_in_threads(lambda n: to_torch(decode(n), reader.entry(n)["dtype"]).to(dev), stored,
+                                 cost=reader.numel)
     else:
         raise InvalidInputError(f"framework must be 'pt' or 'np', got {framework!r}")
     return {n: out[target[n]] for n in names}

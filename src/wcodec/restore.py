@@ -20,7 +20,9 @@ import numpy as np
 
 from .errors import CorruptDataError, FormatError
 from .format import _io, spec
+from .format.encode import imap_in_threads
 from .format.sources import INDEX_NAMES, LAYOUT_KEY, _st_entry
+from .loading import cpu_decoder
 
 __all__ = ["layout_of", "user_metadata", "file_bytes", "write_file", "decode_file", "decode_folder", "sha256_of"]
 
@@ -73,14 +75,24 @@ def file_bytes(reader, fname: str, one: dict) -> Iterator[bytes]:
             raise CorruptDataError(f"{fname}: malformed gap in the stored layout")
         pieces.append((off, base64.b64decode(b64, validate=True)))
     yield struct.pack("<Q", len(raw)) + raw
+    pieces.sort(key=lambda p: p[0])
+    # tensors decoded in threads a few ahead of the writer, in file order (memory: a few tensors)
+    decoded = imap_in_threads(cpu_decoder(reader), [what for _, what in pieces if not isinstance(what, bytes)])
     pos = 0
-    for off, what in sorted(pieces, key=lambda p: p[0]):
-        if off != pos:
-            raise CorruptDataError(f"{fname}: the stored layout leaves bytes {pos}..{off} uncovered")
-        data = what if isinstance(what, bytes) else \
-            np.ascontiguousarray(reader.get_numpy(what)).reshape(-1).view(np.uint8).tobytes()
-        pos += len(data)
-        yield data
+    try:
+        for off, what in pieces:
+            if off != pos:
+                raise CorruptDataError(f"{fname}: the stored layout leaves bytes {pos}..{off} uncovered")
+            data = what if isinstance(what, bytes) else _bytes_of(next(decoded))
+            pos += len(data)
+            yield data
+    finally:
+        decoded.close()
+
+
+def _bytes_of(arr: np.ndarray) -> memoryview:
+    """A decoded tensor's bytes (C order) as a flat byte view, no copy."""
+    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
 
 def write_file(path, chunks) -> Path:
@@ -109,8 +121,13 @@ def sha256_of(chunks) -> str:
 
 def _generic(reader, dst, progress=None) -> Path:
     from .format.sources import write_safetensors
-    specs = [(n, reader.entry(n)["dtype"], tuple(reader.entry(n)["shape"])) for n in reader.keys()]
-    return write_safetensors(dst, specs, reader.get_numpy, user_metadata(reader.metadata()), progress)
+    names = reader.keys()
+    specs = [(n, reader.entry(n)["dtype"], tuple(reader.entry(n)["shape"])) for n in names]
+    decoded = imap_in_threads(cpu_decoder(reader), names)  # in threads, a few ahead, in spec order
+    try:
+        return write_safetensors(dst, specs, lambda name: next(decoded), user_metadata(reader.metadata()), progress)
+    finally:
+        decoded.close()
 
 
 def decode_file(reader, dst, progress=None) -> Path:

@@ -185,3 +185,39 @@ def test_map_in_threads_runs_on_workers_and_raises_the_first_error():
     with pytest.raises(KeyError, match="bad tensor t3"):
         map_in_threads(failing, names, workers=1)
     assert taken == names[:4]  # nothing is taken after the error
+
+
+def test_imap_in_threads_yields_in_order_a_bounded_distance_ahead():
+    import threading
+
+    from wcodec.format.encode import imap_in_threads
+
+    names = [f"t{i}" for i in range(30)]
+    started, lock = [], threading.Lock()
+
+    def fn(n):
+        with lock:
+            started.append(n)
+        return n.upper()
+
+    got = []
+    for i, v in enumerate(imap_in_threads(fn, names, workers=2)):
+        got.append(v)
+        assert len(started) <= i + 1 + 2  # at most workers names beyond the one handed out
+    assert got == [n.upper() for n in names]
+
+    def failing(n):
+        if n == "t5":
+            raise KeyError("bad tensor t5")
+        return n
+
+    it = imap_in_threads(failing, names, workers=2)
+    assert [next(it) for _ in range(5)] == names[:5]
+    with pytest.raises(KeyError, match="bad tensor t5"):
+        next(it)
+    early = imap_in_threads(fn, names, workers=1)
+    started.clear()
+    assert next(early) == "T0"
+    early.close()  # the consumer stops: nothing more starts
+    n = len(started)
+    assert n <= 3 and len(started) == n

@@ -2669,6 +2669,8 @@ static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
 /* int8 intra prediction (predict.c) runs its tiles on these threads */
 #include "predict.h"
 void wc_run_parallel(wc_task_fn fn, void *ctx, int64_t n, int threads) { run_parallel(fn, ctx, n, pick_threads(threads, n)); }
+#include "crc32.h"
+int wc_isa(void) { return g_isa; }
 
 static PyMethodDef methods[] = {
     {"decode_chunks", py_decode_chunks, METH_VARARGS, "rANS decode of a plane's chunks (see module docstring)"},
@@ -2693,6 +2695,7 @@ static PyMethodDef methods[] = {
     {"threads", py_threads, METH_NOARGS, "default threads per call"},
     {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (True) or gathers (False), or an (avx2, avx512) pair; returns the old pair"},
     WC_PREDICT_METHODS
+    WC_CRC32_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -2713,6 +2716,7 @@ PyMODINIT_FUNC PyInit__cext(void) {
     for (int f = 1; f <= 4096; f++) g_log2[f] = log2((double)f);
     g_threads_default = 1;
     g_spare = 0;
+    wc_crc32_init();
 #ifdef WC_THREADS
     pthread_atfork(NULL, NULL, pool_after_fork);
 #endif

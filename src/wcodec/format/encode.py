@@ -18,6 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from . import spec
+from .writer import prepare_sections
 
 #: codec ids whose decoded tensor differs from the input: the writer decodes them to checksum
 LOSSY_CODECS = frozenset({"int8-quant"})
@@ -79,7 +80,7 @@ def _encode_one(item: Item, mode: str, codec: str | None = None):
         crc = spec.crc32(decode_tensor(rec, item.name))
     else:
         crc = spec.crc32(item.array)
-    return rec, crc
+    return rec, crc, prepare_sections(rec)  # the sections' bytes and checksums, here on the worker
 
 
 def _check_input_name(name) -> None:
@@ -108,8 +109,8 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
 
     def flush_one():
         name, fut, nbytes = pending.popleft()
-        rec, crc = fut.result()
-        sink.add_record(name, rec, crc)
+        rec, crc, prepared = fut.result()
+        sink.add_record(name, rec, crc, prepared=prepared)
         totals["tensors"] += 1
         totals["raw_bytes"] += nbytes
         totals["coded_bytes"] += rec.nbytes
@@ -185,3 +186,26 @@ def map_in_threads(fn, names: list, workers: int | None = None, cost=None) -> di
         raise errors[0]
     done = dict(zip(order, results))
     return {n: done[n] for n in names}
+
+
+def imap_in_threads(fn, names: list, workers: int | None = None):
+    """``fn(name)`` for each of ``names``, yielded in order, computed in ``workers`` threads at
+    most ``workers + 1`` names ahead of the consumer (memory holds that many results, never all
+    of them): for writers that stream decoded tensors into a file in a fixed order. The first
+    error of ``fn`` is raised at its name's turn; closing the generator early cancels what has
+    not started (running calls finish in their threads)."""
+    workers = default_workers() if workers is None else max(1, int(workers))
+    ex = ThreadPoolExecutor(workers)
+    pending: deque = deque()
+    todo = iter(names)
+    try:
+        for name in todo:
+            pending.append(ex.submit(fn, name))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for fut in pending:
+            fut.cancel()
+        ex.shutdown(wait=False)

@@ -52,13 +52,13 @@ class ShardedWriter:
         self.shards.append(w)
         return w
 
-    def add_record(self, name: str, record, crc: int, info: dict | None = None) -> None:
+    def add_record(self, name: str, record, crc: int, info: dict | None = None, prepared: dict | None = None) -> None:
         if name in self._where:
             raise ValueError(f"tensor name {name!r} used twice")
         w = self.shards[-1] if self.shards else self._new_shard()
         if w.tensors and w.data_size + record.nbytes > self.max_shard_size:
             w = self._new_shard()
-        w.add_record(name, record, crc, info)
+        w.add_record(name, record, crc, info, prepared)
         self._where[name] = w
 
     def add_alias(self, name: str, target: str) -> None:

@@ -10,10 +10,10 @@ huge allocation.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import numpy as np
 
+from .. import native
 from ..errors import ChecksumError, CorruptDataError, FormatError
 from . import _io
 from .params import check_params, check_sections
@@ -55,6 +55,10 @@ SECTION_DTYPES = {
     "U64": "<u8", "I64": "<i8", "F16": "<f2", "F32": "<f4", "F64": "<f8",
 }
 _NP_TO_SECTION = {np.dtype(v).str: k for k, v in SECTION_DTYPES.items()}
+#: the numpy dtype and bytes per item of each section dtype (np.dtype() from a string costs ~1 us,
+#: paid per section on every read)
+SECTION_NP = {k: np.dtype(v) for k, v in SECTION_DTYPES.items()}
+SECTION_ITEMSIZE = {k: v.itemsize for k, v in SECTION_NP.items()}
 # tensor dtypes: same names as wcodec.codecs.base.DTYPES (kept here so the reader needs no codecs)
 TENSOR_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4,
                    "I64": 8, "U64": 8, "F16": 2, "BF16": 2, "F32": 4, "F64": 8,
@@ -67,10 +71,11 @@ def align_up(n: int, a: int = ALIGN) -> int:
 
 
 def crc32(data) -> int:
-    """zlib CRC-32 of a bytes-like object or a C-contiguous numpy array (its raw bytes)."""
+    """zlib CRC-32 of a bytes-like object or a numpy array (its raw C-order bytes), computed by
+    :func:`wcodec.native.crc32` (the C extension's threads, or zlib)."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    return zlib.crc32(data) & 0xFFFFFFFF
+    return native.crc32(data)
 
 
 def section_dtype_name(arr: np.ndarray) -> str:
@@ -181,7 +186,7 @@ def validate_entry(name: str, e, data_end: int) -> None:
             bad(f"section '{sname}': offset {off} is not {ALIGN}-byte aligned after the preamble")
         if off + size > data_end:
             bad(f"section '{sname}': [{off}, {off + size}) runs past the data region end {data_end}")
-        if size % np.dtype(SECTION_DTYPES[s["dtype"]]).itemsize:
+        if size % SECTION_ITEMSIZE[s["dtype"]]:
             bad(f"section '{sname}': size {size} is not a multiple of its {s['dtype']} item size")
         total += size
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import native
 from ..errors import CorruptDataError, NotFoundError, UnsupportedError
 from . import _io, spec
 
@@ -32,6 +33,20 @@ def _jsonable(x):
     return x
 
 
+def prepare_sections(record) -> dict:
+    """{section: (dtype name, its little-endian C-order bytes as a uint8 array, crc32)} of an
+    EncodedTensor: the per-section work of :meth:`Writer.add_record` that needs no file, so that
+    ``encode_into`` runs it on its worker threads (checksums of all sections in one call of
+    ``native.crc32_many``). Raises ValueError for a section dtype the format does not allow."""
+    out = {}
+    for sname, arr in record.sections.items():
+        arr = np.asarray(arr)
+        dt = spec.section_dtype_name(arr)
+        out[sname] = (dt, np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("<")).view(np.uint8))
+    crcs = native.crc32_many([data for _, data in out.values()])
+    return {k: (dt, data, crc) for (k, (dt, data)), crc in zip(out.items(), crcs)}
+
+
 def check_name(name: str) -> None:
     """Tensor names may not hold NUL bytes (C readers truncate them). Raises UnsupportedError."""
     if "\x00" in name:
@@ -47,14 +62,17 @@ class Writer:
     Args:
         path: destination file (conventionally ``*.wcodec``); its folder must exist.
         metadata: str -> str model metadata stored in the header (e.g. ``{"format": "pt"}``).
+        durable: fsync before the rename (default); False for a file read back and removed at
+            once (``wcodec.save``'s bytes), where waiting for the disk buys nothing.
     Raises:
         NotFoundError: (a FileNotFoundError) the folder does not exist.
         OSError: the temporary file cannot be created or written.
         TypeError: metadata is not a str -> str mapping.
     """
 
-    def __init__(self, path, metadata: dict | None = None):
+    def __init__(self, path, metadata: dict | None = None, durable: bool = True):
         self.path = Path(path)
+        self.durable = bool(durable)
         meta = dict(metadata or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise TypeError("metadata must map str to str (as in safetensors)")
@@ -84,11 +102,13 @@ class Writer:
             self._f.write(bytes(pad))
             self._pos += pad
 
-    def add_record(self, name: str, record, crc: int, info: dict | None = None) -> None:
+    def add_record(self, name: str, record, crc: int, info: dict | None = None, prepared: dict | None = None) -> None:
         """Append a tensor: its sections (64-byte aligned, in the record's order) and index entry.
 
         record: an EncodedTensor. crc: zlib crc32 of the decoded tensor's little-endian C-order
         bytes. info: report statistics stored with the entry (default ``record.info``).
+        prepared: :func:`prepare_sections` of ``record`` when already computed (on another
+        thread), else it is computed here.
         Raises ValueError on a duplicate name or a section of a dtype the format does not allow.
         """
         if self._done:
@@ -105,25 +125,26 @@ class Writer:
         def bad(msg):
             raise UnsupportedError(f"tensor '{name}': cannot be stored readably: {msg}")
 
+        if prepared is None:
+            prepared = prepare_sections(record)
+        if list(prepared) != list(record.sections):
+            raise ValueError(f"tensor '{name}': prepared sections {list(prepared)} are not the record's")
         try:
-            spec.check_sections(record.codec, {k: spec.section_dtype_name(np.asarray(a))
-                                               for k, a in record.sections.items()})
+            spec.check_sections(record.codec, {k: dt for k, (dt, _, _) in prepared.items()})
         except CorruptDataError as e:
             bad(str(e))
+        params = _jsonable(record.params)
         spec.check_plausible(record.codec, record.dtype, tuple(int(d) for d in record.shape),
-                             _jsonable(record.params), sum(int(np.asarray(a).nbytes) for a in record.sections.values()), bad)
+                             params, sum(int(data.nbytes) for _, data, _ in prepared.values()), bad)
         sections = {}
-        for sname, arr in record.sections.items():
-            arr = np.asarray(arr)
-            dt = spec.section_dtype_name(arr)
-            data = np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("<")).view(np.uint8)
+        for sname, (dt, data, sec_crc) in prepared.items():
             self._pad()
             self._f.write(memoryview(data))
-            sections[sname] = {"dtype": dt, "offset": self._pos, "size": int(data.nbytes), "crc32": spec.crc32(data)}
+            sections[sname] = {"dtype": dt, "offset": self._pos, "size": int(data.nbytes), "crc32": int(sec_crc)}
             self._pos += int(data.nbytes)
         self._version = max(self._version, spec.record_version(record.codec, record.params))
         entry = {"dtype": record.dtype, "shape": [int(d) for d in record.shape], "codec": record.codec,
-                 "params": _jsonable(record.params), "sections": sections, "crc32": int(crc)}
+                 "params": params, "sections": sections, "crc32": int(crc)}
         info = record.info if info is None else info
         if info:
             entry["info"] = _jsonable(info)
@@ -145,7 +166,8 @@ class Writer:
         return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
     def commit(self, path=None) -> Path:
-        """Write the header and preamble, fsync, and rename onto ``path`` (default: self.path)."""
+        """Write the header and preamble, fsync (when durable), and rename onto ``path`` (default:
+        self.path)."""
         if self._done:
             raise ValueError("writer is closed")
         try:
@@ -158,7 +180,8 @@ class Writer:
             self._f.seek(0)
             self._f.write(spec.pack_preamble(h_off, len(raw), spec.crc32(raw), self._version))
             self._f.flush()
-            os.fsync(self._f.fileno())
+            if self.durable:
+                os.fsync(self._f.fileno())
             self._f.close()
             dest = Path(path) if path is not None else self.path
             os.replace(self._tmp, dest)

@@ -110,6 +110,31 @@ def _threads_for(size: int) -> int:
     return 0 if size >= PARALLEL_MIN else 1  # 0: the default thread count
 
 
+# ---- checksums -----------------------------------------------------------------------------
+
+def crc32(data, value: int = 0) -> int:
+    """``zlib.crc32(data, value)`` of a C-contiguous buffer (bytes, memoryview, numpy array: its
+    raw bytes), as an int in [0, 2**32). The C extension computes it with carry-less multiplies,
+    large buffers in pieces on its threads with the GIL released (measured 4x zlib's speed on
+    one thread of the 2-vCPU VM); without it, zlib. Raises BufferError / TypeError for a
+    non-contiguous or non-buffer object."""
+    e = ext()
+    if e is None:
+        import zlib
+        return zlib.crc32(data, value) & 0xFFFFFFFF
+    return e.crc32(data, value)
+
+
+def crc32_many(buffers) -> list[int]:
+    """``[crc32(b) for b in buffers]`` in one call (one release of the GIL; the pieces of all
+    buffers shared by the C extension's threads)."""
+    e = ext()
+    if e is None:
+        import zlib
+        return [zlib.crc32(b) & 0xFFFFFFFF for b in buffers]
+    return e.crc32_many(buffers)
+
+
 
 # ---- rANS ----------------------------------------------------------------------------------
 

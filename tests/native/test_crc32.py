@@ -1,0 +1,87 @@
+"""wcodec.native.crc32 / crc32_many (csrc/crc32.c) against zlib: every length around the
+folding steps (16, 64 and 128 bytes, the 256 KiB pieces of the threaded path), unaligned
+starts, a running value, each instruction set (the 256-bit and 128-bit carry-less multiplies,
+the slice-by-8 tables), the numba fallback's zlib, and bad arguments."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from wcodec import native
+
+ext = native.ext()
+needs_ext = pytest.mark.skipif(ext is None, reason="C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+PIECE = 1 << 18  # crc32.c's piece of the threaded path
+PARALLEL = 4 << 20  # and the bytes from which it runs
+
+LENGTHS = [*range(0, 300), 1000, 4096 + 13, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17]
+
+
+@pytest.fixture(params=ext.supported_isas() if ext is not None else ["none"])
+def isa(request):
+    """scalar: slice-by-8 tables; avx2 / avx512: carry-less multiplies (256-bit where the CPU has them)."""
+    if ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    before = ext.isa()
+    ext.set_isa(request.param)
+    yield request.param
+    ext.set_isa(before)
+
+
+@needs_ext
+def test_equals_zlib_every_length_and_alignment(isa):
+    data = np.random.default_rng(0).integers(0, 256, LENGTHS[-1] + 8, dtype=np.uint8)
+    for n in LENGTHS:
+        for off in (0, 1, 7):
+            b = data[off:off + n]
+            want = zlib.crc32(b)
+            assert ext.crc32(b) == want, (isa, n, off)
+            assert ext.crc32(b, 0xDEADBEEF) == zlib.crc32(b, 0xDEADBEEF), (isa, n, off)
+
+
+@needs_ext
+def test_threaded_pieces_equal_one_thread():
+    data = np.random.default_rng(1).integers(0, 256, PARALLEL + 5 * PIECE + 3, dtype=np.uint8)
+    one = ext.crc32(data, 0, 1)
+    assert one == zlib.crc32(data)
+    assert ext.crc32(data, 0, 2) == ext.crc32(data, 0, 4) == one
+    assert ext.crc32(data, 77, 3) == zlib.crc32(data, 77)
+
+
+@needs_ext
+def test_many_equals_each():
+    rng = np.random.default_rng(2)
+    bufs = [rng.integers(0, 256, n, dtype=np.uint8) for n in (0, 5, 64, PIECE, 2 * PIECE + 9, 1000, PARALLEL + 1)]
+    bufs.append(b"bytes too")
+    bufs.append(memoryview(bytearray(b"x" * 300)))
+    bufs.append(rng.standard_normal(7000).astype(np.float32))  # any C-contiguous buffer: its bytes
+    want = [zlib.crc32(b) for b in bufs]
+    assert ext.crc32_many(bufs) == want
+    assert ext.crc32_many(tuple(bufs), 1) == want
+    assert ext.crc32_many([]) == []
+
+
+@needs_ext
+def test_bad_arguments_raise():
+    with pytest.raises((BufferError, ValueError)):
+        ext.crc32(np.zeros((4, 4), np.uint8)[:, ::2])  # not contiguous
+    with pytest.raises(TypeError):
+        ext.crc32("text")
+    with pytest.raises(TypeError):
+        ext.crc32_many(5)
+    with pytest.raises(TypeError):
+        ext.crc32_many([b"ok", object()])
+
+
+def test_wrappers_match_zlib_with_and_without_the_extension():
+    data = np.random.default_rng(3).integers(0, 256, 70_001, dtype=np.uint8)
+    want = zlib.crc32(data)
+    assert native.crc32(data) == want
+    assert native.crc32(data, 5) == zlib.crc32(data, 5)
+    assert native.crc32_many([data, b""]) == [want, 0]
+    with native.disabled():  # the numba path: zlib
+        assert native.crc32(data) == want
+        assert native.crc32_many([data]) == [want]
