@@ -139,6 +139,14 @@ def test_unsupported_inputs(tmp_path):
                                                          "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(UnsupportedError, match="Dense"):
         encode_to_target(st, tmp_path / "o", 0.99)
+    (st / "modules.json").write_text("[{")
+    with pytest.raises(UnsupportedError, match="not a sentence-transformers modules list"):
+        encode_to_target(st, tmp_path / "o", 0.99)
+    (st / "modules.json").write_text(json.dumps(mods))
+    (st / "1_Pooling" / "config.json").unlink()
+    with pytest.raises(UnsupportedError, match="Pooling module's config.json is missing"):
+        encode_to_target(st, tmp_path / "o", 0.99)
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_end_to_end(tmp_path, capsys):

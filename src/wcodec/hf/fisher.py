@@ -41,15 +41,24 @@ def _st_pooling(folder: Path) -> str | None:
     mj = folder / "modules.json"
     if not mj.is_file():
         return None
-    mods = json.loads(mj.read_text(encoding="utf-8"))
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in mods if isinstance(m, dict)]
+    try:
+        mods = json.loads(mj.read_text(encoding="utf-8"))
+        mods = [m for m in mods if isinstance(m, dict)]
+    except (ValueError, TypeError):
+        raise UnsupportedError(f"{mj}: not a sentence-transformers modules list") from None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in mods]
     other = [k for k in kinds if k not in _ST_MODULES]
     if other or "Pooling" not in kinds or any(m.get("path") not in ("", None) for m in mods
                                                 if str(m.get("type", "")).endswith("Transformer")):
         raise UnsupportedError(f"{folder}: sentence-transformers modules {kinds}: the lossy target search "
                                f"reproduces Transformer (at the folder's root), Pooling and Normalize only")
     pool = next(m for m in mods if str(m.get("type", "")).endswith("Pooling"))
-    cfg = json.loads((folder / pool.get("path", "1_Pooling") / "config.json").read_text(encoding="utf-8"))
+    try:
+        cfg = json.loads((folder / str(pool.get("path", "1_Pooling")) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UnsupportedError(f"{folder}: the Pooling module's config.json is missing or not JSON") from None
+    if not isinstance(cfg, dict):
+        raise UnsupportedError(f"{folder}: the Pooling module's config.json is not a JSON object")
     for key, mode in (("pooling_mode_mean_tokens", "mean"), ("pooling_mode_cls_token", "cls"),
                       ("pooling_mode_max_tokens", "max")):
         if cfg.get(key):
