@@ -20,7 +20,7 @@ import math
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -252,7 +252,8 @@ def encode_to_target(src, dst, target_cosine: float | None = None, bits_per_weig
     rows = _fill_unseen_rows(rows, emb)
     rows = {k: f for k, f in rows.items() if k in index and choose_codec(*index[k], "lossy:qp=30") == "int8-quant"}
     if not rows:
-        raise UnsupportedError(f"'{src}': no float matrix of the checkpoint is a parameter of the model; nothing to quantize")
+        raise UnsupportedError(f"'{src}': no float matrix of the checkpoint is a parameter of the model; "
+                               "nothing to quantize")
     params = {model.names[n]: p for n, p in model.params.items() if n in model.names}
     rms = {k: float(params[k].detach().double().pow(2).mean().sqrt()) for k in rows}
 

@@ -14,7 +14,8 @@ def strided_slice(sl, name: str, dim, intervals, framework: str):
     numpy array for framework "np"/"numpy". Raises InvalidInputError naming the tensor."""
     shape = list(sl.get_shape())
     if not (isinstance(dim, int) and not isinstance(dim, bool) and -len(shape) <= dim < len(shape)):
-        raise InvalidInputError(f"tensor '{name}': dim {dim!r} is out of range for a tensor of {len(shape)} dimension(s)")
+        raise InvalidInputError(f"tensor '{name}': dim {dim!r} is out of range for a tensor of "
+                                f"{len(shape)} dimension(s)")
     dim %= len(shape)
     ivs = [tuple(iv) for iv in intervals]
     if not ivs:
