@@ -74,12 +74,12 @@ def _entries(w) -> dict:
     return w.tensors if shards is None else {k: v for sh in shards for k, v in sh.tensors.items()}
 
 
-def _encode(w, items, mode: str, workers, bar=None, codec=None) -> None:
+def _encode(w, items, mode: str, workers, bar=None, codec=None, plan=None) -> None:
     """Encode ``items`` into the open writer ``w`` and check that the settings took
     (:func:`wcodec.encodeopts.check_results`); an exception aborts ``w``'s ``with`` block."""
     from .encodeopts import check_results
 
-    encode_into(w, items, mode, workers, bar, codec=codec)
+    encode_into(w, items, mode, workers, bar, codec=codec, plan=plan)
     check_results(_entries(w), mode, codec)
 
 
@@ -143,7 +143,7 @@ def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True
 def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int | None = None,
                                  metadata: dict | None = None, max_shard_size: int | None = None,
                                  progress: bool = False, codec: str | None = None, qp: float | None = None,
-                                 target_snr_db: float | None = None) -> list[Path]:
+                                 target_snr_db: float | None = None, plan: dict | None = None) -> list[Path]:
     """Convert a checkpoint to .wcodec, streaming tensor by tensor.
 
     src: a .safetensors file, a torch .pt/.pth/.bin/.ckpt state dict, or a model folder
@@ -152,8 +152,10 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     ``max_shard_size`` bytes, default 5 GiB) and, for a folder source, copies of its config,
     tokenizer and other non-weight files (a folder source with such files needs a folder dst).
     metadata: extra str -> str merged into the source's. mode, qp, target_snr_db, codec: as in
-    :func:`save_file`. A failed or interrupted conversion leaves nothing: a folder it created
-    is removed, an existing one keeps its previous checkpoint.
+    :func:`save_file`. plan: {tensor name: (mode string, encode_tensor options)} overriding
+    ``mode`` per tensor (what ``wcodec.lossy_target`` computes; the file's ``wcodec_mode`` is then
+    ``"lossy:per-tensor"``). A failed or interrupted conversion leaves nothing: a folder it
+    created is removed, an existing one keeps its previous checkpoint.
     Returns the written paths. Raises NotFoundError (no input, no weights in a folder),
     InvalidInputError (settings), WcodecError subclasses on bad input, OSError on I/O.
     """
@@ -169,7 +171,7 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
         raise InvalidInputError(f"{src} is a model folder with config/tokenizer files; a single '{dst.name}' "
                                 "would drop them: convert into a folder instead")
     meta, items = sources.read_source(src)
-    meta = {**meta, **(metadata or {}), "wcodec_mode": mode}
+    meta = {**meta, **(metadata or {}), "wcodec_mode": mode if plan is None else "lossy:per-tensor"}
     layout = sources.source_layout(src)  # what decoding needs to give safetensors files back byte for byte
     if layout is not None:
         meta[sources.LAYOUT_KEY] = layout
@@ -178,11 +180,11 @@ def encode_safetensors_to_wcodec(src, dst, mode: str = "lossless", workers: int 
     try:
         if dst.suffix == ".wcodec":
             with Writer(dst, meta) as w:
-                _encode(w, items, mode, workers, bar, codec=codec)
+                _encode(w, items, mode, workers, bar, codec=codec, plan=plan)
             return [w.path]
         kw = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
         with ShardedWriter(dst, metadata=meta, **kw) as w:
-            _encode(w, items, mode, workers, bar, codec=codec)
+            _encode(w, items, mode, workers, bar, codec=codec, plan=plan)
         paths = list(w.paths)
         if src.is_dir():
             paths += sources.copy_side_files(src, dst)

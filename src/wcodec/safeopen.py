@@ -14,6 +14,7 @@ import numpy as np
 from .errors import ClosedError, InvalidInputError, SliceIndexError, TensorNotFoundError
 from .format import CheckpointReader
 from .loading import apply_post, check_backend, is_safetensors, load_tensors, open_checkpoint, placement, to_torch
+from .strided import strided_slice
 
 FRAMEWORKS = ("pt", "torch", "np", "numpy")
 
@@ -114,6 +115,14 @@ class safe_open:  # noqa: N801  (the safetensors name)
         """A lazy view of one tensor: ``get_shape()``, ``get_dtype()``, and ``[index]``."""
         self._check_name(name)
         return Slice(self, name)
+
+    def get_strided_slice(self, name: str, dim: int, intervals):
+        """safetensors' ``get_strided_slice``: the [a, b) ranges of ``intervals`` along ``dim``,
+        concatenated in the order given (overlaps repeat), equal to ``cat([t[..., a:b, ...] for
+        a, b in intervals], dim)``. Each piece decodes only the rows of dim 0 it touches.
+        Raises TensorNotFoundError, InvalidInputError (a dim out of range, no intervals, an
+        empty, reversed or out-of-range interval), ClosedError."""
+        return strided_slice(self.get_slice(name), name, dim, intervals, self.framework)
 
     # -- wcodec extras -----------------------------------------------------------------------
     def record(self, name: str, verify: bool = False):

@@ -93,6 +93,11 @@ class SafetensorsFile:
     def get_slice(self, name: str):
         return self._check(name).get_slice(name)
 
+    def get_strided_slice(self, name: str, dim: int, intervals):
+        """As :meth:`wcodec.safe_open.get_strided_slice`, over the safetensors library's slices."""
+        from .strided import strided_slice
+        return strided_slice(self.get_slice(name), name, dim, intervals, self.framework)
+
     def record(self, name: str, verify: bool = False):
         raise UnsupportedError(f"{self.filename} is a .safetensors file: tensor {name!r} has no wcodec record")
 

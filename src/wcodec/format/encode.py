@@ -66,7 +66,7 @@ def has_nonfinite(array: np.ndarray, dtype: str) -> bool:
     return False
 
 
-def _encode_one(item: Item, mode: str, codec: str | None = None):
+def _encode_one(item: Item, mode: str, codec: str | None = None, options: dict | None = None):
     from ..codecs import choose_codec, decode_tensor, encode_tensor
 
     if mode == "int8" and choose_codec(item.dtype, tuple(item.array.shape), mode) == "int8-quant" \
@@ -75,7 +75,7 @@ def _encode_one(item: Item, mode: str, codec: str | None = None):
         # whole checkpoint (the info table then shows codec "float" for it)
         warnings.warn(f"tensor '{item.name}': holds NaN or inf; stored lossless instead of int8", stacklevel=2)
         mode = "lossless"
-    rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec)
+    rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec, **(options or {}))
     if rec.codec in LOSSY_CODECS:
         crc = spec.crc32(decode_tensor(rec, item.name))
     else:
@@ -93,12 +93,14 @@ def _check_input_name(name) -> None:
 
 
 def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: int | None = None,
-                progress=None, codec: str | None = None) -> dict:
+                progress=None, codec: str | None = None, plan: dict | None = None) -> dict:
     """Encode ``items`` in order into ``sink`` (a Writer or ShardedWriter).
 
-    mode: "lossless" or "int8". workers: encoding threads (None: :func:`default_workers`).
-    progress: a tqdm-like object updated with decoded bytes, or None. codec: a codec id of
-    ``wcodec.codecs.PREFERABLE`` (``"fixed"``) used for the tensors it can take.
+    mode: "lossless", "int8" or a lossy mode string. workers: encoding threads (None:
+    :func:`default_workers`). progress: a tqdm-like object updated with decoded bytes, or None.
+    codec: a codec id of ``wcodec.codecs.PREFERABLE`` (``"fixed"``) used for the tensors it can
+    take. plan: {name: (mode string, encode_tensor options)} overriding ``mode`` per tensor
+    (e.g. :func:`wcodec.codecs.lossy.allocate_fisher`'s ``"lossy:qp=N"`` + ``row_weight``).
     Returns totals {"tensors", "aliases", "raw_bytes", "coded_bytes"}. Exceptions propagate
     after cancelling pending work (the caller aborts the sink).
     """
@@ -133,7 +135,8 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
                 continue
             if key is not None:
                 seen[key] = item.name
-            pending.append((item.name, ex.submit(_encode_one, item, mode, codec), int(item.array.nbytes)))
+            m, opts = (plan or {}).get(item.name, (mode, None))
+            pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts), int(item.array.nbytes)))
             while len(pending) > workers:
                 flush_one()
         while pending:

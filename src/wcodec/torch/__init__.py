@@ -8,7 +8,7 @@ Imported only on use (``import wcodec`` never imports torch). Entry points:
 - :func:`from_numpy`, :func:`torch_dtype` (``wcodec.torch.tensors``).
 - safetensors.torch's API (``wcodec.torch.st``): :func:`save_file`, :func:`load_file`,
   :func:`save`, :func:`load`, :func:`save_model`, :func:`load_model`, and its shared-tensor
-  helpers under their names (``storage_ptr``, ``storage_size``, ``_end_ptr``,
+  helpers under their names (``storage_ptr``, ``storage_size``, ``_end_ptr``, ``_is_complete``,
   ``_find_shared_tensors``, ``_remove_duplicate_names``).
 - the seed's :func:`make_decompression_hook` (``wcodec.torch.hooks``).
 - :class:`CompressedLinear`, :func:`compress_model` (``wcodec.torch.linear``): Linear layers
@@ -34,7 +34,7 @@ __all__ = ["CompressedWeights", "from_numpy", "torch_dtype", "save_file", "load_
 _LAZY = {"save_file": "st", "load_file": "st", "save": "st", "load": "st", "save_model": "st",
          "load_model": "st", "make_decompression_hook": "hooks", "CompressedLinear": "linear",
          "compress_model": "linear", "storage_ptr": "st", "storage_size": "st", "_end_ptr": "st",
-         "_find_shared_tensors": "st", "_remove_duplicate_names": "st"}
+         "_find_shared_tensors": "st", "_remove_duplicate_names": "st", "_is_complete": "st"}
 
 
 def __getattr__(name):

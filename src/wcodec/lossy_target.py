@@ -1,0 +1,322 @@
+"""Lossy encoding to a quality target or a size budget: the one multiplier ``lam`` of the
+Fisher-weighted step allocation (:func:`wcodec.codecs.lossy.allocate_fisher`) searched by
+bisection on log lam, each candidate encoded in full and measured.
+
+- quality: the cosine between the original and the decoded model's output on held-out
+  calibration sentences (:mod:`wcodec.hf.fisher` says what the output is per model kind);
+- size: all-in bits per weight, 8 * bytes of the .wcodec file(s) / weights of the checkpoint.
+
+``target_cosine`` alone: the coarsest lam (fewest bits) whose cosine meets it. ``bits_per_weight``
+alone: the finest lam whose size fits (best cosine). Both: the coarsest lam meeting the cosine,
+which must also fit. A bigger lam gives coarser steps, fewer bits and a lower cosine; both are
+monotone in practice, and the search keeps the best candidate that met the goal.
+:class:`UnsupportedError` when the goal cannot be met (naming the best reachable figures).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidInputError, UnsupportedError
+
+#: step ~ F_row ** -alpha; 0.4 measured best on MiniLM (benchmarks/RESULTS.md, Fisher rows)
+DEFAULT_ALPHA = 0.4
+#: the search stops when the bracket is this narrow (log2 lam): ~0.03 bits/weight on MiniLM
+RESOLUTION = 0.25
+#: bracketing moves lam by this factor (log2) per probe, at most MAX_EXPAND times
+EXPAND = 3.0
+MAX_EXPAND = 8
+#: the first lam gives the median row a step of rms / FIRST_STEP_DIV (about qp 36)
+FIRST_STEP_DIV = 4.0
+#: metadata key of the achieved figures (JSON)
+META_KEY = "wcodec_lossy_target"
+
+
+@dataclass
+class Probe:
+    """One encoded candidate: lam, all-in bits per weight, mean and minimum held-out cosine."""
+
+    lam: float
+    bits: float
+    cosine: float
+    cosine_min: float
+
+
+@dataclass
+class TargetResult:
+    """What :func:`encode_to_target` wrote: the chosen probe, every probe tried, the model kind,
+    the calibration split sizes, seconds spent, the written paths (file bits measured after the
+    final write)."""
+
+    chosen: Probe
+    probes: list = field(default_factory=list)
+    kind: str = ""
+    fisher_sentences: int = 0
+    held_out_sentences: int = 0
+    seconds: float = 0.0
+    paths: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        c = self.chosen
+        return (f"lossy target: cosine {c.cosine:.5f} (min {c.cosine_min:.5f}) on {self.held_out_sentences} held-out "
+                f"calibration sentences at {c.bits:.3f} bits/weight all-in (lam {c.lam:.3g}, "
+                f"{len(self.probes)} candidates, {self.seconds:.0f} s)")
+
+
+def check_goal(target_cosine, bits_per_weight) -> None:
+    """Raise InvalidInputError unless at least one goal is given and each is in range:
+    target_cosine in (0, 1), bits_per_weight in (0, 32]."""
+    if target_cosine is None and bits_per_weight is None:
+        raise InvalidInputError("the lossy target search needs target_cosine and/or bits_per_weight")
+    if target_cosine is not None:
+        t = float(target_cosine)
+        if not (math.isfinite(t) and 0 < t < 1):
+            raise InvalidInputError(f"target cosine must be in (0, 1), e.g. 0.999; got {target_cosine}")
+    if bits_per_weight is not None:
+        b = float(bits_per_weight)
+        if not (math.isfinite(b) and 0 < b <= 32):
+            raise InvalidInputError(f"bits per weight must be in (0, 32], e.g. 4.0; got {bits_per_weight}")
+
+
+def search(probe, lam0: float, target_cosine=None, bits_per_weight=None, resolution: float | None = None,
+           progress=None) -> tuple[Probe, list]:
+    """Bisection on log2 lam. probe(lam) -> Probe (encode + measure). Returns (chosen, every
+    probe by lam).
+
+    A cosine target: the largest lam whose cosine meets it (then its bits must fit the budget
+    when one is given). A budget alone: the smallest lam whose bits fit. The bracket grows from
+    lam0 by 2 ** EXPAND per probe, at most MAX_EXPAND times; it is bisected until it is
+    ``resolution`` wide in log2 lam (None: RESOLUTION). Raises InvalidInputError for bad
+    goals, UnsupportedError when no lam meets them."""
+    check_goal(target_cosine, bits_per_weight)
+    resolution = RESOLUTION if resolution is None else float(resolution)
+    tried: dict = {}
+
+    def ok(log_lam) -> bool:
+        if log_lam not in tried:
+            tried[log_lam] = probe(2.0 ** log_lam)
+            if progress is not None:
+                progress.update(1)
+        p = tried[log_lam]
+        return p.cosine >= target_cosine if target_cosine is not None else p.bits <= bits_per_weight
+
+    # "good" is the side where the goal holds: small lam for a cosine, large lam for a budget.
+    # Bracket: lo on the small side, hi on the large side, ok(lo) != ok(hi).
+    small_ok = target_cosine is not None
+    x = math.log2(lam0)
+    lo = hi = None
+    if ok(x) == small_ok:
+        lo = x
+        for k in range(1, MAX_EXPAND + 1):
+            if ok(x + k * EXPAND) != small_ok:
+                hi = x + k * EXPAND
+                break
+            lo = x + k * EXPAND
+    else:
+        hi = x
+        for k in range(1, MAX_EXPAND + 1):
+            if ok(x - k * EXPAND) == small_ok:
+                lo = x - k * EXPAND
+                break
+            hi = x - k * EXPAND
+    if lo is None or hi is None:
+        if (lo is None) == small_ok:  # the goal holds nowhere in the range tried
+            _unreachable(tried, target_cosine, bits_per_weight)
+        end = lo if lo is not None else hi  # the goal holds everywhere: the range's best end
+        chosen = tried[end]
+    else:
+        while hi - lo > resolution + 1e-12:
+            mid = 0.5 * (lo + hi)
+            if ok(mid) == small_ok:
+                lo = mid
+            else:
+                hi = mid
+        chosen = tried[lo if small_ok else hi]
+    if target_cosine is not None and bits_per_weight is not None and chosen.bits > bits_per_weight:
+        raise UnsupportedError(f"cosine {target_cosine:g} needs {chosen.bits:.3f} bits/weight here, over the budget "
+                               f"of {bits_per_weight:g}; nothing was written. Relax one of the two")
+    return chosen, sorted(tried.values(), key=lambda p: p.lam)
+
+
+def _unreachable(tried: dict, target_cosine, bits_per_weight):
+    ps = list(tried.values())
+    if target_cosine is not None:
+        best = max(ps, key=lambda p: p.cosine)
+        raise UnsupportedError(f"cosine {target_cosine:g} is out of reach: the finest setting tried gives "
+                               f"{best.cosine:.5f} at {best.bits:.3f} bits/weight; nothing was written. "
+                               "Choose a lower target, or mode 'lossless'")
+    best = min(ps, key=lambda p: p.bits)
+    raise UnsupportedError(f"{bits_per_weight:g} bits/weight is out of reach: the coarsest setting tried takes "
+                           f"{best.bits:.3f} bits/weight; nothing was written. Choose a larger budget")
+
+
+def _checkpoint_index(src: Path) -> dict:
+    """{tensor name: (safetensors dtype, shape)} of a model folder's weights, from the
+    safetensors headers (torch files: their tensors, read once)."""
+    from .format import sources
+
+    out = {}
+    for f in sources.weight_files(src):
+        if f.suffix == ".safetensors":
+            _, _, entries = sources.read_safetensors_header(f)
+            out.update({name: (dtype, tuple(shape)) for _, name, dtype, shape, _, _ in entries})
+        else:
+            out.update({it.name: (it.dtype, tuple(it.array.shape)) for it in sources.read_source(f)[1]})
+    return out
+
+
+def _fill_unseen_rows(rows: dict, skip: str | None) -> dict:
+    """Rows the calibration never reached (F = 0 in a tensor with positive rows: positions past
+    the longest sentence, an unused token type) get the tensor's smallest positive weight, so
+    that inputs longer than the calibration's are not coded at the coarsest steps."""
+    out = {}
+    for k, f in rows.items():
+        pos = f[f > 0]
+        out[k] = f if k == skip or not pos.size or pos.size == f.size else np.where(f > 0, f, pos.min())
+    return out
+
+
+def _plan(rows: dict, rms: dict, lam: float, alpha: float) -> dict:
+    from .codecs.lossy import allocate_fisher
+
+    return {k: (m, {} if rw is None else {"row_weight": rw})
+            for k, (m, rw) in allocate_fisher(rows, rms, lam, alpha).items()}
+
+
+def _first_lam(rows: dict, rms: dict) -> float:
+    """A starting lam: the median row weight's step is the median rms / FIRST_STEP_DIV."""
+    pos = np.concatenate([f[f > 0] for f in rows.values()] + [np.zeros(0)])
+    med = float(np.median(pos)) if pos.size else 1.0
+    r = float(np.median(list(rms.values()))) if rms else 1.0
+    return med * (r / FIRST_STEP_DIV) ** 2 if med > 0 and r > 0 else 1.0
+
+
+def encode_to_target(src, dst, target_cosine: float | None = None, bits_per_weight: float | None = None,
+                     calibration=None, alpha: float = DEFAULT_ALPHA, workers: int | None = None,
+                     max_shard_size: int | None = None, progress: bool = False) -> TargetResult:
+    """Encode a Hugging Face model folder lossily to a cosine target and/or a bits budget.
+
+    src: a model folder (config.json, tokenizer, weights) of a kind :mod:`wcodec.hf.fisher`
+    supports (sentence-transformers, transformers text encoder, causal LM). dst: a ``*.wcodec``
+    file or an output folder, as :func:`wcodec.encode_safetensors_to_wcodec` takes them (a
+    folder also gets config.json's ``quantization_config``). target_cosine: in (0, 1), the mean
+    cosine between the original and the decoded model's outputs on held-out calibration
+    sentences. bits_per_weight: in (0, 32], all-in. calibration: a text file, one sentence per
+    line (None: the shipped set, :mod:`wcodec.hf.calibration`). alpha: step ~ F_row ** -alpha.
+    Every matrix the output depends on is quantized with Fisher-weighted per-row steps; vectors
+    and integer tensors stay lossless; matrices the output does not use (e.g. BERT's pooler for a
+    sentence embedding) get the coarsest setting. The achieved figures go into the file metadata
+    under ``wcodec_lossy_target`` (JSON). Slow: one gradient pass over the calibration, then one
+    full encode + decode + forward pass per candidate (about 8-10 candidates).
+    Returns a TargetResult. Raises InvalidInputError (goals, alpha), UnsupportedError (model
+    kind, a goal that cannot be met: nothing is written), MissingDependencyError (torch /
+    transformers), NotFoundError, WcodecError subclasses on bad input.
+    """
+    check_goal(target_cosine, bits_per_weight)
+    if not (isinstance(alpha, (int, float)) and 0 < float(alpha) <= 1):
+        raise InvalidInputError(f"alpha must be in (0, 1], got {alpha!r}")
+    src, dst = Path(src), Path(dst)
+    from .hf.fisher import model_kind
+    model_kind(src)  # UnsupportedError before torch / transformers load
+    from .format import sources
+    if dst.suffix == ".wcodec" and sources.side_files(src):  # refused by the final write: refuse it now
+        raise InvalidInputError(f"{src} is a model folder with config/tokenizer files; a single '{dst.name}' "
+                                "would drop them: encode into a folder instead")
+    _need("torch", "hf")
+    _need("transformers", "hf")
+    from tqdm.auto import tqdm
+
+    from .codecs import choose_codec
+    from .hf.calibration import read_sentences, split
+    from .hf.fisher import ModelOutput, embedding_rows, fisher_rows
+
+    t0 = time.perf_counter()
+    fit, held = split(read_sentences(calibration))
+    index = _checkpoint_index(src)
+    numel = sum(int(np.prod(s, dtype=np.int64)) for _, s in index.values())
+    model = ModelOutput(src, index)
+    reference = model.embed(held)
+    with tqdm(total=len(fit), desc="Fisher rows", unit="sentence", disable=not progress) as bar:
+        rows = fisher_rows(model, fit, progress=bar)
+    emb = model.input_embedding_name()
+    if emb in rows:
+        rows[emb] = embedding_rows(rows[emb], model.token_counts(fit))
+    rows = _fill_unseen_rows(rows, emb)
+    rows = {k: f for k, f in rows.items() if k in index and choose_codec(*index[k], "lossy:qp=30") == "int8-quant"}
+    if not rows:
+        raise UnsupportedError(f"'{src}': no float matrix of the checkpoint is a parameter of the model; "
+                               "nothing to quantize")
+    params = {model.names[n]: p for n, p in model.params.items() if n in model.names}
+    rms = {k: float(params[k].detach().double().pow(2).mean().sqrt()) for k in rows}
+
+    info = {"alpha": float(alpha), "kind": model.kind, "target_cosine": target_cosine,
+            "budget_bits_per_weight": bits_per_weight, "fisher_sentences": len(fit), "held_out_sentences": len(held),
+            "calibration": "shipped" if calibration is None else Path(calibration).name}
+    folder = dst.suffix != ".wcodec"
+
+    with tempfile.TemporaryDirectory(prefix="wcodec-target-") as tmp, \
+            tqdm(desc="lossy target search", unit="candidate", disable=not progress) as bar:
+        def probe(lam: float) -> Probe:
+            # written exactly as the final file will be (same metadata length), so its size is the final size
+            path = Path(tmp) / (f"{lam:.6e}" + ("" if folder else ".wcodec"))
+            plan = _plan(rows, rms, lam, alpha)
+            paths = _write(src, path, plan, _figures(info, Probe(lam, 0.0, 0.0, 0.0)), workers, max_shard_size)
+            bits = 8.0 * sum(p.stat().st_size for p in paths if p.suffix == ".wcodec") / numel
+            from .loading import load_tensors, open_checkpoint
+            with open_checkpoint(path) as r:
+                model.load_weights(load_tensors(r, list(plan), "cpu", "pt", True))
+            shutil.rmtree(path) if folder else path.unlink()
+            cos = np.sum(model.embed(held) * reference, axis=1)
+            p = Probe(lam, bits, float(cos.mean()), float(cos.min()))
+            bar.set_postfix_str(f"lam {lam:.3g}: {bits:.3f} bits/w, cosine {p.cosine:.5f}")
+            return p
+
+        try:
+            chosen, probes = search(probe, _first_lam(rows, rms), target_cosine, bits_per_weight, progress=bar)
+        finally:
+            model.restore()
+    plan = _plan(rows, rms, chosen.lam, alpha)
+    paths = _write(src, dst, plan, _figures(info, chosen), workers, max_shard_size, progress, final=True)
+    size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
+    result = TargetResult(Probe(chosen.lam, 8.0 * size / numel, chosen.cosine, chosen.cosine_min), probes,
+                          model.kind, len(fit), len(held), time.perf_counter() - t0, paths)
+    return result
+
+
+def _figures(info: dict, p: Probe) -> dict:
+    """The file metadata of a result: fixed-width figures, so that a candidate written with
+    placeholders has the final file's exact size."""
+    fig = {**info, "cosine": f"{p.cosine:+.6f}", "cosine_min": f"{p.cosine_min:+.6f}",
+           "bits_per_weight": f"{min(p.bits, 99.0):07.4f}", "lam": f"{p.lam:.6e}"}
+    return {META_KEY: json.dumps(fig, sort_keys=True)}
+
+
+def _write(src: Path, dst: Path, plan: dict, metadata: dict, workers, max_shard_size, progress=False,
+           final: bool = False) -> list:
+    """The checkpoint encoded with ``plan`` into dst (a .wcodec file or a folder; the final
+    folder also gets config.json's quantization_config). Returns the written paths."""
+    from .api import encode_safetensors_to_wcodec
+
+    if final and dst.suffix != ".wcodec":
+        from .hf.convert import convert_folder
+        return convert_folder(src, dst, workers=workers, max_shard_size=max_shard_size, progress=progress,
+                              plan=plan, metadata=metadata)
+    return encode_safetensors_to_wcodec(src, dst, workers=workers, max_shard_size=max_shard_size, progress=progress,
+                                        plan=plan, metadata=metadata)
+
+
+def _need(module: str, extra: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        from .errors import MissingDependencyError
+        raise MissingDependencyError(f"the lossy target search needs {module}, which is not installed: "
+                                     f"pip install 'wcodec[{extra}]'")
