@@ -47,14 +47,14 @@ def dense_model(arch):
     return model.eval()
 
 
-def compress_all(model):
+def compress_all(model, exact: bool = False):
     names = []
     for mname, mod in model.named_modules():
         for attr in list(mod._parameters):
             if is_expert_param(mod, attr):
                 value = mod._parameters[attr].detach()
                 before = value.clone()
-                compress_expert_param(mod, attr, value)
+                compress_expert_param(mod, attr, value, exact=exact)
                 assert torch.equal(value, before)  # the caller's tensor is not touched
                 names.append(f"{mname}.{attr}")
     return names
@@ -162,3 +162,18 @@ def test_cuda_fused_path_matches_dense(arch):
     emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     model(inputs_embeds=emb).logits.float().square().mean().backward()
     assert emb.grad is not None and torch.isfinite(emb.grad).all() and emb.grad.abs().sum() > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_exact_experts_equal_dense(arch):
+    """exact=True (keep_compressed="jit"): on CUDA too the experts decode and multiply as the
+    dense module does, under its configured implementation: logits bit-identical."""
+    dense = dense_model(arch).cuda()
+    model = copy.deepcopy(dense)
+    compress_all(model, exact=True)
+    experts = model.model.layers[0].mlp.experts
+    assert compressed_attrs(experts) and all(b.is_cuda for b in experts.buffers())
+    ids = torch.randint(0, 64, (3, 11), device="cuda")
+    with torch.no_grad():
+        assert torch.equal(bits(model(ids).logits), bits(dense(ids).logits))

@@ -18,6 +18,8 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   stored record stay that record, decoded just in time into a shared scratch
   (:class:`wcodec.torch.CompressedWeights`); transformers ties and places a placeholder for
   them (the weight's shape over one element), swapped for the scratch view by :func:`finish`;
+  with ``"jit"``, 3-D expert parameters are compressed experts that decode for each call and
+  multiply as the dense module does (``compress_expert_param(..., exact=True)``);
 - anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
 
 ``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
@@ -155,8 +157,8 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         value = materialize(value)
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
-    if state.mode is True and expert:
-        why = _keep_expert(state, module, attr, name, materialize(value))
+    if expert and state.mode in (True, "jit"):
+        why = _keep_expert(state, module, attr, name, materialize(value), exact=state.mode == "jit")
         if why is None:
             return None
     elif state.mode is True and why is None:
@@ -226,8 +228,10 @@ def _is_expert_param(module, attr: str, value: torch.Tensor) -> bool:
     return value.dim() == 3 and is_expert_param(module, attr)
 
 
-def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor) -> str | None:
-    """None when the expert tensor is now held compressed by its module, else why not."""
+def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor, exact: bool = False) -> str | None:
+    """None when the expert tensor is now held compressed by its module, else why not. ``exact``
+    (keep_compressed="jit"): the module decodes its experts for each call and multiplies as the
+    dense module does (outputs equal to the dense model's), listed as "compressed", not "fused"."""
     from ..errors import WcodecError
     from ..torch.experts import compress_expert_param
 
@@ -235,10 +239,10 @@ def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Te
         return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
     try:
         with _device_scope(value):
-            compress_expert_param(module, attr, value)
+            compress_expert_param(module, attr, value, exact=exact)
     except WcodecError as e:
         return str(e)
-    state.report["fused"].append(name)
+    state.report["compressed" if exact else "fused"].append(name)
     return None
 
 

@@ -17,7 +17,10 @@ On the CPU the result is bit-identical to the dense module's: under the eager im
 the weight of each routed expert is decoded and multiplied as the eager code multiplies it;
 under another configured implementation (transformers' default, grouped_mm) that implementation
 runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA the
-fused kernels multiply (``wcodec.gpu.fixed.linear``). The input gradient flows (frozen experts).
+fused kernels multiply (``wcodec.gpu.fixed.linear``), unless the module was compressed with
+``exact=True`` (keep_compressed="jit"): then CUDA takes the CPU's way, decoding the experts (the
+GPU decode kernel) and running the dense module's own math, so outputs are bit-identical to the
+dense model's on the same GPU. The input gradient flows (frozen experts).
 
 State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers, so
 ``state_dict()`` holds, under the module's prefix:
@@ -99,12 +102,14 @@ def _check(module: nn.Module, attr: str, value: torch.Tensor) -> None:
                                     f"got {tuple(value.shape)}")
 
 
-def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor) -> None:
+def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor, exact: bool = False) -> None:
     """Store ``value`` (the dense [E, d1, d2] bfloat16 tensor transformers would assign to
     ``module.<attr>``, on the CPU or CUDA; not modified) as E fixed-rate weights on value's
     device, in place of the parameter (see the module docstring for the buffers). The module's
     forward then runs :func:`experts_forward`. Transient memory: one expert's dense transpose
-    (transposed modules) and the packed experts twice while they are concatenated.
+    (transposed modules) and the packed experts twice while they are concatenated. ``exact``:
+    the module decodes its experts and multiplies as the dense module does, on CUDA too (see
+    the module docstring); it applies to the whole module.
 
     Raises ExpertsKeptDenseError (a WcodecError) for a module that is not a transformers experts
     module, an attribute that is not its gate_up/up/down projection, a value that is not 3-D
@@ -123,6 +128,7 @@ def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor) -> 
             bases.append(fw.base)
     dev = value.device
     _make_compressed(module)
+    module.__dict__["_wcodec_exact"] = bool(exact)
     module._parameters.pop(attr, None)
     module.__dict__.pop(attr, None)
     _register(module, attr, torch.cat(packs) if packs else torch.zeros(0, dtype=torch.uint8, device=dev),
@@ -157,6 +163,7 @@ class ExpertWeights:
         bases = b[f"{attr}_bases"].tolist()
         E, d1, d2 = b[f"{attr}_shape"].tolist()
         self.transposed = bool(module.is_transposed)
+        self.exact = bool(module.__dict__.get("_wcodec_exact", False))
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
         self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
@@ -177,8 +184,9 @@ def _weights(module: nn.Module, attr: str) -> ExpertWeights:
 
 def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch.Tensor:
     """The expert's projection without bias: x [M, K] -> [M, N] in x's dtype, as the dense module
-    computes it (``F.linear(x, P[e])``, or ``x @ P[e]`` for transposed layouts). CPU: the expert
-    is decoded and multiplied by that same op (bit-identical to the dense module). CUDA: the
+    computes it (``F.linear(x, P[e])``, or ``x @ P[e]`` for transposed layouts). CPU, and CUDA for
+    an ``exact`` module: the expert is decoded and multiplied by that same op (bit-identical to
+    the dense module). CUDA: the
     fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input).
     Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's)."""
     if torch.compiler.is_compiling():  # one opaque op (the numpy decode cannot be traced)
@@ -186,7 +194,7 @@ def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch
         off, size, base, n, k = weights.slices[expert]
         return _fixed_linear(x, weights.packed[off:off + size], None, base, n, k)
     fw = weights.experts[expert]
-    if not x.is_cuda:
+    if not x.is_cuda or weights.exact:
         w = weights.dense(expert).to(x.dtype)
         return x @ w if weights.transposed else nn.functional.linear(x, w)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -275,8 +283,8 @@ class _CompressedExpertsMixin:
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
-        if hidden_states.device.type == "cpu" and impl not in (None, "eager", "wcodec") \
-                and not torch.compiler.is_compiling():
+        exact = hidden_states.device.type == "cpu" or self.__dict__.get("_wcodec_exact", False)
+        if exact and impl not in (None, "eager", "wcodec") and not torch.compiler.is_compiling():
             # the CPU path is exact to the dense model as configured: its own implementation
             # (transformers' default is grouped_mm, whose bf16 sums differ from the eager loop's)
             # over the decoded experts (FixedExpertsTensor decodes when an op reads it)
