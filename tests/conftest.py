@@ -50,3 +50,21 @@ def pytest_runtest_setup(item):
     (tests/_triton_interp.py: a third of the interpreter's time)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         _triton_interp.install()
+
+
+def pytest_collection_modifyitems(config, items):
+    """WCODEC_HYPOTHESIS_SCALE=k runs every property test with k times the examples its
+    @settings states (a deeper run than CI's; the stated counts are CI's)."""
+    scale = int(os.environ.get("WCODEC_HYPOTHESIS_SCALE", "1"))
+    if scale == 1:
+        return
+    from hypothesis import settings
+
+    done = set()
+    for item in items:
+        fn = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        given = getattr(fn, "_hypothesis_internal_use_settings", None)  # what @settings/@given left
+        if given is None or id(fn) in done:
+            continue
+        done.add(id(fn))
+        fn._hypothesis_internal_use_settings = settings(given, max_examples=given.max_examples * scale)
