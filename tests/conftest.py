@@ -45,6 +45,28 @@ def minilm_path() -> Path:
 
 
 @pytest.hookimpl(tryfirst=True)
+def _native_isas() -> list:
+    from wcodec import native
+
+    ext = native.ext()
+    return ext.supported_isas() if ext is not None else ["none"]
+
+
+@pytest.fixture(params=_native_isas())
+def isa(request):
+    """Each instruction set the C extension runs on this CPU (scalar, avx2, avx512), selected for
+    the test and restored after; skipped without the extension."""
+    from wcodec import native
+
+    ext = native.ext()
+    if ext is None:
+        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
+    before = ext.isa()
+    ext.set_isa(request.param)
+    yield request.param
+    ext.set_isa(before)
+
+
 def pytest_runtest_setup(item):
     """Once a test module has imported Triton's interpreter, drop its redundant re-patching
     (tests/_triton_interp.py: a third of the interpreter's time)."""

@@ -20,17 +20,6 @@ PARALLEL = 4 << 20  # and the bytes from which it runs
 LENGTHS = [*range(0, 300), 1000, 4096 + 13, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17]
 
 
-@pytest.fixture(params=ext.supported_isas() if ext is not None else ["none"])
-def isa(request):
-    """scalar: slice-by-8 tables; avx2 / avx512: carry-less multiplies (256-bit where the CPU has them)."""
-    if ext is None:
-        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
-    before = ext.isa()
-    ext.set_isa(request.param)
-    yield request.param
-    ext.set_isa(before)
-
-
 @needs_ext
 def test_equals_zlib_every_length_and_alignment(isa):
     data = np.random.default_rng(0).integers(0, 256, LENGTHS[-1] + 8, dtype=np.uint8)

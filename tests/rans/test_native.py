@@ -26,16 +26,6 @@ needs_ext = pytest.mark.skipif(ext is None, reason="C extension wcodec._cext not
 ISAS = ext.supported_isas() if ext is not None else []
 
 
-@pytest.fixture(params=ISAS or ["none"])
-def isa(request):
-    if ext is None:
-        pytest.skip("C extension wcodec._cext not built (or WCODEC_NATIVE=0)")
-    before = ext.isa()
-    ext.set_isa(request.param)
-    yield request.param
-    ext.set_isa(before)
-
-
 @pytest.fixture(params=[False, True], ids=["gather", "scalar-lookup"])
 def lookups(request, isa):
     """Table lookups by the gather instruction and by scalar loads (AMD's default)."""
