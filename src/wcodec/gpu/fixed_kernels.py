@@ -75,6 +75,23 @@ def _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
 
 
 @triton.jit
+def _dot_tiles(acc, lo_ptr, nib_ptr, rows, n_rows, base, xrow, xm, g_start, g_stop, G, K,
+               BI: tl.constexpr, DOT: tl.constexpr):
+    """acc [BM, BN] fp32 plus x @ W.T over the column groups g_start..g_stop (step BI): W's rows
+    [BN, 1] (below n_rows) decoded tile by tile, each tile once for all BM rows of x (xrow: their
+    row pointers [BM, 1], xm: their mask); DOT 0 multiplies in bf16, else in fp32."""
+    for g0 in range(g_start, g_stop, BI):
+        wt = _tile(lo_ptr, nib_ptr, rows, g0, n_rows, G, base, BI)
+        cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+        xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+        if DOT == 0:
+            acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
+        else:
+            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+    return acc
+
+
+@triton.jit
 def _escape_delta(val, base):
     """fp32 (value - placeholder) of escapes, val: u16 bits as int32."""
     v = val & 0xFFFF
@@ -242,15 +259,8 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
                 acc_t = tl.dot(wt.to(tl.float32), tl.trans(xt.to(tl.float32)), acc_t)
         acc = tl.trans(acc_t)
     else:
-        acc = tl.zeros((BM, BN), tl.float32)
-        for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
-            wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
-            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
-            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
-            if DOT == 0:
-                acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
-            else:
-                acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+        acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, N, base, xrow, xm,
+                         g_lo, tl.minimum(G, g_lo + g_len), G, K, BI, DOT)
     if SPLIT == 1:
         acc = _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, True)
         _store_y(acc, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
@@ -283,15 +293,8 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
         xm = sm[:, None]
         xrow = x_ptr + tok[:, None].to(tl.int64) * stride_xm
         rows = r0 + n0 + tl.arange(0, BN)[:, None]
-        acc = tl.zeros((BM, BN), tl.float32)
-        for g0 in range(0, G, BI):
-            wt = _tile(lo_ptr, nib_ptr, rows, g0, r_end, G, base, BI)
-            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
-            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
-            if DOT == 0:
-                acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
-            else:
-                acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+        acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
+                         0, G, G, K, BI, DOT)
         acc = _escapes(acc, x_ptr, tok, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, r0 + n0, r_end, base, BN, EB,
                        True)
         _store_y(acc, y_ptr, y_ptr, slots, n0, s_end, N, stride_ym, BN, False)
