@@ -103,10 +103,8 @@ def materialize(t: torch.Tensor) -> torch.Tensor:
         return t
     from ..loading import load_tensors
 
-    with torch._C.DisableTorchFunctionSubclass():
-        dev = t.device
     view, name = t.view_of, t.stored_name
-    return load_tensors(view.reader, [name], dev, "pt", view.verify)[name]
+    return load_tensors(view.reader, [name], t.device, "pt", view.verify)[name]
 
 
 _LAZY: dict[Path, bool] = {}  # folder -> verify, while a keep_compressed load of it runs

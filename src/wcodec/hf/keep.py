@@ -111,20 +111,23 @@ def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tens
     return None
 
 
-def _stored_codec(value: torch.Tensor) -> str:
-    """The fixed-rate codec a stored record of ``value``'s dtype is fused from as it is."""
-    return "fixed16" if value.dtype == torch.float16 else "fixed"
+def _fixed_record(state: KeepState, key: str | None, dtype: torch.dtype) -> str | None:
+    """``key`` when its stored record is the fixed-rate layout of ``dtype`` (codec "fixed" for
+    bfloat16, "fixed16" for float16), which a layer takes as stored, never decoded; else None."""
+    want = "fixed16" if dtype == torch.float16 else "fixed"
+    return key if key is not None and state.reader.entry(key).get("codec") == want else None
 
 
 def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
-    """The fixed-rate layout of ``value`` on its device: the stored sections when ``key`` is a
-    record stored with codec "fixed" (bf16) or "fixed16" (fp16), else encoded from ``value``.
-    Raises UnsupportedError for an fp16 weight the fp16 layout would not shrink."""
+    """The fixed-rate layout of ``value`` on its device: the stored sections of record ``key``
+    (one :func:`_fixed_record` accepts; ``value`` then gives only device and dtype), else
+    encoded from ``value``. Raises UnsupportedError for an fp16 weight the fp16 layout would not
+    shrink."""
     from ..gpu import fixed as fx
     from ..gpu import fixed16 as fx16
 
     layout = fx16 if value.dtype == torch.float16 else fx
-    if key is not None and state.reader.entry(key).get("codec") == _stored_codec(value):
+    if key is not None:
         rec = state.reader.record(key, verify=state.verify)
         return layout.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
     return layout.encode_weight(value)
@@ -162,8 +165,8 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         if why is None:
             return None
     elif state.mode is True and why is None:
-        key = _stored_record_key(state, sources, value)
-        if key is None or state.reader.entry(key).get("codec") != _stored_codec(value):
+        key = _fixed_record(state, _stored_record_key(state, sources, value), value.dtype)
+        if key is None:
             value = materialize(value)
         why = _fuse_weight(state, model, module, name, key, value)
         if why is None:
@@ -200,8 +203,9 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
             continue
         hit = state.jit.get(_storage_id(p))
         if hit is not None:
-            value = _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]].to(p.dtype)
-            why = _fuse_weight(state, model, module, target, hit[1], value)
+            key = _fixed_record(state, hit[1], p.dtype)  # a stored fixed record is not decoded
+            value = p if key is not None else _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]]
+            why = _fuse_weight(state, model, module, target, key, value.to(p.dtype))
             del value
         else:
             why = _fuse_weight(state, model, module, target, None, p.detach())

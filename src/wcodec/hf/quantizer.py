@@ -148,23 +148,21 @@ class WcodecHfQuantizer(HfQuantizer):
 
         if "transformers_weights" in model.config.__dict__:
             del model.config.transformers_weights
-        reader = None
+        q = self.quantization_config
+        reader = folder = None
         if self.from_folder:
             if not checkpoint_files or not is_checkpoint_name(checkpoint_files[0]):
                 raise RuntimeError(f"wcodec: transformers did not resolve the weights to {CHECKPOINT_NAME} "
                                    f"(got {checkpoint_files}); this transformers is not supported")
             from ..format import CheckpointReader
-
-            reader = CheckpointReader(Path(checkpoint_files[0]).parent)
-            check_model_size(model, reader)
-        q = self.quantization_config
-        if reader is not None:
             from .checkpoint import keep_lazily
 
-            keep_lazily(Path(checkpoint_files[0]).parent, bool(q.keep_compressed), q.verify)
+            folder = Path(checkpoint_files[0]).parent
+            reader = CheckpointReader(folder)
+            check_model_size(model, reader)
+            keep_lazily(folder, bool(q.keep_compressed), q.verify)
         if q.keep_compressed:
-            self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader)
-            self.state.folder = Path(checkpoint_files[0]).parent if reader is not None else None
+            self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader, folder)
         elif reader is not None:
             reader.close()
         return model
