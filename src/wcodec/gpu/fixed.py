@@ -206,6 +206,32 @@ def unpack(packed: torch.Tensor, base: int, n: int, k: int) -> FixedWeight:
                        view(esc + 4 * e, 4 * e, torch.int32), view(esc + 8 * e, 8 * e, torch.int64), base, n, k)
 
 
+def _section_tensor(a: np.ndarray, device) -> torch.Tensor:
+    """A record's section (numpy, possibly a read-only view of the file) as a tensor on ``device``.
+    It is copied on the host for a CPU weight (which must not keep the mapping); to another device
+    it is uploaded straight from the view (a host copy of the experts' sections cost 1.2 s of a
+    6 s MoE load on the H200). numpy's empty arrays come with stride 0, which the packed buffer
+    cannot take."""
+    if not a.size:
+        return torch.empty(a.shape, dtype=torch.from_numpy(np.require(a, requirements="W")).dtype, device=device)
+    if torch.device(device).type == "cpu" or a.flags.writeable or not a.flags.c_contiguous:
+        return torch.from_numpy(np.require(a, requirements=("C", "W"))).to(device)
+    with warnings.catch_warnings():  # read only here, then copied by the upload
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a).to(device)
+
+
+def _checked_weight(c, N: int, K: int, device) -> FixedWeight:
+    """The FixedWeight on ``device`` of a record checked by ``codecs.fixed.check_record`` (or
+    codecs.fixed16's, whose planes are the same)."""
+    def t(a):
+        return _section_tensor(a, device)
+
+    return FixedWeight(_words(t(c.lo).reshape(N, c.kpad), torch.int64),
+                       _words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
+                       t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
+
+
 def from_sections(params: dict, sections: dict, shape: tuple, device, name: str = "") -> FixedWeight:
     """A FixedWeight from a codec "fixed" record's params and numpy sections, validated by the
     codec's one check (``codecs.fixed.check_record``: a canonical record or CorruptDataError
@@ -219,23 +245,7 @@ def from_sections(params: dict, sections: dict, shape: tuple, device, name: str 
         raise type(e)(f"tensor '{name}': {e}" if name else str(e)) from None
     if N == 0 and len(shape) == 2:  # the record's view has 0 columns too: keep K = shape[1]
         return encode_weight(torch.zeros(tuple(shape), dtype=torch.bfloat16, device=device))
-    # a read-only section (a view of the file) is copied on the host for a CPU weight (which must
-    # not keep the mapping); to another device it is uploaded straight from the view (a host
-    # copy of the experts' sections cost 1.2 s of a 6 s MoE load on the H200). numpy's empty
-    # arrays come with stride 0, which the packed buffer cannot take
-    host = torch.device(device).type == "cpu"
-
-    def t(a):
-        if not a.size:
-            return torch.empty(a.shape, dtype=torch.from_numpy(np.require(a, requirements="W")).dtype, device=device)
-        if host or a.flags.writeable or not a.flags.c_contiguous:
-            return torch.from_numpy(np.require(a, requirements=("C", "W"))).to(device)
-        with warnings.catch_warnings():  # read only here, then copied by the upload
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(a).to(device)
-    return FixedWeight(_words(t(c.lo).reshape(N, c.kpad), torch.int64),
-                       _words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
-                       t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
+    return _checked_weight(c, N, K, device)
 
 
 def to_sections(fw: FixedWeight) -> tuple[dict, dict]:

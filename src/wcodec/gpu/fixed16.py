@@ -105,12 +105,8 @@ def from_sections(params: dict, sections: dict, shape: tuple, device, name: str 
         raise type(e)(f"tensor '{name}': {e}" if name else str(e)) from None
     if N == 0 and len(shape) == 2:
         return encode_weight(torch.zeros(tuple(shape), dtype=torch.float16, device=device), max_bits=float("inf"))
-    t = lambda a: torch.from_numpy(np.require(a, requirements=("C", "W"))).to(device) if a.size \
-        else torch.empty(a.shape, dtype=torch.from_numpy(np.require(a, requirements="W")).dtype, device=device)  # noqa: E731
-    planes = fx.FixedWeight(fx._words(t(c.lo).reshape(N, c.kpad), torch.int64),
-                            fx._words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
-                            t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
-    return Fixed16Weight(planes, fx._words(t(c.m2).reshape(N, c.kpad // 4), torch.int32))
+    return Fixed16Weight(fx._checked_weight(c, N, K, device),
+                         fx._words(fx._section_tensor(c.m2, device).reshape(N, c.kpad // 4), torch.int32))
 
 
 def to_sections(fw: Fixed16Weight) -> tuple[dict, dict]:
