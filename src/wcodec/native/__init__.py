@@ -141,10 +141,12 @@ def crc32_many(buffers) -> list[int]:
 def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) -> np.ndarray:
     """symbols: [n] uint8 -> [n_chunks, 256] int64 symbol counts per chunk."""
     e = None if numba else ext()
+    n_chunks = -(-symbols.size // chunk_size)
     if e is None:
         from . import numba_rans
-        return numba_rans.chunk_histograms(symbols, chunk_size, size=symbols.size)
-    n_chunks = -(-symbols.size // chunk_size)
+        counts = np.zeros((n_chunks, 256), dtype=np.int64)
+        numba_rans.block_counts(symbols, chunk_size, counts, size=symbols.size)
+        return counts
     counts = np.empty((n_chunks, 256), dtype=np.int64)
     e.chunk_histograms(symbols, chunk_size, counts, _threads_for(symbols.size))
     return counts
@@ -332,10 +334,13 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
 def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> np.ndarray:
     """symbols: [n] uint16 -> [n_blocks, 65536] int32 counts per block of ``block`` (< 2**31) symbols."""
     e = None if numba else ext()
+    n_blocks = -(-symbols.size // block)
     if e is None:
-        from . import numba_rans16
-        return numba_rans16.block_histograms16(symbols, block, size=symbols.size)
-    counts = np.empty((-(-symbols.size // block), 65536), dtype=np.int32)
+        from . import numba_rans
+        counts = np.zeros((n_blocks, 65536), dtype=np.int32)
+        numba_rans.block_counts(symbols, block, counts, size=symbols.size)
+        return counts
+    counts = np.empty((n_blocks, 65536), dtype=np.int32)
     e.block_histograms16(symbols, block, counts, _threads_for(symbols.size))
     return counts
 

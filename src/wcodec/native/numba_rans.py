@@ -21,16 +21,14 @@ from ._numba import JIT as _jit
 
 
 @kernel
-def chunk_histograms(symbols, chunk_size):
-    """symbols: [n] uint8 -> [n_chunks, 256] int64 counts per chunk of ``chunk_size`` symbols."""
+def block_counts(symbols, block, counts):
+    """Adds to counts [n_blocks, alphabet] (zeros, any integer dtype) the symbol counts of each
+    block of ``block`` symbols: the byte planes' chunks (uint8, 256) and the joint plane's blocks
+    (uint16, 65536) alike."""
     n = symbols.size
-    n_chunks = (n + chunk_size - 1) // chunk_size
-    counts = np.zeros((n_chunks, 256), dtype=np.int64)
-    for c in nb.prange(n_chunks):
-        end = min(n, (c + 1) * chunk_size)
-        for i in range(c * chunk_size, end):
+    for c in nb.prange(counts.shape[0]):
+        for i in range(c * block, min(n, (c + 1) * block)):
             counts[c, symbols[i]] += 1
-    return counts
 
 
 @kernel

@@ -46,18 +46,6 @@ def _chunk(c, n, chunk_size, chunks_per_table, default, eo, prob_bits):
 
 
 @kernel
-def block_histograms16(symbols, block):
-    """[n_blocks, 65536] int32 symbol counts per block of ``block`` symbols."""
-    n = symbols.size
-    n_blocks = (n + block - 1) // block
-    counts = np.zeros((n_blocks, 65536), dtype=np.int32)
-    for k in nb.prange(n_blocks):
-        for i in range(k * block, min(n, k * block + block)):
-            counts[k, symbols[i]] += 1
-    return counts
-
-
-@kernel
 def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, efreq, ecum, prob_bits, raw):
     """Encode every chunk: (states [n_chunks * 32] uint64, offsets [n_chunks + 1] uint32, words
     uint16); chunks with ``raw[c]`` are copied (their states are zero)."""
