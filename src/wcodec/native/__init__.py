@@ -140,15 +140,19 @@ def crc32_many(buffers) -> list[int]:
 
 def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) -> np.ndarray:
     """symbols: [n] uint8 -> [n_chunks, 256] int64 symbol counts per chunk."""
+    return _block_counts(symbols, chunk_size, 256, np.int64, "chunk_histograms", numba)
+
+
+def _block_counts(symbols: np.ndarray, block: int, alphabet: int, dtype, c_name: str, numba: bool) -> np.ndarray:
+    """[n_blocks, alphabet] ``dtype`` symbol counts per block of ``block`` symbols: the C entry
+    point ``c_name``, or numba's block_counts."""
     e = None if numba else ext()
-    n_chunks = -(-symbols.size // chunk_size)
+    counts = (np.zeros if e is None else np.empty)((-(-symbols.size // block), alphabet), dtype=dtype)
     if e is None:
         from . import numba_rans
-        counts = np.zeros((n_chunks, 256), dtype=np.int64)
-        numba_rans.block_counts(symbols, chunk_size, counts, size=symbols.size)
-        return counts
-    counts = np.empty((n_chunks, 256), dtype=np.int64)
-    e.chunk_histograms(symbols, chunk_size, counts, _threads_for(symbols.size))
+        numba_rans.block_counts(symbols, block, counts, size=symbols.size)
+    else:
+        getattr(e, c_name)(symbols, block, counts, _threads_for(symbols.size))
     return counts
 
 
@@ -333,16 +337,7 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
 
 def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> np.ndarray:
     """symbols: [n] uint16 -> [n_blocks, 65536] int32 counts per block of ``block`` (< 2**31) symbols."""
-    e = None if numba else ext()
-    n_blocks = -(-symbols.size // block)
-    if e is None:
-        from . import numba_rans
-        counts = np.zeros((n_blocks, 65536), dtype=np.int32)
-        numba_rans.block_counts(symbols, block, counts, size=symbols.size)
-        return counts
-    counts = np.empty((n_blocks, 65536), dtype=np.int32)
-    e.block_histograms16(symbols, block, counts, _threads_for(symbols.size))
-    return counts
+    return _block_counts(symbols, block, 65536, np.int32, "block_histograms16", numba)
 
 
 def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, raw, numba: bool = False):
