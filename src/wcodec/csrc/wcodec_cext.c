@@ -2670,6 +2670,7 @@ static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
 #include "predict.h"
 void wc_run_parallel(wc_task_fn fn, void *ctx, int64_t n, int threads) { run_parallel(fn, ctx, n, pick_threads(threads, n)); }
 #include "crc32.h"
+#include "fixedcheck.h"
 int wc_isa(void) { return g_isa; }
 
 static PyMethodDef methods[] = {
@@ -2696,6 +2697,7 @@ static PyMethodDef methods[] = {
     {"set_soft_gather", py_set_soft_gather, METH_VARARGS, "table lookups by scalar loads (True) or gathers (False), or an (avx2, avx512) pair; returns the old pair"},
     WC_PREDICT_METHODS
     WC_CRC32_METHODS
+    WC_FIXEDCHECK_METHODS
     {NULL, NULL, 0, NULL},
 };
 
