@@ -110,12 +110,18 @@ ENCODE_BLOCK = 1 << 22
 def encode_weight(w: torch.Tensor) -> FixedWeight:
     """w: [N, K] bfloat16 on any device -> FixedWeight on that device (w is not modified).
 
-    Works in row blocks of about ENCODE_BLOCK weights, so the transient memory stays ~80 MB
-    whatever the layer (an lm_head included). Raises UnsupportedError for other dtypes or ranks.
+    On CUDA the Triton kernels of :mod:`wcodec.gpu.fixed_encode` encode (no transient beyond
+    the outputs); elsewhere (or without triton) torch ops work in row blocks of about
+    ENCODE_BLOCK weights, so the transient memory stays ~80 MB whatever the layer (an lm_head
+    included). Raises UnsupportedError for other dtypes or ranks.
     """
     if w.dtype != torch.bfloat16 or w.dim() != 2:
         raise UnsupportedError(f"the fixed layout takes a 2-D bfloat16 weight, got {w.dtype} {tuple(w.shape)}")
     N, K = w.shape
+    encode = _triton_encoder() if _use_triton(w) and N * K else None
+    if encode is not None:
+        lo, nib, eptr, ecol, ev, er, base = encode(w, choose_base)
+        return FixedWeight(_words(lo, torch.int64), _words(nib, torch.int32), eptr, ecol, ev, er, base, N, K)
     kpad = padded_cols(K)
     dev = w.device
     rows = max(1, ENCODE_BLOCK // max(1, kpad))
@@ -152,6 +158,14 @@ def encode_weight(w: torch.Tensor) -> FixedWeight:
                        base, N, K)
 
 
+def _triton_encoder():
+    try:
+        from .fixed_encode import encode
+    except ImportError:  # no triton: the torch ops
+        return None
+    return encode
+
+
 def _words(b: torch.Tensor, dtype) -> torch.Tensor:
     """[N, n] uint8 -> [N, kpad/8] words of ``dtype`` (an empty row view cannot be reinterpreted)."""
     n = b.shape[0]
@@ -179,15 +193,34 @@ def pack(fw: FixedWeight) -> torch.Tensor:
     tensor per layer is one graph input for torch.compile instead of six (each input costs
     ~1.5 us of host time per call of a compiled model, benchmarks/experiments/compile_inputs.py; 225 layers
     in a 7B Llama)."""
-    nib, eptr, esc = _packed_offsets(fw.N, fw.K)
-    e = fw.ecol.numel()
-    out = torch.zeros(esc + 16 * e, dtype=torch.uint8, device=fw.device)
-    for off, t in ((0, fw.lo), (nib, fw.nib), (eptr, fw.eptr), (esc, fw.ecol), (esc + 4 * e, fw.eval),
-                   (esc + 8 * e, fw.erow)):
-        if t.numel():  # an empty tensor may have any strides (numpy gives 0 for an empty section)
-            b = t.contiguous().reshape(-1).view(torch.uint8)
-            out[off:off + b.numel()] = b
+    out = torch.zeros(packed_size(fw.N, fw.K, fw.ecol.numel()), dtype=torch.uint8, device=fw.device)
+    pack_parts(out, (fw.lo, fw.nib, fw.eptr, fw.ecol, fw.eval, fw.erow), fw.N, fw.K)
     return out
+
+
+def packed_size(n: int, k: int, escapes: int) -> int:
+    """Bytes of a :func:`pack` ed [n, k] weight with ``escapes`` escapes."""
+    return _packed_offsets(n, k)[2] + 16 * escapes
+
+
+def pack_parts(out: torch.Tensor, parts: tuple, n: int, k: int) -> list:
+    """Place one [n, k] weight's parts into ``out`` (uint8 [packed_size], zeros where the layout
+    pads) in :func:`pack`'s layout. parts: (lo, nib, eptr, ecol, eval, erow) as their bytes in
+    FixedWeight's dtypes (lo u8/int64 words, nib u8/int32 words, eptr/ecol/eval int32, erow
+    int64), each a torch tensor (copied now) or a numpy array (e.g. a read-only view of the
+    file): those come back as (array, destination slice of out) pairs, for
+    :func:`wcodec.gpu.loader.upload` to copy in one pipelined pass."""
+    nib, eptr, esc = _packed_offsets(n, k)
+    e = (out.numel() - esc) // 16
+    host = []
+    for off, t in zip((0, nib, eptr, esc, esc + 4 * e, esc + 8 * e), parts):
+        if isinstance(t, np.ndarray):
+            if t.size:
+                host.append((t, out[off:off + t.nbytes]))
+        elif t.numel():  # an empty tensor may have any strides (numpy gives 0 for an empty section)
+            t = t.contiguous().reshape(-1).view(torch.uint8)
+            out[off:off + t.numel()].copy_(t)
+    return host
 
 
 def unpack(packed: torch.Tensor, base: int, n: int, k: int) -> FixedWeight:
@@ -223,13 +256,21 @@ def _section_tensor(a: np.ndarray, device) -> torch.Tensor:
 
 def _checked_weight(c, N: int, K: int, device) -> FixedWeight:
     """The FixedWeight on ``device`` of a record checked by ``codecs.fixed.check_record`` (or
-    codecs.fixed16's, whose planes are the same)."""
-    def t(a):
-        return _section_tensor(a, device)
+    codecs.fixed16's, whose planes are the same). Off the CPU the sections go up in one
+    :func:`wcodec.gpu.loader.upload` (pinned staging, host copies on threads)."""
+    arrays = (c.lo.reshape(N, c.kpad), c.nib.reshape(N, c.kpad // 2), c.ptr.astype(np.int32), c.col.astype(np.int32),
+              c.val.astype(np.int32), c.erow)
+    if torch.device(device).type == "cpu":
+        t = [_section_tensor(a, device) for a in arrays]
+    else:
+        from .loader import upload
 
-    return FixedWeight(_words(t(c.lo).reshape(N, c.kpad), torch.int64),
-                       _words(t(c.nib).reshape(N, c.kpad // 2), torch.int32), t(c.ptr.astype(np.int32)),
-                       t(c.col.astype(np.int32)), t(c.val.astype(np.int32)), t(c.erow), c.base, N, K)
+        t = [torch.empty(a.shape, dtype=_TORCH_DTYPES[a.dtype], device=device) for a in arrays]
+        upload([(a, d) for a, d in zip(arrays, t) if a.size], device)
+    return FixedWeight(_words(t[0], torch.int64), _words(t[1], torch.int32), *t[2:], c.base, N, K)
+
+
+_TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}
 
 
 def from_sections(params: dict, sections: dict, shape: tuple, device, name: str = "") -> FixedWeight:
