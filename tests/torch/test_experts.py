@@ -177,3 +177,72 @@ def test_cuda_exact_experts_equal_dense(arch):
     ids = torch.randint(0, 64, (3, 11), device="cuda")
     with torch.no_grad():
         assert torch.equal(bits(model(ids).logits), bits(dense(ids).logits))
+
+
+def _record(t):
+    """codec "fixed" record of a bf16 tensor, as a folder stores it."""
+    import numpy as np
+
+    from wcodec.codecs.fixed import FixedCodec
+
+    return FixedCodec().encode(t.detach().contiguous().view(torch.int16).numpy().view(np.uint16), "BF16")
+
+
+def test_stored_fixed_record_taken_as_stored():
+    """A stored [E, N, K] fixed record becomes the experts' buffers without a decode: the experts
+    read back bit-exact, the model's outputs equal the dense model's, and the buffers hold what
+    compress_expert_param holds apart from the window base."""
+    from wcodec.torch.experts import load_expert_record, stored_record_fits
+
+    dense = dense_model("mixtral")
+    model = copy.deepcopy(dense)
+    experts, orig = model.model.layers[0].mlp.experts, dense.model.layers[0].mlp.experts
+    up, down = _record(orig.gate_up_proj), _record(orig.down_proj)
+    assert stored_record_fits(experts, "gate_up_proj", up)  # [4, 48, 32]: K a multiple of 16
+    assert not stored_record_fits(experts, "down_proj", down)  # [4, 32, 24]: rows padded per expert
+    assert not stored_record_fits(experts, "down_proj", up)  # another shape
+    assert up.info["escape_fraction"] > 0  # the escapes are re-indexed per expert
+    load_expert_record(experts, "gate_up_proj", up, "cpu", name="gate_up_proj")
+    compress_expert_param(experts, "down_proj", orig.down_proj.detach())
+    assert compressed_attrs(experts) == ["gate_up_proj", "down_proj"]
+    for e in range(4):
+        assert torch.equal(bits(experts.gate_up_proj[e]), bits(orig.gate_up_proj[e]))
+    ids = torch.randint(0, 64, (1, 9))
+    with torch.no_grad():
+        assert torch.equal(bits(model(ids).logits), bits(dense(ids).logits))
+    other = copy.deepcopy(dense).model.layers[0].mlp.experts
+    compress_expert_param(other, "gate_up_proj", orig.gate_up_proj.detach())
+    assert experts.gate_up_proj_packed.numel() == other.gate_up_proj_packed.numel()
+    # gpt-oss multiplies x @ P[e]: its experts are P[e].T, not rows of the record
+    oss = dense_model("gpt_oss").model.layers[0].mlp.experts
+    assert not stored_record_fits(oss, "gate_up_proj", _record(oss.gate_up_proj))
+
+
+def test_corrupt_stored_record_raises_and_leaves_the_module_dense():
+    from wcodec.errors import CorruptDataError
+    from wcodec.torch.experts import load_expert_record
+
+    model = dense_model("mixtral")
+    experts = model.model.layers[0].mlp.experts
+    rec = _record(experts.gate_up_proj)
+    nib = rec.sections["nib"].copy()
+    nib[nib & 0x07 != 0x07] |= 0x07  # escape nibbles where no escape is listed
+    rec.sections["nib"] = nib
+    with pytest.raises(CorruptDataError, match="tensor 'layers.0.up'.*nib"):
+        load_expert_record(experts, "gate_up_proj", rec, "cpu", name="layers.0.up")
+    assert not compressed_attrs(experts) and isinstance(experts._parameters["gate_up_proj"], torch.nn.Parameter)
+
+
+def test_compressed_experts_refuse_writes_and_initialisation_skips_them():
+    from wcodec.errors import UnsupportedError
+
+    init = pytest.importorskip("transformers.initialization")
+
+    dense = dense_model("mixtral")
+    model = copy.deepcopy(dense)
+    compress_all(model)
+    experts = model.model.layers[0].mlp.experts
+    with pytest.raises(UnsupportedError, match="read-only"):
+        experts.gate_up_proj.mul_(2)
+    init.normal_(experts.gate_up_proj)  # transformers' initialisers leave loaded weights alone
+    assert torch.equal(bits(experts.gate_up_proj), bits(dense.model.layers[0].mlp.experts.gate_up_proj))

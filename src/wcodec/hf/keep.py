@@ -128,9 +128,16 @@ def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
 
     layout = fx16 if value.dtype == torch.float16 else fx
     if key is not None:
-        rec = state.reader.record(key, verify=state.verify)
+        rec = _stored(state, key, value.device)
         return layout.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
     return layout.encode_weight(value)
+
+
+def _stored(state: KeepState, key: str, device: torch.device):
+    """Record ``key`` (checksums checked unless the load skips them), read for a layer that copies
+    it to ``device`` at once: off the CPU as views of the file's memory map (no host copy of the
+    bytes; as the GPU loader reads), on the CPU into a buffer of its own."""
+    return state.reader.record(key, verify=state.verify, copy=torch.device(device).type == "cpu")
 
 
 def _device_scope(t: torch.Tensor):
@@ -161,7 +168,8 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if expert and state.mode in (True, "jit"):
-        why = _keep_expert(state, module, attr, name, materialize(value), exact=state.mode == "jit")
+        key = _fixed_record(state, _stored_record_key(state, sources, value), value.dtype)
+        why = _keep_expert(state, module, attr, name, value, key, exact=state.mode == "jit")
         if why is None:
             return None
     elif state.mode is True and why is None:
@@ -232,19 +240,26 @@ def _is_expert_param(module, attr: str, value: torch.Tensor) -> bool:
     return value.dim() == 3 and is_expert_param(module, attr)
 
 
-def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor, exact: bool = False) -> str | None:
-    """None when the expert tensor is now held compressed by its module, else why not. ``exact``
-    (keep_compressed="jit"): the module decodes its experts for each call and multiplies as the
-    dense module does (outputs equal to the dense model's), listed as "compressed", not "fused"."""
-    from ..errors import WcodecError
-    from ..torch.experts import compress_expert_param
+def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor, key: str | None,
+                 exact: bool = False) -> str | None:
+    """None when the expert tensor is now held compressed by its module, else why not. ``key``:
+    the stored fixed record ``value`` is (:func:`_fixed_record`), taken as stored where its
+    layout serves the experts as it is, never decoded. ``exact`` (keep_compressed="jit"): the
+    module decodes its experts for each call and multiplies as the dense module does (outputs
+    equal to the dense model's), listed as "compressed", not "fused"."""
+    from ..torch import experts as ex
 
     if value.dtype != torch.bfloat16:
         return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
+    record = _stored(state, key, value.device) if key is not None else None
     try:
         with _device_scope(value):
-            compress_expert_param(module, attr, value, exact=exact)
-    except WcodecError as e:
+            if record is not None and ex.stored_record_fits(module, attr, record):
+                ex.load_expert_record(module, attr, record, value.device, exact=exact, name=key)
+            else:
+                del record
+                ex.compress_expert_param(module, attr, materialize(value), exact=exact)
+    except ex.ExpertsKeptDenseError as e:
         return str(e)
     state.report["compressed" if exact else "fused"].append(name)
     return None

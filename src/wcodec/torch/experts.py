@@ -127,13 +127,71 @@ def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor, exa
             offsets.append(offsets[-1] + packs[-1].numel())  # pack sizes are multiples of 16 bytes
             bases.append(fw.base)
     dev = value.device
+    _install(module, attr, torch.cat(packs) if packs else torch.zeros(0, dtype=torch.uint8, device=dev),
+             offsets, bases, (E, d1, d2), exact)
+
+
+def stored_record_fits(module: nn.Module, attr: str, record) -> bool:
+    """Whether :func:`load_expert_record` takes ``record`` (an EncodedTensor) as stored for
+    ``module.<attr>``: codec "fixed" bfloat16 of the parameter's [E, N, K] shape, a module that
+    is not transposed, K a multiple of 16 (each expert's rows are then the record's bytes)."""
+    p = _dense_param(module, attr)
+    shape = tuple(record.shape)
+    return (record.codec == "fixed" and record.dtype == "BF16" and len(shape) == 3 and is_expert_param(module, attr)
+            and not module.is_transposed and p is not None and tuple(p.shape) == shape and shape[2] % 16 == 0)
+
+
+def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool = False, name: str = "") -> None:
+    """Hold ``module.<attr>`` compressed straight from a stored codec "fixed" record of the
+    whole [E, N, K] parameter (one :func:`stored_record_fits` accepts), on ``device``, never
+    decoding it: the record is validated (``codecs.fixed.check_record``, CorruptDataError naming
+    tensor ``name``), then each expert's low bytes and nibbles, which are rows of the record's
+    planes, are copied into the packed buffer (:func:`wcodec.gpu.loader.upload`: through pinned
+    staging buffers, pipelined, no other host copy) and its escapes re-indexed from the record's [E, N*K] columns to [N, K]. The buffers are those of
+    :func:`compress_expert_param` (every expert with the record's window ``base``), so the module
+    behaves the same. Raises ExpertsKeptDenseError when the record does not fit."""
+    import numpy as np
+
+    from ..codecs.fixed import check_record
+    from ..errors import WcodecError
+    from ..gpu.loader import upload
+
+    if not stored_record_fits(module, attr, record):
+        raise ExpertsKeptDenseError(f"{name or attr}: the stored record is not a codec fixed [E, N, K] bfloat16 "
+                                    "record of the parameter's shape with K a multiple of 16")
+    E, N, K = record.shape
+    try:
+        c = check_record(record.params, record.sections, E, N * K)
+    except WcodecError as e:
+        raise type(e)(f"tensor '{name}': {e}" if name else str(e)) from None
+    ptr = c.ptr.astype(np.int64)
+    col = c.col.astype(np.int64)
+    rows, cols = col // K, (col % K).astype(np.int32)
+    vals = c.val.astype(np.int32)
+    sizes = [fx.packed_size(N, K, int(ptr[e + 1] - ptr[e])) for e in range(E)]
+    offsets = [0, *np.cumsum(sizes).tolist()]
+    packed = torch.zeros(offsets[-1], dtype=torch.uint8, device=device)
+    span, host = N * K, []
+    for e in range(E):
+        a, b = int(ptr[e]), int(ptr[e + 1])
+        eptr = np.zeros(N + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows[a:b], minlength=N), out=eptr[1:])
+        parts = (c.lo[e * span:(e + 1) * span], c.nib[e * span // 2:(e + 1) * span // 2], eptr, cols[a:b],
+                 vals[a:b], rows[a:b])
+        host += fx.pack_parts(packed[offsets[e]:offsets[e + 1]], parts, N, K)
+    upload(host, packed.device)
+    _install(module, attr, packed, offsets, [c.base] * E, (E, N, K), exact)
+
+
+def _install(module: nn.Module, attr: str, packed: torch.Tensor, offsets: list, bases: list, shape: tuple,
+             exact: bool) -> None:
+    dev = packed.device
     _make_compressed(module)
     module.__dict__["_wcodec_exact"] = bool(exact)
     module._parameters.pop(attr, None)
     module.__dict__.pop(attr, None)
-    _register(module, attr, torch.cat(packs) if packs else torch.zeros(0, dtype=torch.uint8, device=dev),
-              torch.tensor(offsets, dtype=torch.int64, device=dev), torch.tensor(bases, dtype=torch.int64, device=dev),
-              torch.tensor([E, d1, d2], dtype=torch.int64, device=dev))
+    _register(module, attr, packed, torch.tensor(offsets, dtype=torch.int64, device=dev),
+              torch.tensor(bases, dtype=torch.int64, device=dev), torch.tensor(shape, dtype=torch.int64, device=dev))
 
 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
@@ -266,9 +324,13 @@ class FixedExpertsTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"FixedExpertsTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
 
+    #: transformers' initialisers skip a tensor with this flag: these are loaded weights
+    _is_hf_initialized = True
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        _refuse_writes(cls, func, args, kwargs)
         if func is torch.ops.aten.select.int and isinstance(args[0], cls) and args[1] == 0 and not kwargs:
             e = args[2] + args[0].shape[0] if args[2] < 0 else args[2]
             return args[0]._weights.dense(e)
@@ -276,6 +338,15 @@ class FixedExpertsTensor(torch.Tensor):
         return func(*tree_map(dense, args), **tree_map(dense, kwargs))
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+def _refuse_writes(cls, func, args, kwargs) -> None:
+    """An in-place op on the compressed experts would change a decoded copy and be lost: refuse it."""
+    for i, a in enumerate(func._schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(a.name)
+        if a.alias_info is not None and a.alias_info.is_write and isinstance(value, cls):
+            raise UnsupportedError(f"{func.__name__} would write into compressed experts, which are read-only: "
+                                   "decompress_experts(module) first")
 
 
 class _CompressedExpertsMixin:
@@ -378,4 +449,4 @@ def register_implementation() -> None:
 
 __all__ = ["ExpertsKeptDenseError", "ExpertWeights", "FixedExpertsTensor", "SUFFIXES", "compress_expert_param",
            "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "is_expert_param",
-           "load_compressed_experts", "register_implementation"]
+           "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
