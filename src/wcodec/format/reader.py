@@ -164,12 +164,30 @@ class Reader:
 
         Raises CorruptDataError when the file has been truncated meanwhile (a short read).
         """
-        self._open_check()
-        buf = np.empty(end - start, dtype=np.uint8) if into is None else into.take(end - start)
+        buf = self._span_buffer(start, end, into)
         if not _io.pread_into(self._f.fileno(), buf, start):
-            raise CorruptDataError(f"{self.path.name}: short read of bytes [{start}, {end}): the file "
-                                   f"was truncated while open (had {self.file_size} bytes)")
+            raise self._short_read(start, end)
         return buf
+
+    def _read_checked(self, start: int, end: int, into, sections) -> tuple[np.ndarray, list[int]]:
+        """:meth:`read_span` of [start, end) and the CRC-32 of each of ``sections`` (header
+        entries inside the span) from the same pass (``native.pread_crc``)."""
+        buf = self._span_buffer(start, end, into)
+        sections = list(sections)
+        # an empty section's offset may lie anywhere (the writer leaves it where the file was)
+        got = native.pread_crc(self._f.fileno(), buf, start, [s["offset"] - start if s["size"] else 0
+                                                              for s in sections], [s["size"] for s in sections])
+        if got is None:
+            raise self._short_read(start, end)
+        return buf, got
+
+    def _span_buffer(self, start: int, end: int, into) -> np.ndarray:
+        self._open_check()
+        return np.empty(end - start, dtype=np.uint8) if into is None else into.take(end - start)
+
+    def _short_read(self, start: int, end: int) -> CorruptDataError:
+        return CorruptDataError(f"{self.path.name}: short read of bytes [{start}, {end}): the file "
+                                f"was truncated while open (had {self.file_size} bytes)")
 
     # -- data ----------------------------------------------------------------------------------
     def record(self, name: str, verify: bool = True, copy: bool = True, into: "SpanBuffer | None" = None):
@@ -192,9 +210,13 @@ class Reader:
 
         self._open_check()
         e = self._entry(name)
+        got = None
         if copy:
             start, end = self.span(name)
-            buf = self.read_span(start, end, into)
+            if verify and native.has_pread_crc():  # checksummed piece by piece as the bytes land
+                buf, got = self._read_checked(start, end, into, e["sections"].values())
+            else:
+                buf = self.read_span(start, end, into)
         else:
             start, buf = 0, np.frombuffer(self.buffer(), dtype=np.uint8)
         buf.flags.writeable = False
@@ -204,7 +226,7 @@ class Reader:
         sections = {sname: r.view(spec.SECTION_NP[s["dtype"]])
                     for (sname, s), r in zip(e["sections"].items(), raw)}
         if verify:
-            got = native.crc32_many(raw)
+            got = native.crc32_many(raw) if got is None else got
             for (sname, s), crc in zip(e["sections"].items(), got):
                 if crc != s["crc32"]:
                     raise ChecksumError(f"tensor '{name}': section '{sname}' checksum mismatch (corrupt data)")
@@ -226,13 +248,14 @@ class Reader:
         from ..codecs import decode_tensor
 
         rec = self.record(name, verify=verify, into=into)
-        out = decode_tensor(rec, name, out=out)
+        # verify: the decoded bytes' CRC-32 from the decode pass itself (float codec, C extension)
+        out, crc = decode_tensor(rec, name, out=out, checksum=True) if verify else (decode_tensor(rec, name, out=out), None)
         if into is not None and into.holds(out):  # a codec that hands back its section: own it
             out = out.copy()
         if out.shape != rec.shape or out.dtype.itemsize != spec.TENSOR_ITEMSIZE[rec.dtype]:
             raise CorruptDataError(f"tensor '{name}': decoded {out.dtype}{list(out.shape)}, "
                                    f"expected {rec.dtype}{list(rec.shape)}")
-        if verify and spec.crc32(out) != self._entry(name)["crc32"]:
+        if verify and crc != self._entry(name)["crc32"]:
             raise ChecksumError(f"tensor '{name}': checksum of the decoded tensor does not match")
         return out
 
