@@ -93,3 +93,25 @@ def test_corrupt_record_still_raises_with_checksum():
     bad = type(rec)(rec.codec, rec.dtype, rec.shape, rec.params, sections, rec.info)
     with pytest.raises(CorruptDataError, match="tensor 'w'"):
         decode_tensor(bad, "w", checksum=True)
+
+
+@needs_ext
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
+def test_section_checksums_are_zlibs(isa, dtype):
+    """The sections' CRCs that the encoder computed as it wrote them (tail, raw and coded low
+    planes, rANS words; format version 2's joint plane included) are what the writer stores."""
+    from wcodec.format.writer import prepare_sections
+
+    cases = [_weights(n, dtype, n) for n in SIZES[1:]]
+    if dtype == "F32":  # low bytes that code well (a bf16 checkpoint widened): coded low planes
+        w = _weights(3 * SPLIT_TASK + 5, "F32", 9)
+        cases.append((w.view(np.uint32) & 0xFFFFF000).view(np.float32))
+    for a in cases:
+        recs = [encode_tensor(a, dtype)]
+        if dtype == "F32" and a.size >= 256:
+            recs.append(encode_tensor(a, dtype, low_joint=True, chunk_steps=4))
+        for rec in recs:
+            assert rec.codec != "float" or rec.section_crcs, "the float encoder computed none"
+            assert set(rec.section_crcs) <= set(rec.sections)
+            for name, (_, data, crc) in prepare_sections(rec).items():
+                assert crc == zlib.crc32(data.tobytes()), (isa, dtype, a.size, name)

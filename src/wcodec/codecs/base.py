@@ -48,6 +48,8 @@ class EncodedTensor:
         source_crc: CRC-32 of the encoded array's bytes where a lossless encoder computed it in
             its own pass over them (the writer stores it as the tensor's checksum without reading
             the tensor again), else None; never stored as such, not compared.
+        section_crcs: {section name: CRC-32 of its bytes} for the sections whose checksum the
+            encoder computed as it wrote them (the writer's section checksums); not compared.
     """
 
     codec: str
@@ -57,6 +59,7 @@ class EncodedTensor:
     sections: dict
     info: dict = field(default_factory=dict)
     source_crc: int | None = field(default=None, compare=False, repr=False)
+    section_crcs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def numel(self) -> int:

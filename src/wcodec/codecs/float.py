@@ -195,19 +195,24 @@ class FloatCodec(Codec):
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
         if per_block is not None:
             block_counts = _symbol_counts(per_block, hist_max, symbol_of, MAX_HEAD_BITS - j)
-        head, tail, low, crc = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1, W - 1, R, L,
-                                             window=_busiest_window(alphabet, hist[alphabet]), checksum=True)
+        head, tail, low, crcs = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1, W - 1, R, L,
+                                              window=_busiest_window(alphabet, hist[alphabet]), checksum=True)
         plane = rans.encode(head, prob_bits, chunk_steps, tables, block_counts=block_counts)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
+        # checksums the kernels computed as they wrote (the writer's, without another pass)
+        known = {**plane.section_crcs("head"), **({"tail": crcs[1]} if crcs else {})}
         for k, name in enumerate(("low1", "low0")[:L]):
             coded = rans.encode(low[k], prob_bits, chunk_steps, tables)
             if coded.nbytes < n:
                 params["low"].append({"coded": True, **coded.params()})
                 sections.update(coded.sections(name))
+                known.update(coded.section_crcs(name))
             else:
                 params["low"].append({"coded": False})
                 sections[f"{name}.raw"] = np.ascontiguousarray(low[k])
+                if crcs:
+                    known[f"{name}.raw"] = crcs[2 + k]
         if low_joint and L == 2 and n and any(lp["coded"] for lp in params["low"]):
             # tried only where a byte plane is coded: the 16-bit symbols pay through structure
             # that the bytes show too (MiniLM's 3 joint tensors; uniform low bits skip the search)
@@ -221,8 +226,9 @@ class FloatCodec(Codec):
                 sections.update(plane.sections("low16"))
                 params["low"] = []
                 params["low_joint"] = plane.params()
-        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
-                             info={"head_bits": j}, source_crc=crc)
+        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections, info={"head_bits": j},
+                             source_crc=crcs[0] if crcs else None,
+                             section_crcs={k: c for k, c in known.items() if k in sections})
 
     def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
         """out: optional writable C-contiguous array of the tensor's size in bytes (a torch

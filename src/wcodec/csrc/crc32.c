@@ -299,6 +299,20 @@ void wc_crc32_init(void) {
 #endif
 }
 
+/* [crc[0], ..., crc[n - 1]] as a list of ints, or NULL with an exception */
+static PyObject *crc_list(const uint32_t *crc, Py_ssize_t n) {
+    PyObject *res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(crc[i]);
+        if (!v) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, i, v);
+    }
+    return res;
+}
+
 /* crc32(buffer, value=0, threads=0) -> int, as zlib.crc32 */
 PyObject *wc_py_crc32(PyObject *self, PyObject *args) {
     PyObject *obj;
@@ -353,15 +367,7 @@ PyObject *wc_py_crc32_many(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    res = PyList_New(n);
-    for (Py_ssize_t i = 0; res && i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(out[i]);
-        if (!v) {
-            Py_CLEAR(res);
-            break;
-        }
-        PyList_SET_ITEM(res, i, v);
-    }
+    res = crc_list(out, n);
 done:
     for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     free(views);
@@ -449,15 +455,7 @@ PyObject *wc_py_pread_crc(PyObject *self, PyObject *args) {
         res = Py_NewRef(Py_None);
         goto done;
     }
-    res = PyList_New(n);
-    for (Py_ssize_t k = 0; res && k < n; k++) {
-        PyObject *v = PyLong_FromUnsignedLong(crc[k]);
-        if (!v) {
-            Py_CLEAR(res);
-            break;
-        }
-        PyList_SET_ITEM(res, k, v);
-    }
+    res = crc_list(crc, n);
 done:
     Py_XDECREF(fs);
     Py_XDECREF(fz);

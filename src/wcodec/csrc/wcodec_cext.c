@@ -1579,7 +1579,8 @@ typedef struct {
     uint8_t *head, *tail, *low;
     int64_t base;         /* head values base..base+255 are looked up in registers (-1: none) */
     uint16_t window[256]; /* symbol_of[base + k] */
-    uint32_t *crcs;       /* [n_tasks]: CRC-32 of each task's input bytes, or NULL */
+    uint32_t *crcs;       /* [4, n_tasks]: CRC-32 of each task's input, tail, low1 and low0 bytes, or NULL */
+    int64_t n_tasks;
 } split_ctx;
 
 #define SPLIT_BLOCKS 4096 /* blocks of 8 values per task */
@@ -1672,13 +1673,22 @@ static inline __attribute__((always_inline)) void split_one_task(split_ctx *ctx,
     }
 }
 
-/* a task's split, then (when asked) the checksum of the input values it just read, still in
- * cache: the writer stores the tensor's CRC-32, which a separate pass read from memory again */
+/* a task's split, then (when asked) the checksums of the input values it just read and of the
+ * tail and low bytes it just wrote, still in cache: the writer stores the tensor's and each
+ * section's CRC-32, which separate passes read from memory again (issue 30). A task writes
+ * exactly its blocks' tail bytes [b0 R, b1 R) and low bytes [i0, i1). */
 static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx, int64_t task) {
     split_one_task(ctx, task);
     if (ctx->crcs) {
         int64_t i0 = task * SPLIT_BLOCKS * 8, i1 = ctx->n < i0 + SPLIT_BLOCKS * 8 ? ctx->n : i0 + SPLIT_BLOCKS * 8;
-        ctx->crcs[task] = wc_crc32((const uint8_t *)ctx->bits + i0 * ctx->bytes, (i1 - i0) * ctx->bytes, 0);
+        int64_t t0 = task * SPLIT_BLOCKS * ctx->R, t1 = ctx->n_tail < t0 + SPLIT_BLOCKS * ctx->R ? ctx->n_tail : t0 + SPLIT_BLOCKS * ctx->R;
+        uint32_t *crc = ctx->crcs + task;
+        crc[0] = wc_crc32((const uint8_t *)ctx->bits + i0 * ctx->bytes, (i1 - i0) * ctx->bytes, 0);
+        crc[ctx->n_tasks] = wc_crc32(ctx->tail + t0, t1 - t0, 0);
+        if (ctx->low_planes == 2) {
+            crc[2 * ctx->n_tasks] = wc_crc32(ctx->low + i0, i1 - i0, 0);
+            crc[3 * ctx->n_tasks] = wc_crc32(ctx->low + ctx->n + i0, i1 - i0, 0);
+        }
     }
 }
 
@@ -1793,26 +1803,31 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     for (int k = 0; k < 256; k++)
         ctx.window[k] = ctx.base >= 0 && ctx.base + k <= (int64_t)mask ? ctx.symbol_of[ctx.base + k] : 0;
     int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
-    if (want_crc && n_tasks > 0 && !(ctx.crcs = malloc((size_t)n_tasks * sizeof *ctx.crcs))) {
+    ctx.n_tasks = n_tasks;
+    if (want_crc && n_tasks > 0 && !(ctx.crcs = calloc((size_t)(4 * n_tasks), sizeof *ctx.crcs))) {
         PyErr_NoMemory();
         goto fail;
     }
     threads = pick_threads(threads, n_tasks);
-    uint32_t crc = 0;
+    uint32_t crc[4] = {0, 0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
     if (g_isa >= ISA_AVX2) run_parallel(split_task_avx2, &ctx, n_tasks, threads);
     else
 #endif
         run_parallel(split_task_scalar, &ctx, n_tasks, threads);
-    if (ctx.crcs) {
-        int64_t piece = (int64_t)SPLIT_BLOCKS * 8 * ctx.bytes;
-        crc = wc_crc32_join(ctx.crcs, n_tasks, piece, ctx.n * ctx.bytes - (n_tasks - 1) * piece);
+    if (ctx.crcs) { /* every task's pieces are equal but the last */
+        int64_t piece = (int64_t)SPLIT_BLOCKS * 8, tpiece = (int64_t)SPLIT_BLOCKS * R;
+        crc[0] = wc_crc32_join(ctx.crcs, n_tasks, piece * ctx.bytes, (ctx.n - (n_tasks - 1) * piece) * ctx.bytes);
+        crc[1] = wc_crc32_join(ctx.crcs + n_tasks, n_tasks, tpiece, ctx.n_tail - (n_tasks - 1) * tpiece);
+        for (int k = 2; k < 4 && low_planes == 2; k++)
+            crc[k] = wc_crc32_join(ctx.crcs + k * n_tasks, n_tasks, piece, ctx.n - (n_tasks - 1) * piece);
     }
     Py_END_ALLOW_THREADS
     free(ctx.crcs);
     bufs_release(&bs);
-    if (want_crc) return PyLong_FromUnsignedLong(crc);
+    if (want_crc) return Py_BuildValue("(kkkk)", (unsigned long)crc[0], (unsigned long)crc[1], (unsigned long)crc[2],
+                                       (unsigned long)crc[3]);
     Py_RETURN_NONE;
 fail:
     bufs_release(&bs);
@@ -2094,9 +2109,9 @@ static void enc_pair_avx512(void *vctx, int64_t t) {
 static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     PyObject *o_sym, *o_freqs, *o_states, *o_counts, *o_scratch;
     long long cs, cpt;
-    int pb, threads;
-    if (!PyArg_ParseTuple(args, "OLLOiOOOi", &o_sym, &cs, &cpt, &o_freqs, &pb, &o_states, &o_counts, &o_scratch,
-                          &threads))
+    int pb, threads, want_crc = 0;
+    if (!PyArg_ParseTuple(args, "OLLOiOOOi|p", &o_sym, &cs, &cpt, &o_freqs, &pb, &o_states, &o_counts, &o_scratch,
+                          &threads, &want_crc))
         return NULL;
     bufs_t bs = {.k = 0};
     enc_ctx ctx;
@@ -2164,6 +2179,8 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     ctx.c16 = c16;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
+    int64_t total = 0;
+    uint32_t crc = 0;
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
     if (g_isa == ISA_AVX512) run_parallel(enc_pair_avx512, &ctx, (n_chunks + 1) / 2, pick_threads(threads, (n_chunks + 1) / 2));
@@ -2171,6 +2188,16 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     else
 #endif
         run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
+    /* compact: chunk c's words end where its symbols end; move them to the front, in order
+     * (each destination lies at or below its source), checksummed as they land when asked
+     * (the writer's section CRC, without another pass over the words) */
+    if (!ctx.bad)
+        for (int64_t c = 0; c < n_chunks; c++) {
+            int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
+            memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
+            if (want_crc) crc = wc_crc32((const uint8_t *)(ctx.scratch + total), ctx.counts[c] * 2, crc);
+            total += ctx.counts[c];
+        }
     Py_END_ALLOW_THREADS
     free(tab);
     free(packed);
@@ -2179,15 +2206,8 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
     }
-    /* compact: chunk c's words end where its symbols end; move them to the front, in order
-     * (each destination lies at or below its source) */
-    int64_t total = 0;
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
-        memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
-        total += ctx.counts[c];
-    }
     bufs_release(&bs);
+    if (want_crc) return Py_BuildValue("(Lk)", (long long)total, (unsigned long)crc);
     return PyLong_FromLongLong(total);
 fail:
     bufs_release(&bs);

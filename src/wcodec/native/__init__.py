@@ -190,23 +190,28 @@ def choose_tables(counts: np.ndarray, candidates: list, prob_bits: int) -> int:
 
 
 def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, freqs: np.ndarray,
-                  prob_bits: int, numba: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  prob_bits: int, numba: bool = False, checksum: bool = False) -> tuple:
     """rANS-encode every chunk: (states [n_chunks*32] uint32, offsets [n_chunks+1] uint32,
-    words uint16), as ``numba_rans.encode_chunks``. freqs: [n_tables, 256] uint16."""
+    words uint16), as ``numba_rans.encode_chunks``. freqs: [n_tables, 256] uint16.
+    checksum: also return, fourth, the CRC-32 of the words' bytes, computed by the C extension
+    chunk by chunk as it gathers them (None on the numba path)."""
     e = None if numba else ext()
     n = symbols.size
     if e is None:
         from . import numba_rans
-        return numba_rans.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+        parts = numba_rans.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+        return (*parts, None) if checksum else parts
     n_chunks = -(-n // chunk_size)
     states = np.empty(n_chunks * 32, dtype=np.uint32)
     counts = np.empty(n_chunks, dtype=np.int64)
     scratch = np.empty(max(n, 1), dtype=np.uint16)
-    total = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
-                            prob_bits, states, counts, scratch, _threads_for(n))
+    got = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
+                          prob_bits, states, counts, scratch, _threads_for(n), checksum)
+    total, crc = got if checksum else (got, None)
     offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
     np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
-    return states, offsets, scratch[:total].copy()
+    words = scratch[:total].copy()
+    return (states, offsets, words, crc) if checksum else (states, offsets, words)
 
 
 def lookup_table(freqs: np.ndarray, prob_bits: int) -> np.ndarray:
@@ -292,8 +297,9 @@ def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
     ``numba_float.split_float``. window: head values window..window+255 are looked up in
     SIMD registers, the others one by one (-1: all one by one); the result is the same.
-    checksum: also return, fourth, the CRC-32 of ``bits``' bytes (an int): the C extension
-    computes it piece by piece right after splitting each piece (still in cache), else None."""
+    checksum: also return, fourth, the CRC-32s (ints) of ``bits``', the tail's, low[0]'s and
+    low[1]'s bytes (0 for absent low planes): the C extension computes them piece by piece right
+    after splitting each piece (still in cache); None on the numba path."""
     e = None if numba else ext()
     n = bits.size
     if e is None:
