@@ -201,8 +201,9 @@ class Reader:
         still raise SIGBUS, so use it only to copy the bytes at once (the GPU loader does).
         into: with copy=True, read into this :class:`SpanBuffer` instead of a new buffer (no
         fresh pages per tensor); the record is then valid only until the buffer's next read.
-        verify: check each section's crc32 (reads the compressed bytes once, all sections in
-        one call of ``native.crc32_many``).
+        verify: check each section's crc32: with copy=True and the C extension computed by
+        ``native.pread_crc`` as each 256 KiB piece of the span lands (in cache), else over the
+        compressed bytes in one call of ``native.crc32_many``.
         Raises ChecksumError naming the tensor and section, CorruptDataError when the file was
         truncated while open, KeyError for an unknown name.
         """
@@ -237,7 +238,8 @@ class Reader:
                   into: "SpanBuffer | None" = None) -> np.ndarray:
         """Decode ``name`` on the CPU to a new numpy array of its dtype and shape (BF16 as uint16).
 
-        verify: check the section checksums and the crc32 of the decoded bytes.
+        verify: check the section checksums and the crc32 of the decoded bytes (the float
+        codec's C decode computes it chunk by chunk as it writes them).
         out: optional destination (a view of a torch tensor, pinned memory, an np.memmap; what
         ``codecs.check_out`` accepts): decoded straight into it and returned as a view of it.
         into: a :class:`SpanBuffer` the compressed bytes are read into (one per thread, reused
