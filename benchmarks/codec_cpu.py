@@ -7,6 +7,7 @@ ran (native-avx512/avx2/scalar: the C extension; numba: the fallback).
     python benchmarks/codec_cpu.py --quick    # skip the slow DFloat11 encoder
     python benchmarks/codec_cpu.py --minilm --quick --threads 1,2,4,8,16 --with-numba
     python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --api   # + the public API
+    python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --stages  # + the API stage by stage
 
 Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
 bf16 = the fp32 weights rounded to nearest even. GB/s counts the uncompressed tensor bytes.
@@ -308,6 +309,58 @@ def print_api(rows, repeat) -> None:
               f"{ta['save_file'] / te:.2f} / {ta['load_file'] / td:.2f} |", flush=True)
 
 
+def api_stages(models: dict, dtypes, repeat: int) -> None:
+    """Where one ``load_file`` / ``save_file`` of each model spends its time beside the kernels,
+    stage by stage on one thread (the C extension's threads set to 1; ``--clock`` decides the
+    clock): the best of ``repeat`` rounds per stage, in ms. Stages that repeat work of an earlier
+    one (``decode + checksum`` includes ``decode``) are there to show what each check costs."""
+    import shutil
+    import torch
+    import wcodec
+    from wcodec.format import Reader, Writer
+    from wcodec.format.reader import SpanBuffer
+    from wcodec.format.writer import prepare_sections
+
+    native.set_threads(1)
+    folder = api_folder()
+    print(f"\nload_file / save_file by stage - one thread, clock {'cpu' if clock is CLOCK['cpu'] else 'wall'}, "
+          f"best of {repeat}, ms; file in {folder.parent}")
+    print("\n| model | dtype | open + header | read + section checks | decode | decode + checksum | "
+          "get_numpy (all of these) | load_file | encode | section checksums | write | save_file |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    try:
+        for model, tensors in models.items():
+            for dtype in dtypes:
+                arrays = [to_bf16_bits(t) if dtype == "BF16" else t for t in tensors.values()]
+                named = {f"t{i:03d}": (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dtype == "BF16"
+                                       else torch.from_numpy(a)) for i, a in enumerate(arrays)}
+                path = folder / "stages.wcodec"
+                wcodec.save_file(named, path, workers=1)
+                with Reader(path) as r:
+                    names, into = r.keys(), SpanBuffer()
+                    recs = [r.record(n) for n in names]
+                    encs = [encode_tensor(a, dtype) for a in arrays]
+                    preps = [prepare_sections(e) for e in encs]
+
+                    def write():
+                        with Writer(folder / "w.wcodec") as w:
+                            for n, e, p in zip(names, encs, preps):
+                                w.add_record(n, e, 0, prepared=p)
+
+                    stages = [lambda: Reader(path).close(), lambda: [r.record(n, into=into) for n in names],
+                              lambda: [decode_tensor(x) for x in recs],
+                              lambda: [decode_tensor(x, checksum=True) for x in recs],
+                              lambda: [r.get_numpy(n, into=into) for n in names], lambda: wcodec.load_file(path),
+                              lambda: [encode_tensor(a, dtype) for a in arrays],
+                              lambda: [prepare_sections(e) for e in encs], write,
+                              lambda: wcodec.save_file(named, path, workers=1)]
+                    ms = [1e3 * timed(fn, repeat)[1] for fn in stages]
+                print(f"| {model} | {dtype} | " + " | ".join(f"{m:.1f}" for m in ms) + " |", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        native.set_threads(native._usable_cores())
+
+
 def tensor_class(name: str, shape) -> str:
     n = name.lower()
     if "position" in n:
@@ -337,6 +390,9 @@ def main(argv=None) -> int:
     ap.add_argument("--api", action="store_true",
                     help="also time the public API (save_file / load_file, wcodec.torch.save / load, the CLI) "
                          "in the thread-scaling rounds")
+    ap.add_argument("--stages", action="store_true",
+                    help="also time load_file / save_file stage by stage on one thread (where the API's time "
+                         "goes beside the kernels)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the thread-scaling table (best of)")
     ap.add_argument("--synthetic", type=float, default=0,
                     help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
@@ -376,6 +432,8 @@ def main(argv=None) -> int:
     print(f"kernels: {native.path()}, default threads {native.threads()}, cores usable {cores}, "
           f"clock {args.clock}, load average {os.getloadavg()[0]:.1f}")
     scaling(models, counts, args.with_numba, args.repeat, dtypes, api=args.api)
+    if args.stages:
+        api_stages(models, dtypes, args.repeat)
     if args.scaling_only:
         return 0
     rows, classes = [], {}

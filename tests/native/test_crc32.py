@@ -74,3 +74,37 @@ def test_wrappers_match_zlib_with_and_without_the_extension():
     with native.disabled():  # the numba path: zlib
         assert native.crc32(data) == want
         assert native.crc32_many([data]) == [want]
+
+
+needs_pread = pytest.mark.skipif(not native.has_pread_crc(), reason="no C pread_crc here")
+
+
+@needs_pread
+def test_pread_crc_reads_and_checksums_sections(tmp_path, isa):
+    """Sections in any order, overlapping, empty, across the 256 KiB read pieces, at an offset."""
+    data = np.random.default_rng(4).integers(0, 256, 3 * PIECE + 999, dtype=np.uint8)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 77 + data.tobytes())
+    spans = [(0, 10), (PIECE - 5, 11), (100, 3 * PIECE), (5, 0), (0, data.size), (data.size - 1, 1), (3, 300)]
+    buf = np.zeros(data.size, np.uint8)
+    with open(path, "rb") as f:
+        got = native.pread_crc(f.fileno(), buf, 77, [a for a, _ in spans], [n for _, n in spans])
+    assert buf.tobytes() == data.tobytes()
+    assert got == [zlib.crc32(data[a:a + n]) for a, n in spans]
+
+
+@needs_pread
+def test_pread_crc_short_read_and_bad_sections(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 10)
+    with open(path, "rb") as f:
+        assert native.pread_crc(f.fileno(), np.zeros(3000, np.uint8), 0, [0], [3000]) is None  # the file ends first
+        assert native.pread_crc(f.fileno(), np.zeros(10, np.uint8), 0, [], []) == []
+        with pytest.raises(ValueError, match="outside"):
+            native.pread_crc(f.fileno(), np.zeros(10, np.uint8), 0, [5], [6])
+        with pytest.raises(ValueError):
+            native.pread_crc(f.fileno(), np.zeros(10, np.uint8), 0, [0, 1], [1])
+        with pytest.raises((BufferError, TypeError)):
+            native.pread_crc(f.fileno(), b"read-only", 0, [0], [1])
+    with pytest.raises(OSError):
+        native.pread_crc(-1, np.zeros(10, np.uint8), 0, [0], [1])

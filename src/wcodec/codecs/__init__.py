@@ -132,7 +132,7 @@ def check_out(record: EncodedTensor, out, name: str = "") -> np.ndarray:
     return out.reshape(-1).view(want)
 
 
-def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None = None) -> np.ndarray:
+def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None = None, checksum: bool = False):
     """Decode one record to a numpy array (bfloat16 as uint16 bits).
 
     out: optional destination (see :func:`check_out` for what is accepted; a bad one raises
@@ -143,6 +143,8 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
     by block into it; raw copies its section once; fixed writes its last step into it. Returns
     the decoded tensor as a view of ``out`` (the tensor's dtype and shape). On a corrupt record
     the error is raised and ``out`` may be partly written: treat its contents as undefined then.
+    checksum: return (array, CRC-32 of its C-order bytes) instead: the float codec computes it in
+    its decode pass, chunk by chunk while the bytes are in cache; other codecs in a pass after.
     Raises a WcodecError subclass naming the tensor when the record is corrupt.
     """
     if out is not None:
@@ -150,7 +152,14 @@ def decode_tensor(record: EncodedTensor, name: str = "", out: np.ndarray | None 
     with named_errors(name):
         check_record_params(record)
         codec = get_codec(record.codec)
-        return codec.decode(record) if out is None else codec.decode(record, out=out)
+        if not checksum:
+            return codec.decode(record) if out is None else codec.decode(record, out=out)
+        arr, crc = codec.decode_checked(record, out)
+    if crc is None:
+        from .. import native
+
+        crc = native.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    return arr, crc
 
 
 def check_record_params(record: EncodedTensor) -> None:

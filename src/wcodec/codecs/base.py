@@ -45,6 +45,11 @@ class EncodedTensor:
         params: JSON-serialisable codec parameters (stored in the container header).
         sections: named 1-D numpy arrays (uint8/uint16/uint32/float32), stored as aligned sections.
         info: statistics for reports (not needed to decode; e.g. ``snr_db`` of lossy codecs).
+        source_crc: CRC-32 of the encoded array's bytes where a lossless encoder computed it in
+            its own pass over them (the writer stores it as the tensor's checksum without reading
+            the tensor again), else None; never stored as such, not compared.
+        section_crcs: {section name: CRC-32 of its bytes} for the sections whose checksum the
+            encoder computed as it wrote them (the writer's section checksums); not compared.
     """
 
     codec: str
@@ -53,6 +58,8 @@ class EncodedTensor:
     params: dict
     sections: dict
     info: dict = field(default_factory=dict)
+    source_crc: int | None = field(default=None, compare=False, repr=False)
+    section_crcs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def numel(self) -> int:
@@ -101,6 +108,11 @@ class Codec:
         out: None, or a flat writable C-contiguous array of the tensor's numpy dtype and numel
         (checked by ``codecs.check_out``) to decode into; the result is then a view of it."""
         raise NotImplementedError
+
+    def decode_checked(self, record: EncodedTensor, out: np.ndarray | None = None) -> tuple:
+        """(:meth:`decode`'s array, the CRC-32 of its bytes where the decode pass computed it,
+        else None). Codecs that can checksum what they just wrote override it."""
+        return (self.decode(record) if out is None else self.decode(record, out=out)), None
 
 
 REGISTRY: dict[str, Codec] = {}

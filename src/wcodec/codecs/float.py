@@ -195,19 +195,24 @@ class FloatCodec(Codec):
         symbol_of[alphabet] = np.arange(alphabet.size, dtype=np.uint8)
         if per_block is not None:
             block_counts = _symbol_counts(per_block, hist_max, symbol_of, MAX_HEAD_BITS - j)
-        head, tail, low = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1,
-                                        W - 1, R, L, window=_busiest_window(alphabet, hist[alphabet]))
+        head, tail, low, crcs = K.split_float(bits, shift, mask, symbol_of, 8 * L, (1 << (R - 1)) - 1, W - 1, R, L,
+                                              window=_busiest_window(alphabet, hist[alphabet]), checksum=True)
         plane = rans.encode(head, prob_bits, chunk_steps, tables, block_counts=block_counts)
         params = {"head_bits": j, "tail_bits": R, "head": plane.params(), "low": []}
         sections = {"head.alphabet": alphabet, **plane.sections("head"), "tail": tail}
+        # checksums the kernels computed as they wrote (the writer's, without another pass)
+        known = {**plane.section_crcs("head"), **({"tail": crcs[1]} if crcs else {})}
         for k, name in enumerate(("low1", "low0")[:L]):
             coded = rans.encode(low[k], prob_bits, chunk_steps, tables)
             if coded.nbytes < n:
                 params["low"].append({"coded": True, **coded.params()})
                 sections.update(coded.sections(name))
+                known.update(coded.section_crcs(name))
             else:
                 params["low"].append({"coded": False})
                 sections[f"{name}.raw"] = np.ascontiguousarray(low[k])
+                if crcs:
+                    known[f"{name}.raw"] = crcs[2 + k]
         if low_joint and L == 2 and n and any(lp["coded"] for lp in params["low"]):
             # tried only where a byte plane is coded: the 16-bit symbols pay through structure
             # that the bytes show too (MiniLM's 3 joint tensors; uniform low bits skip the search)
@@ -221,12 +226,18 @@ class FloatCodec(Codec):
                 sections.update(plane.sections("low16"))
                 params["low"] = []
                 params["low_joint"] = plane.params()
-        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections,
-                             info={"head_bits": j})
+        return EncodedTensor(self.id, dtype, tuple(array.shape), params, sections, info={"head_bits": j},
+                             source_crc=crcs[0] if crcs else None,
+                             section_crcs={k: c for k, c in known.items() if k in sections})
 
     def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
         """out: optional writable C-contiguous array of the tensor's size in bytes (a torch
         tensor's memory, pinned memory, an mmap): decoded into in place, no extra copy."""
+        return self.decode_checked(record, out, checksum=False)[0]
+
+    def decode_checked(self, record: EncodedTensor, out: np.ndarray | None = None, checksum: bool = True) -> tuple:
+        """(decoded array, CRC-32 of its bytes from the C extension's decode pass or None: the
+        numba path, or a joint low plane OR-ed in after the pass)."""
         parts = parse(record)
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
@@ -259,10 +270,12 @@ class FloatCodec(Codec):
                 raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
             out = out.reshape(-1).view(UINT[W])
         lookup, words = rans.kernel_inputs(head)
-        status, low_status = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
-                                                  head.chunks_per_table, lookup, head.prob_bits,
-                                                  placed_heads(alphabet, M - j), tail, R, 8 * parts.layout[3],
-                                                  W - 1, low, out, coded=coded)
+        # the joint low plane is OR-ed into out after the merge: no checksum of the merge then
+        checksum = checksum and parts.joint is None
+        status, low_status, *crc = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
+                                                        head.chunks_per_table, lookup, head.prob_bits,
+                                                        placed_heads(alphabet, M - j), tail, R, 8 * parts.layout[3],
+                                                        W - 1, low, out, coded=coded, checksum=checksum)
         if parts.joint is not None:
             from ..rans import joint as rans_joint
 
@@ -271,7 +284,7 @@ class FloatCodec(Codec):
             if lplane is not None:
                 rans.check_status(low_status[k], f"{names[k]} plane")
         rans.check_status(status, "head plane")
-        return out.view(DTYPES[record.dtype]).reshape(record.shape)
+        return out.view(DTYPES[record.dtype]).reshape(record.shape), (crc[0] if crc else None)
 
 
 register(FloatCodec())

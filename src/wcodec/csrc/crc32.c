@@ -12,8 +12,12 @@
 #define PY_SSIZE_T_CLEAN
 #include "crc32.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifndef _WIN32
+#include <unistd.h>
+#endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
 #define WC_CRC_X86 1
@@ -65,6 +69,13 @@ static void init_tables(void) {
 
 uint32_t wc_crc32_combine(uint32_t crc_a, uint32_t crc_b, int64_t len_b) {
     return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
+}
+
+uint32_t wc_crc32_join(const uint32_t *crcs, int64_t n, int64_t piece, int64_t last) {
+    if (n <= 0) return 0;
+    uint32_t shift = x2nmodp(piece, 3), c = 0;
+    for (int64_t i = 0; i + 1 < n; i++) c = multmodp(shift, c) ^ crcs[i];
+    return wc_crc32_combine(c, crcs[n - 1], last);
 }
 
 /* the register form (pre- and post-inverted by the caller), slice-by-8 */
@@ -288,6 +299,20 @@ void wc_crc32_init(void) {
 #endif
 }
 
+/* [crc[0], ..., crc[n - 1]] as a list of ints, or NULL with an exception */
+static PyObject *crc_list(const uint32_t *crc, Py_ssize_t n) {
+    PyObject *res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(crc[i]);
+        if (!v) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, i, v);
+    }
+    return res;
+}
+
 /* crc32(buffer, value=0, threads=0) -> int, as zlib.crc32 */
 PyObject *wc_py_crc32(PyObject *self, PyObject *args) {
     PyObject *obj;
@@ -342,15 +367,7 @@ PyObject *wc_py_crc32_many(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    res = PyList_New(n);
-    for (Py_ssize_t i = 0; res && i < n; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(out[i]);
-        if (!v) {
-            Py_CLEAR(res);
-            break;
-        }
-        PyList_SET_ITEM(res, i, v);
-    }
+    res = crc_list(out, n);
 done:
     for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     free(views);
@@ -360,3 +377,91 @@ done:
     Py_DECREF(fast);
     return res;
 }
+
+#ifndef _WIN32
+/* pieces a file span is read in: each is checksummed right after it lands, while in cache (L2) */
+#define READ_PIECE ((int64_t)1 << 18)
+
+/* pread_crc(fd, buf, offset, starts, sizes) -> list of ints, or None on a short read: fills the
+ * writable buffer buf with the file's bytes [offset, offset + len(buf)) and returns the CRC-32 of
+ * each section buf[starts[k]:starts[k] + sizes[k]] (any order, overlaps allowed), computed piece
+ * by piece as the bytes arrive instead of in a second pass over memory (issue 30: the reader's
+ * section checks). None: the file ended early (truncated while open). Raises OSError (errno),
+ * ValueError (a section outside buf), TypeError. Called on the loader's threads, one per tensor:
+ * it runs on the calling thread with the GIL released. */
+PyObject *wc_py_pread_crc(PyObject *self, PyObject *args) {
+    int fd;
+    long long offset;
+    PyObject *o_buf, *o_starts, *o_sizes, *fs = NULL, *fz = NULL, *res = NULL;
+    if (!PyArg_ParseTuple(args, "iOLOO", &fd, &o_buf, &offset, &o_starts, &o_sizes)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(o_buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    int64_t *sec = NULL;
+    uint32_t *crc = NULL;
+    fs = PySequence_Fast(o_starts, "pread_crc: starts must be a sequence of ints");
+    fz = fs ? PySequence_Fast(o_sizes, "pread_crc: sizes must be a sequence of ints") : NULL;
+    if (!fz) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fs);
+    if (PySequence_Fast_GET_SIZE(fz) != n || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "pread_crc: starts and sizes differ in length, or a negative offset");
+        goto done;
+    }
+    sec = malloc((size_t)(2 * n + 1) * sizeof *sec);
+    crc = calloc((size_t)(n + 1), sizeof *crc);
+    if (!sec || !crc) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long long a = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fs, k));
+        long long z = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fz, k));
+        if (PyErr_Occurred()) goto done;
+        if (a < 0 || z < 0 || a > view.len || z > view.len - a) {
+            PyErr_SetString(PyExc_ValueError, "pread_crc: a section lies outside the buffer");
+            goto done;
+        }
+        sec[2 * k] = a;
+        sec[2 * k + 1] = a + z;
+    }
+    uint8_t *buf = view.buf;
+    int64_t len = view.len, got = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (got < len) {
+        int64_t want = len - got < READ_PIECE ? len - got : READ_PIECE, have = 0;
+        while (have < want) {
+            ssize_t r = pread(fd, buf + got + have, (size_t)(want - have), (off_t)(offset + got + have));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                err = r < 0 ? errno : -1;
+                break;
+            }
+            have += r;
+        }
+        if (err) break;
+        for (Py_ssize_t k = 0; k < n; k++) { /* the part of each section inside this piece */
+            int64_t lo = sec[2 * k] > got ? sec[2 * k] : got, hi = sec[2 * k + 1] < got + want ? sec[2 * k + 1] : got + want;
+            if (lo < hi) crc[k] = wc_crc32(buf + lo, hi - lo, crc[k]);
+        }
+        got += want;
+    }
+    Py_END_ALLOW_THREADS
+    if (err > 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (err < 0) {
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    res = crc_list(crc, n);
+done:
+    Py_XDECREF(fs);
+    Py_XDECREF(fz);
+    free(sec);
+    free(crc);
+    PyBuffer_Release(&view);
+    return res;
+}
+#endif

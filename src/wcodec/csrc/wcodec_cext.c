@@ -32,6 +32,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "crc32.h" /* wc_crc32 / wc_crc32_join: checksums of chunks a kernel just wrote or read */
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(WCODEC_NO_SIMD)
 #define WC_X86 1
 #include <immintrin.h>
@@ -710,6 +712,7 @@ typedef struct {
     int32_t *low_status;        /* [2, n_chunks]: the low planes' chunk statuses */
     void *out;
     int32_t *status;
+    uint32_t *crcs;             /* [n_chunks]: CRC-32 of each chunk's decoded bytes, or NULL */
 } merge_ctx;
 
 /* p + k, where p may be NULL (no low planes) */
@@ -995,6 +998,11 @@ static void merge_task(void *vctx, int64_t t) {
 #endif
                 seen = merge_range_scalar(ctx, sym, low[0], low[1], start, end);
             if (seen & BAD_SYMBOL) st[c - c0] = 4;
+            /* the decoded tensor's checksum from the bytes just written, still in cache (a
+             * separate pass over the tensor re-read it from memory: issue 30) */
+            if (ctx->crcs)
+                ctx->crcs[c] = wc_crc32((const uint8_t *)ctx->out + start * ctx->out_bytes,
+                                        (end - start) * ctx->out_bytes, 0);
         }
         ctx->status[c] = st[c - c0];
     }
@@ -1024,12 +1032,13 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
     PyObject *o_lowc1 = Py_None, *o_lowc0 = Py_None, *o_lowst = Py_None;
     long long n, cs, cpt;
-    int pb, threads;
+    int pb, threads, want_crc = 0;
     merge_ctx ctx;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOO", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOOp", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
                           &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
-                          &o_low0, &o_out, &o_status, &threads, &o_lowc1, &o_lowc0, &o_lowst))
+                          &o_low0, &o_out, &o_status, &threads, &o_lowc1, &o_lowc0, &o_lowst, &want_crc))
         return NULL;
+    ctx.crcs = NULL;
     bufs_t bs = {.k = 0};
     int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
     ctx.low_coded[0] = o_lowc1 != Py_None;
@@ -1104,11 +1113,23 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
         ctx.placed16[s] = (uint16_t)(ctx.placed32[s] >> upper);
         if (upper && (ctx.placed32[s] & 0xFFFF) && s < (int)ctx.n_valid) ctx.fast16 = 0;
     }
+    if (want_crc && n_chunks > 0) {
+        /* calloc: a chunk that fails leaves 0 (its status says so; the CRC is then unused) */
+        ctx.crcs = calloc((size_t)n_chunks, sizeof *ctx.crcs);
+        if (!ctx.crcs) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
     threads = pick_threads(threads, (n_chunks + 1) / 2);
+    uint32_t crc = 0;
     Py_BEGIN_ALLOW_THREADS
     run_parallel(merge_task, &ctx, (n_chunks + 1) / 2, threads);
+    if (ctx.crcs) crc = wc_crc32_join(ctx.crcs, n_chunks, cs * ctx.out_bytes, (n - (n_chunks - 1) * cs) * ctx.out_bytes);
     Py_END_ALLOW_THREADS
+    free(ctx.crcs);
     bufs_release(&bs);
+    if (want_crc) return PyLong_FromUnsignedLong(crc);
     Py_RETURN_NONE;
 fail:
     bufs_release(&bs);
@@ -1558,6 +1579,8 @@ typedef struct {
     uint8_t *head, *tail, *low;
     int64_t base;         /* head values base..base+255 are looked up in registers (-1: none) */
     uint16_t window[256]; /* symbol_of[base + k] */
+    uint32_t *crcs;       /* [4, n_tasks]: CRC-32 of each task's input, tail, low1 and low0 bytes, or NULL */
+    int64_t n_tasks;
 } split_ctx;
 
 #define SPLIT_BLOCKS 4096 /* blocks of 8 values per task */
@@ -1634,7 +1657,7 @@ SPLIT_FAST(split_fast32, uint32_t, 1)
 static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1);
 #endif
 
-static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx, int64_t task) {
+static inline __attribute__((always_inline)) void split_one_task(split_ctx *ctx, int64_t task) {
     if (ctx->R <= 8 && ((ctx->bytes == 2 && ctx->low_planes == 0) || (ctx->bytes == 4 && ctx->low_planes == 2))) {
         int64_t b0 = task * SPLIT_BLOCKS, n_blocks = (ctx->n + 7) / 8;
         int64_t b1 = n_blocks < b0 + SPLIT_BLOCKS ? n_blocks : b0 + SPLIT_BLOCKS;
@@ -1647,6 +1670,25 @@ static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx,
         split_body(ctx, done, b1);
     } else {
         split_body_task(ctx, task);
+    }
+}
+
+/* a task's split, then (when asked) the checksums of the input values it just read and of the
+ * tail and low bytes it just wrote, still in cache: the writer stores the tensor's and each
+ * section's CRC-32, which separate passes read from memory again (issue 30). A task writes
+ * exactly its blocks' tail bytes [b0 R, b1 R) and low bytes [i0, i1). */
+static inline __attribute__((always_inline)) void split_dispatch(split_ctx *ctx, int64_t task) {
+    split_one_task(ctx, task);
+    if (ctx->crcs) {
+        int64_t i0 = task * SPLIT_BLOCKS * 8, i1 = ctx->n < i0 + SPLIT_BLOCKS * 8 ? ctx->n : i0 + SPLIT_BLOCKS * 8;
+        int64_t t0 = task * SPLIT_BLOCKS * ctx->R, t1 = ctx->n_tail < t0 + SPLIT_BLOCKS * ctx->R ? ctx->n_tail : t0 + SPLIT_BLOCKS * ctx->R;
+        uint32_t *crc = ctx->crcs + task;
+        crc[0] = wc_crc32((const uint8_t *)ctx->bits + i0 * ctx->bytes, (i1 - i0) * ctx->bytes, 0);
+        crc[ctx->n_tasks] = wc_crc32(ctx->tail + t0, t1 - t0, 0);
+        if (ctx->low_planes == 2) {
+            crc[2 * ctx->n_tasks] = wc_crc32(ctx->low + i0, i1 - i0, 0);
+            crc[3 * ctx->n_tasks] = wc_crc32(ctx->low + ctx->n + i0, i1 - i0, 0);
+        }
     }
 }
 
@@ -1722,14 +1764,15 @@ static void split_task_avx2(void *vctx, int64_t task) { split_dispatch(vctx, tas
 
 static PyObject *py_split_float(PyObject *self, PyObject *args) {
     PyObject *o_bits, *o_symof, *o_head, *o_tail, *o_low;
-    int shift, tail_shift, sign_shift, R, low_planes, threads;
+    int shift, tail_shift, sign_shift, R, low_planes, threads, want_crc = 0;
     unsigned int mask, tail_mask;
     long long base = -1;
-    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi|L", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
-                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads, &base))
+    if (!PyArg_ParseTuple(args, "OiIOiIiiiOOOi|Lp", &o_bits, &shift, &mask, &o_symof, &tail_shift, &tail_mask,
+                          &sign_shift, &R, &low_planes, &o_head, &o_tail, &o_low, &threads, &base, &want_crc))
         return NULL;
     bufs_t bs = {.k = 0};
     split_ctx ctx;
+    ctx.crcs = NULL;
     int64_t nsym, nh, nlow;
     ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
     if (!ctx.bits) goto fail;
@@ -1760,15 +1803,31 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     for (int k = 0; k < 256; k++)
         ctx.window[k] = ctx.base >= 0 && ctx.base + k <= (int64_t)mask ? ctx.symbol_of[ctx.base + k] : 0;
     int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
+    ctx.n_tasks = n_tasks;
+    if (want_crc && n_tasks > 0 && !(ctx.crcs = calloc((size_t)(4 * n_tasks), sizeof *ctx.crcs))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     threads = pick_threads(threads, n_tasks);
+    uint32_t crc[4] = {0, 0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
     if (g_isa >= ISA_AVX2) run_parallel(split_task_avx2, &ctx, n_tasks, threads);
     else
 #endif
         run_parallel(split_task_scalar, &ctx, n_tasks, threads);
+    if (ctx.crcs) { /* every task's pieces are equal but the last */
+        int64_t piece = (int64_t)SPLIT_BLOCKS * 8, tpiece = (int64_t)SPLIT_BLOCKS * R;
+        crc[0] = wc_crc32_join(ctx.crcs, n_tasks, piece * ctx.bytes, (ctx.n - (n_tasks - 1) * piece) * ctx.bytes);
+        crc[1] = wc_crc32_join(ctx.crcs + n_tasks, n_tasks, tpiece, ctx.n_tail - (n_tasks - 1) * tpiece);
+        for (int k = 2; k < 4 && low_planes == 2; k++)
+            crc[k] = wc_crc32_join(ctx.crcs + k * n_tasks, n_tasks, piece, ctx.n - (n_tasks - 1) * piece);
+    }
     Py_END_ALLOW_THREADS
+    free(ctx.crcs);
     bufs_release(&bs);
+    if (want_crc) return Py_BuildValue("(kkkk)", (unsigned long)crc[0], (unsigned long)crc[1], (unsigned long)crc[2],
+                                       (unsigned long)crc[3]);
     Py_RETURN_NONE;
 fail:
     bufs_release(&bs);
@@ -2050,9 +2109,9 @@ static void enc_pair_avx512(void *vctx, int64_t t) {
 static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     PyObject *o_sym, *o_freqs, *o_states, *o_counts, *o_scratch;
     long long cs, cpt;
-    int pb, threads;
-    if (!PyArg_ParseTuple(args, "OLLOiOOOi", &o_sym, &cs, &cpt, &o_freqs, &pb, &o_states, &o_counts, &o_scratch,
-                          &threads))
+    int pb, threads, want_crc = 0;
+    if (!PyArg_ParseTuple(args, "OLLOiOOOi|p", &o_sym, &cs, &cpt, &o_freqs, &pb, &o_states, &o_counts, &o_scratch,
+                          &threads, &want_crc))
         return NULL;
     bufs_t bs = {.k = 0};
     enc_ctx ctx;
@@ -2120,6 +2179,8 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     ctx.c16 = c16;
     ctx.bad = 0;
     threads = pick_threads(threads, n_chunks);
+    int64_t total = 0;
+    uint32_t crc = 0;
     Py_BEGIN_ALLOW_THREADS
 #ifdef WC_X86
     if (g_isa == ISA_AVX512) run_parallel(enc_pair_avx512, &ctx, (n_chunks + 1) / 2, pick_threads(threads, (n_chunks + 1) / 2));
@@ -2127,6 +2188,16 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
     else
 #endif
         run_parallel(enc_task_scalar, &ctx, n_chunks, threads);
+    /* compact: chunk c's words end where its symbols end; move them to the front, in order
+     * (each destination lies at or below its source), checksummed as they land when asked
+     * (the writer's section CRC, without another pass over the words) */
+    if (!ctx.bad)
+        for (int64_t c = 0; c < n_chunks; c++) {
+            int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
+            memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
+            if (want_crc) crc = wc_crc32((const uint8_t *)(ctx.scratch + total), ctx.counts[c] * 2, crc);
+            total += ctx.counts[c];
+        }
     Py_END_ALLOW_THREADS
     free(tab);
     free(packed);
@@ -2135,15 +2206,8 @@ static PyObject *py_encode_chunks(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "encode_chunks: a symbol has zero frequency in its table");
         goto fail;
     }
-    /* compact: chunk c's words end where its symbols end; move them to the front, in order
-     * (each destination lies at or below its source) */
-    int64_t total = 0;
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t end = ctx.n < (c + 1) * cs ? ctx.n : (c + 1) * cs;
-        memmove(ctx.scratch + total, ctx.scratch + end - ctx.counts[c], (size_t)ctx.counts[c] * 2);
-        total += ctx.counts[c];
-    }
     bufs_release(&bs);
+    if (want_crc) return Py_BuildValue("(Lk)", (long long)total, (unsigned long)crc);
     return PyLong_FromLongLong(total);
 fail:
     bufs_release(&bs);

@@ -78,6 +78,8 @@ def _encode_one(item: Item, mode: str, codec: str | None = None, options: dict |
     rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec, **(options or {}))
     if rec.codec in LOSSY_CODECS:
         crc = spec.crc32(decode_tensor(rec, item.name))
+    elif rec.source_crc is not None:  # the float codec checksums its input while splitting it
+        crc = rec.source_crc
     else:
         crc = spec.crc32(item.array)
     return rec, crc, prepare_sections(rec)  # the sections' bytes and checksums, here on the worker

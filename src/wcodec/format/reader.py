@@ -164,12 +164,30 @@ class Reader:
 
         Raises CorruptDataError when the file has been truncated meanwhile (a short read).
         """
-        self._open_check()
-        buf = np.empty(end - start, dtype=np.uint8) if into is None else into.take(end - start)
+        buf = self._span_buffer(start, end, into)
         if not _io.pread_into(self._f.fileno(), buf, start):
-            raise CorruptDataError(f"{self.path.name}: short read of bytes [{start}, {end}): the file "
-                                   f"was truncated while open (had {self.file_size} bytes)")
+            raise self._short_read(start, end)
         return buf
+
+    def _read_checked(self, start: int, end: int, into, sections) -> tuple[np.ndarray, list[int]]:
+        """:meth:`read_span` of [start, end) and the CRC-32 of each of ``sections`` (header
+        entries inside the span) from the same pass (``native.pread_crc``)."""
+        buf = self._span_buffer(start, end, into)
+        sections = list(sections)
+        # an empty section's offset may lie anywhere (the writer leaves it where the file was)
+        got = native.pread_crc(self._f.fileno(), buf, start, [s["offset"] - start if s["size"] else 0
+                                                              for s in sections], [s["size"] for s in sections])
+        if got is None:
+            raise self._short_read(start, end)
+        return buf, got
+
+    def _span_buffer(self, start: int, end: int, into) -> np.ndarray:
+        self._open_check()
+        return np.empty(end - start, dtype=np.uint8) if into is None else into.take(end - start)
+
+    def _short_read(self, start: int, end: int) -> CorruptDataError:
+        return CorruptDataError(f"{self.path.name}: short read of bytes [{start}, {end}): the file "
+                                f"was truncated while open (had {self.file_size} bytes)")
 
     # -- data ----------------------------------------------------------------------------------
     def record(self, name: str, verify: bool = True, copy: bool = True, into: "SpanBuffer | None" = None):
@@ -183,8 +201,9 @@ class Reader:
         still raise SIGBUS, so use it only to copy the bytes at once (the GPU loader does).
         into: with copy=True, read into this :class:`SpanBuffer` instead of a new buffer (no
         fresh pages per tensor); the record is then valid only until the buffer's next read.
-        verify: check each section's crc32 (reads the compressed bytes once, all sections in
-        one call of ``native.crc32_many``).
+        verify: check each section's crc32: with copy=True and the C extension computed by
+        ``native.pread_crc`` as each 256 KiB piece of the span lands (in cache), else over the
+        compressed bytes in one call of ``native.crc32_many``.
         Raises ChecksumError naming the tensor and section, CorruptDataError when the file was
         truncated while open, KeyError for an unknown name.
         """
@@ -192,9 +211,13 @@ class Reader:
 
         self._open_check()
         e = self._entry(name)
+        got = None
         if copy:
             start, end = self.span(name)
-            buf = self.read_span(start, end, into)
+            if verify and native.has_pread_crc():  # checksummed piece by piece as the bytes land
+                buf, got = self._read_checked(start, end, into, e["sections"].values())
+            else:
+                buf = self.read_span(start, end, into)
         else:
             start, buf = 0, np.frombuffer(self.buffer(), dtype=np.uint8)
         buf.flags.writeable = False
@@ -204,7 +227,7 @@ class Reader:
         sections = {sname: r.view(spec.SECTION_NP[s["dtype"]])
                     for (sname, s), r in zip(e["sections"].items(), raw)}
         if verify:
-            got = native.crc32_many(raw)
+            got = native.crc32_many(raw) if got is None else got
             for (sname, s), crc in zip(e["sections"].items(), got):
                 if crc != s["crc32"]:
                     raise ChecksumError(f"tensor '{name}': section '{sname}' checksum mismatch (corrupt data)")
@@ -215,7 +238,8 @@ class Reader:
                   into: "SpanBuffer | None" = None) -> np.ndarray:
         """Decode ``name`` on the CPU to a new numpy array of its dtype and shape (BF16 as uint16).
 
-        verify: check the section checksums and the crc32 of the decoded bytes.
+        verify: check the section checksums and the crc32 of the decoded bytes (the float
+        codec's C decode computes it chunk by chunk as it writes them).
         out: optional destination (a view of a torch tensor, pinned memory, an np.memmap; what
         ``codecs.check_out`` accepts): decoded straight into it and returned as a view of it.
         into: a :class:`SpanBuffer` the compressed bytes are read into (one per thread, reused
@@ -226,13 +250,14 @@ class Reader:
         from ..codecs import decode_tensor
 
         rec = self.record(name, verify=verify, into=into)
-        out = decode_tensor(rec, name, out=out)
+        # verify: the decoded bytes' CRC-32 from the decode pass itself (float codec, C extension)
+        out, crc = decode_tensor(rec, name, out=out, checksum=True) if verify else (decode_tensor(rec, name, out=out), None)
         if into is not None and into.holds(out):  # a codec that hands back its section: own it
             out = out.copy()
         if out.shape != rec.shape or out.dtype.itemsize != spec.TENSOR_ITEMSIZE[rec.dtype]:
             raise CorruptDataError(f"tensor '{name}': decoded {out.dtype}{list(out.shape)}, "
                                    f"expected {rec.dtype}{list(rec.shape)}")
-        if verify and spec.crc32(out) != self._entry(name)["crc32"]:
+        if verify and crc != self._entry(name)["crc32"]:
             raise ChecksumError(f"tensor '{name}': checksum of the decoded tensor does not match")
         return out
 

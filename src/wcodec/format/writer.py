@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +37,20 @@ def _jsonable(x):
 def prepare_sections(record) -> dict:
     """{section: (dtype name, its little-endian C-order bytes as a uint8 array, crc32)} of an
     EncodedTensor: the per-section work of :meth:`Writer.add_record` that needs no file, so that
-    ``encode_into`` runs it on its worker threads (checksums of all sections in one call of
-    ``native.crc32_many``). Raises ValueError for a section dtype the format does not allow."""
+    ``encode_into`` runs it on its worker threads. Checksums the encoder computed as it wrote
+    the sections (``record.section_crcs``, bytes in memory order: little-endian hosts) are
+    taken as they are, the others computed in one call of ``native.crc32_many``.
+    Raises ValueError for a section dtype the format does not allow."""
     out = {}
     for sname, arr in record.sections.items():
         arr = np.asarray(arr)
         dt = spec.section_dtype_name(arr)
         out[sname] = (dt, np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("<")).view(np.uint8))
-    crcs = native.crc32_many([data for _, data in out.values()])
-    return {k: (dt, data, crc) for (k, (dt, data)), crc in zip(out.items(), crcs)}
+    known = getattr(record, "section_crcs", None) if sys.byteorder == "little" else None
+    known = known or {}
+    todo = [k for k in out if k not in known]
+    crcs = {**known, **dict(zip(todo, native.crc32_many([out[k][1] for k in todo])))}
+    return {k: (dt, data, crcs[k]) for k, (dt, data) in out.items()}
 
 
 def check_name(name: str) -> None:

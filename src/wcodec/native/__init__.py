@@ -136,6 +136,21 @@ def crc32_many(buffers) -> list[int]:
 
 
 
+def pread_crc(fd: int, buf: np.ndarray, offset: int, starts, sizes) -> list[int] | None:
+    """Fill ``buf`` (a writable C-contiguous uint8 array) with the file's bytes from ``offset``
+    with pread and return the CRC-32 of each section ``buf[starts[k]:starts[k] + sizes[k]]``,
+    computed 256 KiB piece by piece as the bytes arrive (in cache) rather than in a second pass
+    over memory; None when the file ended early. C extension only (see :func:`has_pread_crc`).
+    Raises OSError, ValueError for a section outside ``buf``."""
+    return ext().pread_crc(fd, buf, offset, starts, sizes)
+
+
+def has_pread_crc() -> bool:
+    """Whether :func:`pread_crc` runs here (the C extension, on a system with pread)."""
+    e = ext()
+    return e is not None and hasattr(e, "pread_crc")
+
+
 # ---- rANS ----------------------------------------------------------------------------------
 
 def chunk_histograms(symbols: np.ndarray, chunk_size: int, numba: bool = False) -> np.ndarray:
@@ -175,23 +190,28 @@ def choose_tables(counts: np.ndarray, candidates: list, prob_bits: int) -> int:
 
 
 def encode_chunks(symbols: np.ndarray, chunk_size: int, chunks_per_table: int, freqs: np.ndarray,
-                  prob_bits: int, numba: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  prob_bits: int, numba: bool = False, checksum: bool = False) -> tuple:
     """rANS-encode every chunk: (states [n_chunks*32] uint32, offsets [n_chunks+1] uint32,
-    words uint16), as ``numba_rans.encode_chunks``. freqs: [n_tables, 256] uint16."""
+    words uint16), as ``numba_rans.encode_chunks``. freqs: [n_tables, 256] uint16.
+    checksum: also return, fourth, the CRC-32 of the words' bytes, computed by the C extension
+    chunk by chunk as it gathers them (None on the numba path)."""
     e = None if numba else ext()
     n = symbols.size
     if e is None:
         from . import numba_rans
-        return numba_rans.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+        parts = numba_rans.encode_chunks(symbols, chunk_size, chunks_per_table, freqs, prob_bits, size=n)
+        return (*parts, None) if checksum else parts
     n_chunks = -(-n // chunk_size)
     states = np.empty(n_chunks * 32, dtype=np.uint32)
     counts = np.empty(n_chunks, dtype=np.int64)
     scratch = np.empty(max(n, 1), dtype=np.uint16)
-    total = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
-                            prob_bits, states, counts, scratch, _threads_for(n))
+    got = e.encode_chunks(symbols, chunk_size, chunks_per_table, np.ascontiguousarray(freqs, dtype=np.uint16),
+                          prob_bits, states, counts, scratch, _threads_for(n), checksum)
+    total, crc = got if checksum else (got, None)
     offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
     np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
-    return states, offsets, scratch[:total].copy()
+    words = scratch[:total].copy()
+    return (states, offsets, words, crc) if checksum else (states, offsets, words)
 
 
 def lookup_table(freqs: np.ndarray, prob_bits: int) -> np.ndarray:
@@ -273,22 +293,26 @@ def block_head_histograms(bits: np.ndarray, shift: int, mask: int, block: int) -
 
 
 def split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift, tail_bits, low_planes,
-                numba: bool = False, window: int = -1):
+                numba: bool = False, window: int = -1, checksum: bool = False):
     """(head [n] uint8, tail uint8[ceil(n*tail_bits/8)], low [low_planes, n] uint8): see
     ``numba_float.split_float``. window: head values window..window+255 are looked up in
-    SIMD registers, the others one by one (-1: all one by one); the result is the same."""
+    SIMD registers, the others one by one (-1: all one by one); the result is the same.
+    checksum: also return, fourth, the CRC-32s (ints) of ``bits``', the tail's, low[0]'s and
+    low[1]'s bytes (0 for absent low planes): the C extension computes them piece by piece right
+    after splitting each piece (still in cache); None on the numba path."""
     e = None if numba else ext()
     n = bits.size
     if e is None:
         from . import numba_float
-        return numba_float.split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
-                                    tail_bits, low_planes, size=n)
+        parts = numba_float.split_float(bits, shift, mask, symbol_of, tail_shift, tail_mask, sign_shift,
+                                        tail_bits, low_planes, size=n)
+        return (*parts, None) if checksum else parts
     head = np.empty(n, dtype=np.uint8)
     tail = np.empty((n * tail_bits + 7) // 8, dtype=np.uint8)
     low = np.empty((low_planes, n), dtype=np.uint8)
-    e.split_float(bits, shift, mask, np.ascontiguousarray(symbol_of, dtype=np.uint8), tail_shift, tail_mask,
-                  sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n), window)
-    return head, tail, low
+    crc = e.split_float(bits, shift, mask, np.ascontiguousarray(symbol_of, dtype=np.uint8), tail_shift, tail_mask,
+                        sign_shift, tail_bits, low_planes, head, tail, low, _threads_for(n), window, checksum)
+    return (head, tail, low, crc) if checksum else (head, tail, low)
 
 
 def fuses_low_planes(head, coded) -> bool:
@@ -299,13 +323,16 @@ def fuses_low_planes(head, coded) -> bool:
 
 def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits,
                        placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False,
-                       coded=()) -> tuple[np.ndarray, np.ndarray | None]:
+                       coded=(), checksum: bool = False) -> tuple:
     """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
     writable contiguous buffer). Returns (the [n_chunks] int32 status of
     ``numba_float.decode_merge_float``, the [2, n_chunks] statuses of the coded low planes or
     None). low: the low byte planes, () or (low1, low0), [n] uint8 each (read in place: raw
     sections straight from the file), None where ``coded`` holds that plane as a validated
-    RansPlane instead (see ``fuses_low_planes``: decoded chunk by chunk, never whole)."""
+    RansPlane instead (see ``fuses_low_planes``: decoded chunk by chunk, never whole).
+    checksum: also return, third, the CRC-32 of ``out``'s bytes (an int; meaningful only when
+    every status is 0): the C extension computes it chunk by chunk right after writing each
+    chunk (still in cache), else None."""
     e = None if numba else ext()
     n = out.size
     n_chunks = -(-n // chunk_size)
@@ -315,9 +342,10 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
             raise ValueError("coded low planes need the C extension (see fuses_low_planes)")
         from . import numba_float
         low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
-        return numba_float.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
-                                           prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
-                                           out, size=n if n_chunks > 1 else 0), None
+        status = numba_float.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
+                                                prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
+                                                out, size=n if n_chunks > 1 else 0)
+        return (status, None, None) if checksum else (status, None)
     status = np.empty(n_chunks, dtype=np.int32)
     low1, low0 = low if len(low) else (None, None)
     args = [None, None, None]
@@ -327,10 +355,10 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
                 lk, wk = plane_inputs(pl)
                 args[k] = (pl.states, pl.offsets, wk, lk, pl.chunks_per_table, pl.prob_bits)
         args[2] = np.zeros((2, n_chunks), dtype=np.int32)
-    e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
-                         placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
-                         _threads_for(n), *args)
-    return status, args[2]
+    crc = e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+                               placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
+                               _threads_for(n), *args, checksum)
+    return (status, args[2], crc) if checksum else (status, args[2])
 
 
 # ---- joint low plane (16-bit symbols, format version 2) ------------------------------------

@@ -14,7 +14,7 @@ see ``wcodec.native``; ``backend="reference"`` for the pure-Python specification
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -111,6 +111,8 @@ class RansPlane(ChunkGeometry):
     states: np.ndarray
     offsets: np.ndarray
     words: np.ndarray
+    #: CRC-32 of the words' bytes where the C encoder computed it as it wrote them, else None
+    words_crc: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -137,6 +139,10 @@ class RansPlane(ChunkGeometry):
             f"{prefix}.offsets": self.offsets,
             f"{prefix}.words": self.words,
         }
+
+    def section_crcs(self, prefix: str) -> dict:
+        """{section name: CRC-32} of the :meth:`sections` whose checksum the encoder computed."""
+        return {} if self.words_crc is None else {f"{prefix}.words": self.words_crc}
 
     @classmethod
     def from_sections(cls, params: dict, sections: dict, prefix: str) -> "RansPlane":
@@ -357,11 +363,13 @@ def encode(
         states, offsets, words = reference_chunks(
             symbols, chunk_size, n_chunks, lambda c, chunk: reference.encode_chunk(chunk, freqs[c // cpt], prob_bits),
             np.uint32)
+        words_crc = None
     else:
-        states, offsets, words = native.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits, numba=use_numba)
+        states, offsets, words, words_crc = native.encode_chunks(symbols, chunk_size, cpt, freqs, prob_bits,
+                                                                 numba=use_numba, checksum=True)
     alphabet_size = int(np.flatnonzero(freqs.any(axis=0))[-1]) + 1
     compact = np.ascontiguousarray(freqs[:, :alphabet_size]).reshape(-1)
-    plane = RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words)
+    plane = RansPlane(n, prob_bits, chunk_steps, cpt, alphabet_size, compact, states, offsets, words, words_crc)
     # never produce a plane the decoders refuse (the rest of validate holds by construction;
     # tests validate encoder output in full)
     bad = plane.bounds_error()
