@@ -80,3 +80,31 @@ def test_a_plain_load_clears_a_left_over_mark(cell):
     assert not any(isinstance(p, ck.StoredTensor) for p in model.parameters())
     assert not ck.CheckpointView(folder).lazy
     _arch.assert_same_outputs(_arch.outputs(model, cell.feed), cell.want, "plain outputs")
+
+
+@pytest.mark.parametrize("keep", [True, "jit"])
+def test_stored_3d_expert_records_are_taken_as_stored(cell, tmp_path, monkeypatch, keep):
+    """A folder whose experts are stored as whole [E, N, K] tensors (transformers 5's own state
+    dict, as our save_pretrained writes it) keeps them compressed straight from the fixed records:
+    no expert is decoded and re-encoded, outputs stay exact."""
+    from safetensors.torch import save_file
+
+    from wcodec.torch import experts as ex
+
+    src = tmp_path / "src"
+    src.mkdir()
+    sd = {k: v.contiguous() for k, v in cell.ref.state_dict().items()}
+    assert any(k.endswith("experts.gate_up_proj") for k in sd)
+    save_file(sd, str(src / "model.safetensors"), metadata={"format": "pt"})
+    cell.ref.config.save_pretrained(src)
+    folder = _arch.convert(src, tmp_path / "fixed", "fixed")
+
+    def refuse(*a, **k):
+        raise AssertionError("an expert record was decoded and re-encoded")
+
+    monkeypatch.setattr(ex, "compress_expert_param", refuse)
+    model = _arch.load("mixtral", folder, keep=keep)
+    rep = model.wcodec_weights.report
+    kept = rep["fused" if keep is True else "compressed"]
+    assert sum(".experts." in n for n in kept) == 2 * cell.ref.config.num_hidden_layers
+    _arch.assert_same_outputs(_arch.outputs(model, cell.feed), cell.want, "outputs")
