@@ -23,17 +23,19 @@ import triton.language as tl
 
 
 @triton.jit
-def _bits(w_ptr, row, cols, K, valid):
+def _block(w_ptr, K, BLOCK: tl.constexpr):
+    """This program's row, block, columns, in-row mask and the columns' bf16 bits (int32)."""
+    row, blk = tl.program_id(0), tl.program_id(1)
+    cols = blk * BLOCK + tl.arange(0, BLOCK)
+    valid = cols < K
     v = tl.load(w_ptr + row.to(tl.int64) * K + cols, mask=valid, other=0)
-    return v.to(tl.int32) & 0xFFFF
+    return row, blk, cols, valid, v.to(tl.int32) & 0xFFFF
 
 
 @triton.jit
 def _hi7_histogram_kernel(w_ptr, counts_ptr, K, BLOCK: tl.constexpr):
-    row, blk = tl.program_id(0), tl.program_id(1)
-    cols = blk * BLOCK + tl.arange(0, BLOCK)
-    valid = cols < K
-    hi7 = (_bits(w_ptr, row, cols, K, valid) >> 8) & 0x7F
+    _, _, _, valid, v = _block(w_ptr, K, BLOCK)
+    hi7 = (v >> 8) & 0x7F
     hist = tl.histogram(tl.where(valid, hi7, 128), 256)  # bin 128: past the row's end
     bins = tl.arange(0, 256)
     tl.atomic_add(counts_ptr + bins, hist, mask=bins < 128)
@@ -49,10 +51,7 @@ def _code(v, valid, base):
 
 @triton.jit
 def _planes_kernel(w_ptr, lo_ptr, nib_ptr, nesc_ptr, K, kpad, base, BLOCK: tl.constexpr):
-    row, blk = tl.program_id(0), tl.program_id(1)
-    cols = blk * BLOCK + tl.arange(0, BLOCK)
-    valid = cols < K
-    v = _bits(w_ptr, row, cols, K, valid)
+    row, blk, cols, valid, v = _block(w_ptr, K, BLOCK)
     code, esc = _code(v, valid, base)
     tl.store(lo_ptr + row.to(tl.int64) * kpad + cols, (v & 0xFF).to(tl.uint8), mask=cols < kpad)
     # byte 4i+q of a group of 8 columns: nibble of column 8i+q (low), of 8i+4+q (high)
@@ -66,10 +65,7 @@ def _planes_kernel(w_ptr, lo_ptr, nib_ptr, nesc_ptr, K, kpad, base, BLOCK: tl.co
 
 @triton.jit
 def _escapes_kernel(w_ptr, start_ptr, ecol_ptr, eval_ptr, erow_ptr, K, base, BLOCK: tl.constexpr):
-    row, blk = tl.program_id(0), tl.program_id(1)
-    cols = blk * BLOCK + tl.arange(0, BLOCK)
-    valid = cols < K
-    v = _bits(w_ptr, row, cols, K, valid)
+    row, blk, cols, valid, v = _block(w_ptr, K, BLOCK)
     _, esc = _code(v, valid, base)
     start = tl.load(start_ptr + row * tl.num_programs(1) + blk)
     pos = start + tl.cumsum(esc.to(tl.int64), axis=0) - 1
