@@ -57,6 +57,18 @@ def test_encode_matches_codec_and_decodes_bit_exact(N, K):
     assert torch.equal(fx.decode(back).view(torch.int16), w.view(torch.int16))
 
 
+@pytest.mark.parametrize("patch_max_cols", [1 << 16, 16])
+def test_decode_writes_escapes_in_every_column_tile(monkeypatch, patch_max_cols):
+    """Escapes spread over several column tiles and row blocks (and more than one scan block of a
+    row block) come out bit-exact, whether the decode kernel writes them itself or the second
+    launch does (rows wider than PATCH_MAX_COLS)."""
+    monkeypatch.setattr(fx, "PATCH_MAX_COLS", patch_max_cols)
+    w = weight(37, 600, seed=3, specials=True, zeros=1500)
+    fw = fx.encode_weight(w)
+    assert fw.ecol.numel() > 1000 and int(fw.ecol.max()) > 512
+    assert torch.equal(fx.decode(fw).view(torch.int16), w.view(torch.int16))
+
+
 @pytest.mark.parametrize("kind", fx.KINDS)
 @pytest.mark.parametrize("N,K,M", [(7, 13, 1), (33, 70, 2), (24, 64, 3), (40, 32, 17), (9, 136, 5)])
 def test_linear_kernels(kind, N, K, M):

@@ -271,6 +271,12 @@ def _decode_host(fw: FixedWeight) -> torch.Tensor:
     return torch.from_numpy(bits).view(torch.bfloat16).to(fw.device)
 
 
+#: rows up to this width have their escapes written by the decode kernel itself (``PATCH``: each
+#: program scans its rows' escapes); longer rows (3-D records stored as one row per expert) by a
+#: second launch
+PATCH_MAX_COLS = 1 << 16
+
+
 def decode(fw: FixedWeight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
     if not _use_triton(fw.lo) or fw.N * fw.K == 0:
@@ -280,10 +286,11 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
     # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
     BN, BI = (16, 64) if not _interpreting() else (16, 32)
-    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base,
-                                                          BN=BN, BI=BI, num_warps=4)
     E = fw.ecol.numel()
-    if E:  # one launch, no index tensors built per call
+    patch = 0 < E and fw.kpad <= PATCH_MAX_COLS  # escapes written by the decode's own programs
+    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base, fw.eptr, fw.ecol,
+                                                          fw.eval, fw.erow, BN=BN, BI=BI, PATCH=patch, num_warps=4)
+    if E and not patch:  # long rows (a 3-D record's): one launch, no index tensors built per call
         fixed_escape_patch_kernel[(_cdiv(E, 1024),)](fw.erow, fw.ecol, fw.eval, out.view(torch.int16), E, fw.kpad,
                                                      BLOCK=1024, num_warps=4)
     return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
