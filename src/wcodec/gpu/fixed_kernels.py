@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 
 #: byte permutes as PTX ``prmt`` on a GPU; under the interpreter (which runs no PTX) the same bytes
-#: by shifts and masks. H100/sm_90 SASS of the mma kernel's main loop: 8.4 instructions per weight
-#: with the shift-and-mask pair words, NN with prmt (tools/kernel_sass.py)
+#: by shifts and masks. sm_90 SASS of the mma kernel's main loop (tools/kernel_sass.py, Triton
+#: 3.6): 8.4 instructions per weight with the former shift-and-mask pair words, 6.9 with prmt; the
+#: H100 times barely moved (the kernels wait on memory latency, tools/profile_serving.py)
 _PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 
 
