@@ -124,6 +124,22 @@ def main() -> int:
                 return mod(x, idx, wts)
             variants[f"bf16 {impl}"] = f
         variants["fixed grouped"] = lambda: ours_grouped(x, idx, wts, gu, down)
+        if T * TOP <= fg.GEMV_MAX_SLOTS:  # the per-slot GEMV against the tiled kernel, and GEMV tiles
+            def tiled():
+                saved, fg.GEMV_MAX_SLOTS = fg.GEMV_MAX_SLOTS, 0
+                try:
+                    return ours_grouped(x, idx, wts, gu, down)
+                finally:
+                    fg.GEMV_MAX_SLOTS = saved
+            variants["fixed grouped (tiles)"] = tiled
+            for tile in ((4, 64), (8, 64), (16, 32), (4, 128)):
+                def gemv(tile=tile):
+                    saved, fg.GEMV_TILE = fg.GEMV_TILE, tile
+                    try:
+                        return ours_grouped(x, idx, wts, gu, down)
+                    finally:
+                        fg.GEMV_TILE = saved
+                variants[f"fixed gemv {tile[0]}x{tile[1]}"] = gemv
         variants["fixed decode+grouped_mm"] = lambda: ours_decode_grouped(x, idx, wts, gu, down, scratch)
         row = dict(tokens=T, slots=T * TOP)
         for name, f in variants.items():
@@ -144,12 +160,12 @@ def main() -> int:
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "moe_kernels.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    names = [k for k in rows[0] if k not in ("tokens", "slots")]
+    names = list(dict.fromkeys(k for r in rows for k in r if k not in ("tokens", "slots")))
     print("\n| tokens | " + " | ".join(names) + " |  (us per experts forward; graph unless marked)")
     print("|---:|" + "---:|" * len(names))
     for r in rows:
-        cells = [f"{r[n]['us']}{'' if r[n]['how'] == 'graph' else ' (eager)'}" if "us" in r[n] else "error"
-                 for n in names]
+        cells = [("-" if n not in r else "error" if "us" not in r[n]
+                  else f"{r[n]['us']}{'' if r[n]['how'] == 'graph' else ' (eager)'}") for n in names]
         print(f"| {r['tokens']} | " + " | ".join(cells) + " |")
     return 0
 

@@ -93,6 +93,8 @@ def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch
 #: a decode step of 1-2 tokens, top-2) rather than the tiled kernel, which pads each expert's
 #: slots to 16 rows. H100, Mixtral-shaped experts, 1 token: see benchmarks/moe_kernels.py
 GEMV_MAX_SLOTS = 4
+#: (rows of W, groups of 8 columns) per program of the GEMV
+GEMV_TILE = (8, 32)
 
 
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -124,11 +126,12 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     if x.stride(-1) != 1:
         x = x.contiguous()
     if S <= GEMV_MAX_SLOTS:  # a decode step: each slot's expert read once, no row padding
-        BN, BI = (8, 4) if fx._interpreting() else (4, 64)
+        BN, BI = (8, 4) if fx._interpreting() else GEMV_TILE
+        x64 = fx._x64(x)
         fixed_grouped_gemv_kernel[(fx._cdiv(N, BN), S)](
-            x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol, experts.eval, experts.bases, y,
-            x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0), y.stride(0), BN=BN, BI=BI, EB=32,
-            EP=fx._pow2(experts.E), num_warps=4)
+            x, x if x64 is None else x64, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
+            experts.eval, experts.bases, y, x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0),
+            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
         return y
     BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
     grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)

@@ -325,14 +325,15 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
 
 
 @triton.jit
-def fixed_grouped_gemv_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, bases_ptr,
-                              y_ptr, T, N, K, G, E, stride_xm, stride_ym,
-                              BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr, EP: tl.constexpr):
+def fixed_grouped_gemv_kernel(x_ptr, x64_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr,
+                              bases_ptr, y_ptr, T, N, K, G, E, stride_xm, stride_ym,
+                              BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr, EP: tl.constexpr,
+                              X64: tl.constexpr):
     """y[s, :] = x[order[s], :] @ W_e.T with CUDA-core FMAs, one routed slot s per program of axis
     1 (its expert e: the number of offsets[1..E] <= s), BN rows of y per program of axis 0: the
     GEMV of ``fixed_gemv_kernel`` over the stacked layout, for decode steps where each expert
     takes a slot or two (the tiled grouped kernel pads each expert's slots to 16 rows). EP: E
-    rounded up to a power of two. T: rows of x."""
+    rounded up to a power of two. T: rows of x. X64: x read as int64 words (``_x_lanes``)."""
     s = tl.program_id(1)
     ends = tl.load(offs_ptr + 1 + tl.arange(0, EP), mask=tl.arange(0, EP) < E, other=2147483647)
     e = tl.sum((ends <= s).to(tl.int32), axis=0)
@@ -347,7 +348,7 @@ def fixed_grouped_gemv_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_
         gi = g0 + tl.arange(0, BI)[None, :]
         p0, p1, p2, p3 = _load_group(lo_ptr, nib_ptr, rows, gi, r_end, G, base)
         acc = _fma8(acc, _f32_lo(p0), _f32_hi(p0), _f32_lo(p1), _f32_hi(p1), _f32_lo(p2), _f32_hi(p2), _f32_lo(p3),
-                    _f32_hi(p3), x_ptr, x_ptr, tok, stride_xm, gi, K, T, False)
+                    _f32_hi(p3), x_ptr, x64_ptr, tok, stride_xm, gi, K, T, X64)
     om = tl.full((1,), 0, tl.int64) + tok
     y = _escapes(tl.sum(acc, axis=1)[None, :], x_ptr, om, stride_xm, om[:, None] < T, eptr_ptr, ecol_ptr, eval_ptr,
                  r0 + n0, r_end, base, BN, EB, False)
