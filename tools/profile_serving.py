@@ -40,13 +40,13 @@ def cases(fx, F, N, K, torch):
 
     def forced(path, m):
         def call(fw_):
-            saved = fx.MMA_MAX_M, fx.WGMMA_MAX_M
+            saved = fx.MMA_MAX_M, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M
             try:
                 fx.MMA_MAX_M = 256 if path == "mma" else 0
-                fx.WGMMA_MAX_M = 256 if path == "wgmma" else 0
+                fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = (32, 256) if path == "wgmma" else (32, 0)
                 return fx.linear(xs[m], fw_, kind="mm")
             finally:
-                fx.MMA_MAX_M, fx.WGMMA_MAX_M = saved
+                fx.MMA_MAX_M, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = saved
         return call
 
     out = [(f"cublas M{m}", m, lambda w_, m=m: F.linear(xs[m], w_)) for m in (64, 128)]

@@ -150,7 +150,9 @@ def test_row_blocks():
 def test_routing_by_rows():
     x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
     assert fx._runs_mma(x[:fx.MMA_MAX_M]) and not fx._runs_mma(x[:fx.MMA_MAX_M + 1])
-    assert fx.pick_kind(fx.MMA_MAX_M + 1, x) == "mm" and fx.pick_kind(fx.LARGE_M, x) == "decode"
+    assert fx.pick_kind(fx.MMA_MAX_M + 1, x) == "mm" and fx.pick_kind(max(fx.LARGE_M, fx.WGMMA_MAX_M + 1), x) == "decode"
+    # from LARGE_M rows: the wgmma kernel where it runs (sm_90, up to WGMMA_MAX_M), else decode + cuBLAS
+    assert fx.pick_kind(fx.LARGE_M, x) == ("mm" if fx._wgmma_ready(x) and fx.LARGE_M <= fx.WGMMA_MAX_M else "decode")
 
 
 @gpu

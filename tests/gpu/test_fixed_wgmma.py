@@ -2,8 +2,8 @@
 the Hopper ops: it compiles for sm_90 to asynchronous wgmma fed from shared memory, 16-byte
 shared stores, no spills for 64-row blocks. On an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1): its
 outputs match an fp32 reference and the Triton kernel's for escapes, bias, odd shapes, strided x,
-every block height and split, whatever rows the routing gives it today (WGMMA_MAX_M: none, it
-measured slower than the other paths)."""
+every block height and split, every tile config (cp.async stages included); the routing gives it
+WGMMA_MIN_M < M <= WGMMA_MAX_M rows (65-128)."""
 
 from __future__ import annotations
 
@@ -78,9 +78,19 @@ def test_compiles_to_async_wgmma_without_spills():
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
     fw, x, b, ref = case(N, K, M, bias)
     assert fx._runs_wgmma(x) and fx.pick_kind(M, x) == "mm"
     check_kernel(fw, x, b, ref, f"wgmma{max(64, 1 << (M - 1).bit_length())}", monkeypatch)
+
+
+@gpu
+@hopper
+def test_routing_gives_it_65_to_128_rows():
+    x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
+    assert not fx._runs_wgmma(x[:fx.WGMMA_MIN_M]) and fx._runs_wgmma(x[:fx.WGMMA_MIN_M + 1])
+    assert fx._runs_wgmma(x[:fx.WGMMA_MAX_M]) and not fx._runs_wgmma(x[:fx.WGMMA_MAX_M + 1])
+    assert fx.pick_kind(100, x[:100]) == "mm" and fx.pick_kind(fx.WGMMA_MAX_M + 1, x) == "decode"
 
 
 @gpu
@@ -93,6 +103,7 @@ def test_every_config_matches_reference(bm, monkeypatch):
 
     from .test_fixed_mma import rel
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
     fw, x, b, ref = case(300, 1032, bm - 3, True)
     M = x.shape[0]
     for cfg in configs(bm):

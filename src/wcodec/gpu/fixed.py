@@ -25,7 +25,8 @@ from ..errors import UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
 #: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
-#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS.
+#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS
+#: (on sm_90, up to WGMMA_MAX_M rows the wgmma kernel first).
 #: H200, 2026-11-26, tools/tune_kernels.py over six Llama shapes, time / cuBLAS: at M = 64 the
 #: wide tiled kernel 1.81-2.06x (1024x4096: 1.83x, the mma kernel 1.48x), the mma kernel
 #: 2.16-2.56x, decode + cuBLAS 2.18-2.82x; at M = 128 decode + cuBLAS 1.74-2.84x, the wide
@@ -46,12 +47,15 @@ WIDE_MIN_M = 32
 WIDE_MAX_M = 256
 #: bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M rows on an sm_90 GPU runs the Hopper wgmma kernel
 #: (fixed_wgmma: W tiles decoded once into shared memory, multiplied asynchronously), before
-#: the rules of LARGE_M and of the wide tiled kernel. Off (no M): H200, 2026-11-26, time /
-#: cuBLAS at M = 64 / 128 / 256: 11008x4096 2.29 / 3.52 / 4.74x, 4096x4096 1.99 / 2.52 / 3.32x,
-#: no faster than the wide tiled kernel at 64 rows and slower than decode + cuBLAS above
-#: (``tools/tune_kernels.py --paths wgmma`` measures it)
-WGMMA_MIN_M = 32
-WGMMA_MAX_M = 0
+#: the rules of LARGE_M and of the wide tiled kernel. H100, 2026-11-26 (byte-permute decode,
+#: tools/tune_kernels.py --paths mma,wgmma; benchmarks/serving_kernels.py), time / cuBLAS at
+#: M = 128 on 4096x4096, 11008x4096, 4096x11008, 14336x4096: wgmma 2.32 / 2.29 / 1.96 / 1.91x,
+#: decode + cuBLAS 2.28 / 2.44 / 2.43 / 2.57x; at M = 64 wgmma 1.60 / 1.77 / 1.51 / 1.57x against
+#: the wide tiled kernel's 1.69 / 1.44 / 1.52 / 1.51x (so 33-64 rows stay there). The H200 of the
+#: last round (before the byte permute) measured wgmma at 128 rows 2.52-3.52x, behind decode +
+#: cuBLAS there: routed by the H100, the issue's target
+WGMMA_MIN_M = 64
+WGMMA_MAX_M = 128
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -611,7 +615,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
     it fails to compile; bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton
-    kernel takes all its rows in one block), decode + cuBLAS from LARGE_M rows (``kind``
+    kernel takes all its rows in one block; on sm_90, bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M
+    rows the wgmma kernel of :mod:`wcodec.gpu.fixed_wgmma`), decode + cuBLAS from LARGE_M rows (``kind``
     forces one of KINDS); tile configs come from the files shipped for the GPU's architecture
     (:mod:`wcodec.gpu.shipped`), else Triton autotunes once per shape and M bucket;
     elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when

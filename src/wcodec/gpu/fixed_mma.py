@@ -335,17 +335,18 @@ def configs(bm: int = 16) -> list:
     H100 at M = 16 one of the 16-row ones was the fastest tile on each of 8 Llama shapes; 128 x 128
     with 8 warps and 64 x 64 never were (benchmarks/RESULTS.md). Taller blocks take shorter K
     steps: every warp holds x's [BM, 8*BG] tile in registers (twice with XPF; ptxas for sm_90:
-    BM = 64 with BG = 8 and BM = 128 with XPF spill). STAGES: W's words through 3-4 shared buffers
-    by cp.async instead of registers (the prefetch one step ahead left half the warps' time on
-    global loads, H100 ncu)."""
+    BM = 64 with BG = 8 and BM = 128 with XPF spill). STAGES: W's words through 3 shared buffers by
+    cp.async instead of registers (the prefetch one step ahead left half the warps' time on global
+    loads, H100 ncu); H100 tuning, 2026-11-26: never chosen at 16 and 32 rows (3 and 4 stages
+    offered), chosen at 64 rows on 14336x4096 only, timing as the register prefetch: not offered
+    at 16-32 rows."""
     C = lambda nw=4, **kw: triton.Config(kw, num_warps=nw, num_stages=1)  # noqa: E731
     if bm == 16:
         return [C(BM=16, BN=64, BG=16), C(BM=16, BN=64, BG=32), C(BM=16, BN=32, BG=16), C(BM=16, BN=32, BG=32),
-                C(BM=16, BN=128, BG=8), C(BM=16, BN=64, BG=16, STAGES=3), C(BM=16, BN=64, BG=16, STAGES=4),
-                C(BM=16, BN=32, BG=32, STAGES=3)]
+                C(BM=16, BN=128, BG=8)]
     if bm == 32:
         return [C(BM=32, BN=64, BG=8), C(BM=32, BN=64, BG=16), C(8, BM=32, BN=128, BG=8), C(BM=32, BN=128, BG=8),
-                C(BM=16, BN=64, BG=16), C(BM=32, BN=64, BG=16, STAGES=3), C(BM=32, BN=64, BG=8, STAGES=4)]
+                C(BM=16, BN=64, BG=16)]
     if bm == 64:
         return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=32, BN=64, BG=8), C(BM=64, BN=64, BG=8, XPF=False),
                 C(BM=64, BN=64, BG=8, STAGES=3), C(BM=32, BN=64, BG=16, STAGES=3)]

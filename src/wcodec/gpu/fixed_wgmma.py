@@ -1,8 +1,8 @@
 """The fixed-rate tile decoded into shared memory and multiplied by Hopper's asynchronous
-``wgmma`` (33-256 rows of bf16 x; Gluon, sm_90). Routed nowhere today (``fixed.WGMMA_MAX_M``):
-on the H200 it was no faster than the wide Triton tiled kernel at 64 rows and slower than
-decode + cuBLAS above; it is correct there (``tools/tune_kernels.py --paths wgmma`` checks and
-times it), and the base for splitting decode and MMA across warps.
+``wgmma`` (33-256 rows of bf16 x; Gluon, sm_90). Routed for 65-128 rows (``fixed.WGMMA_MIN_M``,
+``WGMMA_MAX_M``): on the H100 it beat decode + cuBLAS there on three of four Llama shapes once
+the decode took one byte permute per pair (1.91-2.32x cuBLAS against 2.28-2.57x); at 33-64 rows
+it ties the wide Triton tiled kernel, above 128 rows decode + cuBLAS wins.
 
 Each program owns BN rows of W (and one K slice of them, for SPLIT > 1) and a block of BM rows of
 x. Per K step of 8*BG columns it decodes the W tile in registers (the SWAR steps
