@@ -85,7 +85,7 @@ def measure(N, K, dist, ms, kinds, t0, decode):
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ w.float().T
         r = dict(N=N, K=K, M=M, dist=dist, escapes_pct=round(esc, 3), bits=round(fws[0].bits_per_weight, 3),
-                 kind=fx.pick_kind(M, x))
+                 kind=fx.pick_kind(M, x, fws[0]))
         r["cublas"] = graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6
         e = rel(fx.linear(x, fws[0]), ref)
         assert e < 5e-3, (N, K, M, dist, e)

@@ -185,3 +185,17 @@ def test_wide_rows_only_for_bf16_of_33_to_256_rows():
     x = torch.zeros(257, 8, dtype=torch.bfloat16)
     assert [fx._wide_rows(x[:m]) for m in (32, 33, 64, 65, 128, 129, 256, 257)] == [0, 64, 64, 128, 128, 256, 256, 0]
     assert fx._wide_rows(x[:100].float()) == 0 and fx._wide_rows(x[:100].half()) == 0
+
+
+def test_wgmma_rows_only_for_weights_of_few_escapes(monkeypatch):
+    """65-128 rows go to the wgmma kernel where it runs, unless the weight's escapes exceed
+    WGMMA_MAX_ESCAPES of its values: then decode + cuBLAS (escapes cost the wgmma kernel per row)."""
+    monkeypatch.setattr(fx, "_wgmma_ready", lambda x: True)
+    monkeypatch.setattr(fx, "_mma_ready", lambda x: True)
+    x = torch.zeros(100, 64, dtype=torch.bfloat16)
+    few = fx.encode_weight(weight(200, 64, zeros=1))
+    many = fx.encode_weight(weight(200, 64, zeros=40))
+    assert few.ecol.numel() <= fx.WGMMA_MAX_ESCAPES * 200 * 64 < many.ecol.numel()
+    assert fx.pick_kind(100, x, few) == "mm" and fx.pick_kind(100, x) == "mm"
+    assert fx.pick_kind(100, x, many) == "decode"
+    assert fx.pick_kind(fx.WGMMA_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WGMMA_MIN_M, x, many) == "mm"

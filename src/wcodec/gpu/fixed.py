@@ -56,6 +56,11 @@ WIDE_MAX_M = 256
 #: cuBLAS there: routed by the H100, the issue's target
 WGMMA_MIN_M = 64
 WGMMA_MAX_M = 128
+#: ... for weights whose escapes are at most this fraction of their values: the wgmma kernel adds
+#: escapes on the CUDA cores after its main loop, per row and x row. H100, M = 128, Student-t
+#: weights (0.2 % escapes): 3.48-3.82x cuBLAS against Gaussian's (0.03 %) 1.93-2.37x; by the
+#: linear growth between the two, it falls behind decode + cuBLAS from 0.05-0.1 % escapes
+WGMMA_MAX_ESCAPES = 5e-4
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -594,14 +599,16 @@ def _mma_failed(err: Exception, wgmma: bool = False) -> None:
                   f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
 
 
-def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
-    """The kernel :func:`linear` runs for M activation rows of ``x`` (see GEMV_MAX_M,
-    MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M); without x, as for activations that cannot take the mma
-    kernel. This is the one place that routes by M."""
+def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
+    """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
+    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WGMMA_MAX_M and WGMMA_MAX_ESCAPES); without
+    x, as for activations that cannot take the mma kernels; without fw, as for a weight of few
+    escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
-    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x)
+    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x) \
+        and (fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
     return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or wgmma else "decode"
 
 
@@ -634,7 +641,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     x2 = x.reshape(lead.numel(), fw.K)
     M = x2.shape[0]
     triton = _use_triton(fw.lo) and M > 0 and fw.N > 0
-    kind = kind or pick_kind(M, x2)
+    kind = kind or pick_kind(M, x2, fw)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if split is not None and (not isinstance(split, int) or not 1 <= split <= 64):
