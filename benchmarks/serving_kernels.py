@@ -50,8 +50,8 @@ def rel(y, ref):
 
 
 def decode_sweep(fw, fws, rep):
-    """Decode-to-scratch: the shipped launch and a few tiles of fixed_decode_kernel, in GB/s of
-    bytes read (lo + nib) plus bf16 written."""
+    """Decode-to-scratch: the shipped launch and a few tiles of fixed_decode_kernel (escapes
+    written by its own programs), in GB/s of bytes read (lo + nib) plus bf16 written."""
     from wcodec.gpu.fixed_kernels import fixed_decode_kernel
     G = fw.kpad // 8
     ref = fx.decode(fw)
@@ -60,12 +60,12 @@ def decode_sweep(fw, fws, rep):
     res = {"shipped": moved / graph_time(torch, [lambda f=f: fx.decode(f) for f in fws] * rep) / 1e9}
     for bn, bi, nw in ((16, 32, 4), (32, 32, 4), (16, 64, 4), (32, 64, 8), (64, 32, 8), (8, 128, 4), (64, 64, 8)):
         def call(f, o, bn=bn, bi=bi, nw=nw):
-            fixed_decode_kernel[(fx._cdiv(G, bi), fx._cdiv(f.N, bn))](f.lo, f.nib, o, f.N, G, f.base, BN=bn, BI=bi,
+            fixed_decode_kernel[(fx._cdiv(G, bi), fx._cdiv(f.N, bn))](f.lo, f.nib, o, f.N, G, f.base, f.eptr, f.ecol,
+                                                                       f.eval, f.erow, BN=bn, BI=bi, PATCH=True,
                                                                        num_warps=nw)
         outs[0].fill_(-1)
         call(fw, outs[0])
         got = outs[0][:, :fw.K].clone()
-        got.view(torch.int16)[fw.erow, fw.ecol.long()] = fw.eval.to(torch.int16)
         assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (bn, bi, nw)
         res[f"{bn}x{bi}w{nw}"] = moved / graph_time(torch, [lambda f=f, o=o: call(f, o) for f, o in zip(fws, outs)]
                                                     * rep) / 1e9
@@ -85,7 +85,7 @@ def measure(N, K, dist, ms, kinds, t0, decode):
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
         ref = x.float() @ w.float().T
         r = dict(N=N, K=K, M=M, dist=dist, escapes_pct=round(esc, 3), bits=round(fws[0].bits_per_weight, 3),
-                 kind=fx.pick_kind(M, x))
+                 kind=fx.pick_kind(M, x, fws[0]))
         r["cublas"] = graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6
         e = rel(fx.linear(x, fws[0]), ref)
         assert e < 5e-3, (N, K, M, dist, e)

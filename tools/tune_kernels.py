@@ -51,15 +51,15 @@ def paths(M: int, mma: bool, wgmma: bool, only: str = "") -> list[str]:
 
 def run_path(fx, path: str, x, fw, split):
     """fx.linear(x, fw) through ``path`` at ``split`` K slices (None: the kernel's rule)."""
-    saved = fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MAX_M
+    saved = fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M
     try:
         fx.MMA_MAX_M = 256 if path == "mma" else 0
         fx.MMA_ENABLED = path in ("mma", "wgmma")
-        fx.WGMMA_MAX_M = 256 if path == "wgmma" else 0
+        fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = (32, 256) if path == "wgmma" else (32, 0)
         kind = {"gemv": "gemv", "decode": "decode"}.get(path, "mm")
         return fx.linear(x, fw, kind=kind, split=split)
     finally:
-        fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MAX_M = saved
+        fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = saved
 
 
 def merged(path: str, entries: list) -> list:

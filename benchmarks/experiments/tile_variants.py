@@ -38,23 +38,13 @@ from fused_matmul import graph_time, weight_copies  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
 from wcodec.gpu.fixed_kernels import _escapes, _load_group, _store_y, _tile, splitk_reduce_kernel  # noqa: E402
+from wcodec.gpu.fixed_kernels import _interleave as _prmt  # noqa: E402  (bytes a0 b0 a1 b1, or a2 b2 a3 b3)
 
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (32000, 4096)]
 #: name -> (MODE, SWAP) of tile_kernel
 VARIANTS = {"nat": (0, False), "nat-swap": (0, True), "perm": (1, False), "perm-swap": (1, True),
             "lanes": (3, False), "lanes-swap": (3, True), "prmt": (4, False), "prmt-swap": (4, True),
             "prmt16": (5, False), "bf16": (2, False)}
-
-
-@triton.jit
-def _prmt(a, b, HI: tl.constexpr):
-    """Bytes (a0, b0, a1, b1) (HI: a2, b2, a3, b3) of u32 words a, b: two bf16 of low byte a, high byte b."""
-    if HI:
-        return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7362;", "=r,r,r", [a, b], dtype=tl.uint32,
-                                         is_pure=True, pack=1)
-    else:
-        return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x5140;", "=r,r,r", [a, b], dtype=tl.uint32,
-                                         is_pure=True, pack=1)
 
 
 @triton.jit
@@ -89,10 +79,19 @@ def _tile_prmt(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr, ASM: tl.
 
 
 @triton.jit
+def _lane_words(lo_ptr, nib_ptr, rows, gi, N, G, base):
+    """(e02_0, e13_0, e02_1, e13_1): columns 0|2, 1|3, 4|6, 5|7 of each group (from the natural
+    pair words that fixed_kernels._load_group gives since 2026-11-26)."""
+    p0, p1, p2, p3 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
+    return ((p0 & 0xFFFF) | (p1 << 16), (p0 >> 16) | (p1 & 0xFFFF0000), (p2 & 0xFFFF) | (p3 << 16),
+            (p2 >> 16) | (p3 & 0xFFFF0000))
+
+
+@triton.jit
 def _tile_perm(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
     """W tile [BN, 8 BI] with column c = 8i + 4a + 2b + h holding natural column 8i + 4a + b + 2h."""
     gi = g0 + tl.arange(0, BI)[None, :]
-    e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
+    e02_0, e13_0, e02_1, e13_1 = _lane_words(lo_ptr, nib_ptr, rows, gi, N, G, base)
     words = tl.reshape(tl.join(tl.join(e02_0, e02_1), tl.join(e13_0, e13_1)), (rows.shape[0], 4 * BI))
     return _halves(words, rows.shape[0], 8 * BI, False)
 
@@ -117,7 +116,7 @@ def _dot(acc, w, x, SWAP: tl.constexpr):
 def _lanes(acc, lo_ptr, nib_ptr, rows, g0, N, G, base, xt, BM: tl.constexpr, BI: tl.constexpr,
            SWAP: tl.constexpr):
     """acc += the step's product as eight dots, one per lane r (columns 8i + r) of W and x."""
-    e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, g0 + tl.arange(0, BI)[None, :], N, G, base)
+    e02_0, e13_0, e02_1, e13_1 = _lane_words(lo_ptr, nib_ptr, rows, g0 + tl.arange(0, BI)[None, :], N, G, base)
     xs = tl.permute(tl.reshape(xt, (BM, BI, 2, 2, 2)), (0, 1, 3, 4, 2))  # natural col 8i + 4a + 2m + l
     xa0, xa1 = tl.split(xs)
     x00, x01 = tl.split(tl.permute(xa0, (0, 1, 3, 2)))

@@ -72,6 +72,21 @@ def test_grouped_matches_each_expert(monkeypatch, triton_path, dtype, tol):
     assert all(torch.equal(a.view(torch.int16), b.view(torch.int16)) for a, b in zip(ws, before))
 
 
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_decode_step_gemv_matches_each_expert(monkeypatch, tokens):
+    """A decode step's few slots (the per-slot GEMV kernel): every slot's expert found from the
+    offsets, escapes and each expert's window applied, bias-free rows in slot order."""
+    monkeypatch.setenv("WCODEC_FIXED_TRITON", "1")
+    E, N, K = 4, 20, 72
+    ws = experts(E, N, K, seed=2)
+    ex = fg.stack_experts([fx.encode_weight(w) for w in ws])
+    ids = torch.tensor([[3, 1], [0, 3]][:tokens], device=DEVICE)
+    order, offsets, _ = fg.route(ids, E)
+    assert order.numel() <= fg.GEMV_MAX_SLOTS
+    x = torch.randn(tokens, K, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).to(DEVICE)
+    assert rel(fg.grouped_linear(x, ex, order, offsets), reference(x, ws, order, offsets)) < 1e-2
+
+
 def test_route_and_combine_like_a_per_expert_loop():
     """order/offsets/choice give what a loop over experts finds, and weighting + index_add_
     reproduce the MoE block's sum."""

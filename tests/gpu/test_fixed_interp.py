@@ -57,6 +57,18 @@ def test_encode_matches_codec_and_decodes_bit_exact(N, K):
     assert torch.equal(fx.decode(back).view(torch.int16), w.view(torch.int16))
 
 
+@pytest.mark.parametrize("patch_max_cols", [1 << 16, 16])
+def test_decode_writes_escapes_in_every_column_tile(monkeypatch, patch_max_cols):
+    """Escapes spread over several column tiles and row blocks (and more than one scan block of a
+    row block) come out bit-exact, whether the decode kernel writes them itself or the second
+    launch does (rows wider than PATCH_MAX_COLS)."""
+    monkeypatch.setattr(fx, "PATCH_MAX_COLS", patch_max_cols)
+    w = weight(37, 600, seed=3, specials=True, zeros=1500)
+    fw = fx.encode_weight(w)
+    assert fw.ecol.numel() > 1000 and int(fw.ecol.max()) > 512
+    assert torch.equal(fx.decode(fw).view(torch.int16), w.view(torch.int16))
+
+
 @pytest.mark.parametrize("kind", fx.KINDS)
 @pytest.mark.parametrize("N,K,M", [(7, 13, 1), (33, 70, 2), (24, 64, 3), (40, 32, 17), (9, 136, 5)])
 def test_linear_kernels(kind, N, K, M):
@@ -173,3 +185,17 @@ def test_wide_rows_only_for_bf16_of_33_to_256_rows():
     x = torch.zeros(257, 8, dtype=torch.bfloat16)
     assert [fx._wide_rows(x[:m]) for m in (32, 33, 64, 65, 128, 129, 256, 257)] == [0, 64, 64, 128, 128, 256, 256, 0]
     assert fx._wide_rows(x[:100].float()) == 0 and fx._wide_rows(x[:100].half()) == 0
+
+
+def test_wgmma_rows_only_for_weights_of_few_escapes(monkeypatch):
+    """65-128 rows go to the wgmma kernel where it runs, unless the weight's escapes exceed
+    WGMMA_MAX_ESCAPES of its values: then decode + cuBLAS (escapes cost the wgmma kernel per row)."""
+    monkeypatch.setattr(fx, "_wgmma_ready", lambda x: True)
+    monkeypatch.setattr(fx, "_mma_ready", lambda x: True)
+    x = torch.zeros(100, 64, dtype=torch.bfloat16)
+    few = fx.encode_weight(weight(200, 64, zeros=1))
+    many = fx.encode_weight(weight(200, 64, zeros=40))
+    assert few.ecol.numel() <= fx.WGMMA_MAX_ESCAPES * 200 * 64 < many.ecol.numel()
+    assert fx.pick_kind(100, x, few) == "mm" and fx.pick_kind(100, x) == "mm"
+    assert fx.pick_kind(100, x, many) == "decode"
+    assert fx.pick_kind(fx.WGMMA_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WGMMA_MIN_M, x, many) == "mm"

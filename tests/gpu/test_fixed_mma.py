@@ -40,7 +40,7 @@ ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(int(sys.argv[2]))[0]
-consts = {"XPF": True, "ESC_FMA": sys.argv[3] == "1", **cfg.kwargs, "EB": 32, "HAS_BIAS": True}
+consts = {"XPF": True, "ESC_FMA": sys.argv[3] == "1", "STAGES": 0, **cfg.kwargs, "EB": 32, "HAS_BIAS": True}
 src = GluonASTSource(fixed_mma_kernel, signature={**ptrs, **ints, **dict.fromkeys(consts, "constexpr")},
                      constexprs=consts)
 k = triton.compile(src, target=GPUTarget("cuda", int(sys.argv[1]), 32), options={"num_warps": cfg.num_warps})
@@ -108,6 +108,24 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     check_kernel(fw, x, b, ref, fx._mma_kind(M), monkeypatch)
 
 
+@gpu
+@gluon
+@pytest.mark.parametrize("bm", [16, 32, 64, 128])
+def test_every_config_matches_reference(bm, monkeypatch):
+    """Each tile config the autotuner may pick (register prefetch or cp.async stages) on a weight
+    whose rows and K slices end inside a tile, with escapes and bias, at 1 and 3 K slices."""
+    from wcodec.gpu.fixed_mma import configs
+    monkeypatch.setattr(fx, "MMA_MAX_M", 256)
+    fw, x, b, ref = case(300, 1032, bm - 3, True)
+    M = x.shape[0]
+    kind, mb = fx._mma_kind(M), 1 << (M - 1).bit_length()
+    for cfg in configs(bm):
+        for split in (1, 3):
+            fx._BEST[(kind, (fw.N, fw.K, mb, x.dtype, b.dtype, split))] = cfg
+            y = fx.linear(x, fw, b, split=split)
+            assert rel(y, ref) < 5e-3, (cfg, split)
+
+
 def check_kernel(fw, x, b, ref, kind: str, monkeypatch) -> None:
     """linear(x, fw, b) runs kernel ``kind``, matches ``ref`` at every split, and the Triton
     kernel agrees with it."""
@@ -132,7 +150,9 @@ def test_row_blocks():
 def test_routing_by_rows():
     x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
     assert fx._runs_mma(x[:fx.MMA_MAX_M]) and not fx._runs_mma(x[:fx.MMA_MAX_M + 1])
-    assert fx.pick_kind(fx.MMA_MAX_M + 1, x) == "mm" and fx.pick_kind(fx.LARGE_M, x) == "decode"
+    assert fx.pick_kind(fx.MMA_MAX_M + 1, x) == "mm" and fx.pick_kind(max(fx.LARGE_M, fx.WGMMA_MAX_M + 1), x) == "decode"
+    # from LARGE_M rows: the wgmma kernel where it runs (sm_90, up to WGMMA_MAX_M), else decode + cuBLAS
+    assert fx.pick_kind(fx.LARGE_M, x) == ("mm" if fx._wgmma_ready(x) and fx.LARGE_M <= fx.WGMMA_MAX_M else "decode")
 
 
 @gpu

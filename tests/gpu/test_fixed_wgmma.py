@@ -2,8 +2,8 @@
 the Hopper ops: it compiles for sm_90 to asynchronous wgmma fed from shared memory, 16-byte
 shared stores, no spills for 64-row blocks. On an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1): its
 outputs match an fp32 reference and the Triton kernel's for escapes, bias, odd shapes, strided x,
-every block height and split, whatever rows the routing gives it today (WGMMA_MAX_M: none, it
-measured slower than the other paths)."""
+every block height and split, every tile config (cp.async stages included); the routing gives it
+WGMMA_MIN_M < M <= WGMMA_MAX_M rows (65-128)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(64)[0]
-consts = {"XPF": True, **cfg.kwargs, "HAS_BIAS": True}
+consts = {"XPF": True, "STAGES": 0, **cfg.kwargs, "HAS_BIAS": True}
 sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
 names = list(sig)
 attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
@@ -78,6 +78,37 @@ def test_compiles_to_async_wgmma_without_spills():
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
+    monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)  # the test weights are rich in escapes
     fw, x, b, ref = case(N, K, M, bias)
     assert fx._runs_wgmma(x) and fx.pick_kind(M, x) == "mm"
     check_kernel(fw, x, b, ref, f"wgmma{max(64, 1 << (M - 1).bit_length())}", monkeypatch)
+
+
+@gpu
+@hopper
+def test_routing_gives_it_65_to_128_rows():
+    x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
+    assert not fx._runs_wgmma(x[:fx.WGMMA_MIN_M]) and fx._runs_wgmma(x[:fx.WGMMA_MIN_M + 1])
+    assert fx._runs_wgmma(x[:fx.WGMMA_MAX_M]) and not fx._runs_wgmma(x[:fx.WGMMA_MAX_M + 1])
+    assert fx.pick_kind(100, x[:100]) == "mm" and fx.pick_kind(fx.WGMMA_MAX_M + 1, x) == "decode"
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("bm", [64, 128])
+def test_every_config_matches_reference(bm, monkeypatch):
+    """Each tile config the autotuner may pick (register prefetch or cp.async stages), rows and K
+    slices ending inside a tile, escapes and bias, at 1 and 3 K slices."""
+    from wcodec.gpu.fixed_wgmma import configs
+
+    from .test_fixed_mma import rel
+    monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
+    monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)  # the test weights are rich in escapes
+    fw, x, b, ref = case(300, 1032, bm - 3, True)
+    M = x.shape[0]
+    for cfg in configs(bm):
+        for split in (1, 3):
+            fx._BEST[(f"wgmma{bm}", (fw.N, fw.K, 1 << (M - 1).bit_length(), x.dtype, b.dtype, split))] = cfg
+            assert rel(fx.linear(x, fw, b, split=split), ref) < 5e-3, (cfg, split)

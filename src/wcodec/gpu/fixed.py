@@ -25,7 +25,8 @@ from ..errors import UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
 #: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
-#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS.
+#: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS
+#: (on sm_90, up to WGMMA_MAX_M rows the wgmma kernel first).
 #: H200, 2026-11-26, tools/tune_kernels.py over six Llama shapes, time / cuBLAS: at M = 64 the
 #: wide tiled kernel 1.81-2.06x (1024x4096: 1.83x, the mma kernel 1.48x), the mma kernel
 #: 2.16-2.56x, decode + cuBLAS 2.18-2.82x; at M = 128 decode + cuBLAS 1.74-2.84x, the wide
@@ -46,12 +47,20 @@ WIDE_MIN_M = 32
 WIDE_MAX_M = 256
 #: bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M rows on an sm_90 GPU runs the Hopper wgmma kernel
 #: (fixed_wgmma: W tiles decoded once into shared memory, multiplied asynchronously), before
-#: the rules of LARGE_M and of the wide tiled kernel. Off (no M): H200, 2026-11-26, time /
-#: cuBLAS at M = 64 / 128 / 256: 11008x4096 2.29 / 3.52 / 4.74x, 4096x4096 1.99 / 2.52 / 3.32x,
-#: no faster than the wide tiled kernel at 64 rows and slower than decode + cuBLAS above
-#: (``tools/tune_kernels.py --paths wgmma`` measures it)
-WGMMA_MIN_M = 32
-WGMMA_MAX_M = 0
+#: the rules of LARGE_M and of the wide tiled kernel. H100, 2026-11-26 (byte-permute decode,
+#: tools/tune_kernels.py --paths mma,wgmma; benchmarks/serving_kernels.py), time / cuBLAS at
+#: M = 128 on 4096x4096, 11008x4096, 4096x11008, 14336x4096: wgmma 2.32 / 2.29 / 1.96 / 1.91x,
+#: decode + cuBLAS 2.28 / 2.44 / 2.43 / 2.57x; at M = 64 wgmma 1.60 / 1.77 / 1.51 / 1.57x against
+#: the wide tiled kernel's 1.69 / 1.44 / 1.52 / 1.51x (so 33-64 rows stay there). The H200 of the
+#: last round (before the byte permute) measured wgmma at 128 rows 2.52-3.52x, behind decode +
+#: cuBLAS there: routed by the H100, the issue's target
+WGMMA_MIN_M = 64
+WGMMA_MAX_M = 128
+#: ... for weights whose escapes are at most this fraction of their values: the wgmma kernel adds
+#: escapes on the CUDA cores after its main loop, per row and x row. H100, M = 128, Student-t
+#: weights (0.2 % escapes): 3.48-3.82x cuBLAS against Gaussian's (0.03 %) 1.93-2.37x; by the
+#: linear growth between the two, it falls behind decode + cuBLAS from 0.05-0.1 % escapes
+WGMMA_MAX_ESCAPES = 5e-4
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -312,6 +321,12 @@ def _decode_host(fw: FixedWeight) -> torch.Tensor:
     return torch.from_numpy(bits).view(torch.bfloat16).to(fw.device)
 
 
+#: rows up to this width have their escapes written by the decode kernel itself (``PATCH``: each
+#: program scans its rows' escapes); longer rows (3-D records stored as one row per expert) by a
+#: second launch
+PATCH_MAX_COLS = 1 << 16
+
+
 def decode(fw: FixedWeight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
     if not _use_triton(fw.lo) or fw.N * fw.K == 0:
@@ -321,10 +336,11 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
     # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
     BN, BI = (16, 64) if not _interpreting() else (16, 32)
-    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base,
-                                                          BN=BN, BI=BI, num_warps=4)
     E = fw.ecol.numel()
-    if E:  # one launch, no index tensors built per call
+    patch = 0 < E and fw.kpad <= PATCH_MAX_COLS  # escapes written by the decode's own programs
+    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base, fw.eptr, fw.ecol,
+                                                          fw.eval, fw.erow, BN=BN, BI=BI, PATCH=patch, num_warps=4)
+    if E and not patch:  # long rows (a 3-D record's): one launch, no index tensors built per call
         fixed_escape_patch_kernel[(_cdiv(E, 1024),)](fw.erow, fw.ecol, fw.eval, out.view(torch.int16), E, fw.kpad,
                                                      BLOCK=1024, num_warps=4)
     return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
@@ -624,14 +640,16 @@ def _mma_failed(err: Exception, wgmma: bool = False) -> None:
                   f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
 
 
-def pick_kind(M: int, x: torch.Tensor | None = None) -> str:
-    """The kernel :func:`linear` runs for M activation rows of ``x`` (see GEMV_MAX_M,
-    MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M); without x, as for activations that cannot take the mma
-    kernel. This is the one place that routes by M."""
+def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
+    """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
+    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WGMMA_MAX_M and WGMMA_MAX_ESCAPES); without
+    x, as for activations that cannot take the mma kernels; without fw, as for a weight of few
+    escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
-    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x)
+    wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x) \
+        and (fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
     return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or wgmma else "decode"
 
 
@@ -645,7 +663,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
     it fails to compile; bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton
-    kernel takes all its rows in one block), decode + cuBLAS from LARGE_M rows (``kind``
+    kernel takes all its rows in one block; on sm_90, bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M
+    rows the wgmma kernel of :mod:`wcodec.gpu.fixed_wgmma`), decode + cuBLAS from LARGE_M rows (``kind``
     forces one of KINDS); tile configs come from the files shipped for the GPU's architecture
     (:mod:`wcodec.gpu.shipped`), else Triton autotunes once per shape and M bucket;
     elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when
@@ -663,7 +682,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     x2 = x.reshape(lead.numel(), fw.K)
     M = x2.shape[0]
     triton = _use_triton(fw.lo) and M > 0 and fw.N > 0
-    kind = kind or pick_kind(M, x2)
+    kind = kind or pick_kind(M, x2, fw)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if split is not None and (not isinstance(split, int) or not 1 <= split <= 64):

@@ -5,7 +5,8 @@ window ``base`` each) into one set of device tensors: the rows of expert e are r
 of the stack, the escape lists one CSR over all E*N rows. ``grouped_linear`` then computes, for
 the tokens routed to each expert, ``x[token] @ W_e.T`` for all experts in one Triton launch
 (``fixed_grouped_mm_kernel``: program (N tile, block of BM routed slots, expert); W tiles decoded
-in registers as in ``fixed_kernels.fixed_mm_kernel``, the x rows gathered by token index).
+in registers as in ``fixed_kernels.fixed_mm_kernel``, the x rows gathered by token index; for a
+decode step's few slots ``fixed_grouped_gemv_kernel``: program (N tile, slot), CUDA-core FMAs).
 Routing is given as transformers' MoE blocks use it, sorted by expert: ``order`` holds the token
 of each routed slot, expert e owning slots offsets[e] .. offsets[e+1]-1 (``route`` builds both
 from top-k expert ids); the caller weights the rows and adds them back (``index_add_``).
@@ -88,13 +89,24 @@ def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch
     return slot // k, offsets, slot % k
 
 
+#: up to this many routed slots, one GEMV program per slot (CUDA-core FMAs, as fixed.GEMV_MAX_M:
+#: a decode step of 1-2 tokens, top-2) rather than the tiled kernel, which pads each expert's
+#: slots to 16 rows. H100, Mixtral-shaped experts block, 1 token (2 slots): 238.7 us per forward
+#: against the tiled kernel's 358.6 and bf16 grouped_mm's 379.8 (benchmarks/moe_kernels.py)
+GEMV_MAX_SLOTS = 4
+#: (rows of W, groups of 8 columns) per program of the GEMV: H100, Mixtral-shaped, 1 token, us
+#: per experts forward 4x64 236.1, 8x32 238.7, 16x32 241.6, 4x128 242.9, 8x64 260.1
+GEMV_TILE = (4, 64)
+
+
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """y[s] = x[order[s]] @ W_e.T for every routed slot s of expert e (offsets[e] <= s < offsets[e+1]).
 
     x: [T, K] bfloat16/float16/float32 on the experts' device; order: int [S] token indices in
     [0, T); offsets: int [E+1], non-decreasing from 0 to S. Returns [S, N] in x's dtype,
     accumulated in float32. On CUDA (or the Triton interpreter with WCODEC_FIXED_TRITON=1) one
-    launch covers all experts, no host synchronisation (the grid is sized by S); elsewhere each
+    launch covers all experts, no host synchronisation (the grid is sized by S): a GEMV per slot
+    for S <= GEMV_MAX_SLOTS, else tensor-core tiles per expert; elsewhere each
     expert is decoded and multiplied with torch ops. Raises InvalidInputError for shapes that
     do not fit (indices themselves are not checked on the GPU path: that would synchronise)."""
     if x.dim() != 2 or x.shape[1] != experts.K:
@@ -112,9 +124,17 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
             if offs[e + 1] > offs[e]:
                 y[offs[e]:offs[e + 1]] = torch.nn.functional.linear(x[order[offs[e]:offs[e + 1]]], fx.decode(w).to(x.dtype))
         return y
-    from .fixed_kernels import fixed_grouped_mm_kernel
+    from .fixed_kernels import fixed_grouped_gemv_kernel, fixed_grouped_mm_kernel
     if x.stride(-1) != 1:
         x = x.contiguous()
+    if S <= GEMV_MAX_SLOTS:  # a decode step: each slot's expert read once, no row padding
+        BN, BI = (8, 4) if fx._interpreting() else GEMV_TILE
+        x64 = fx._x64(x)
+        fixed_grouped_gemv_kernel[(fx._cdiv(N, BN), S)](
+            x, x if x64 is None else x64, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
+            experts.eval, experts.bases, y, x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0),
+            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
+        return y
     BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
     grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,

@@ -1,33 +1,57 @@
 """Triton kernels over the fixed-rate layout (codec "fixed", docs/CODEC_LAYOUT.md).
 
 A weight row is read in groups of 8 columns: one u32 word of nibbles (``nib``) and one u64 word
-of low bytes (``lo``). ``_group`` rebuilds the 8 bf16 values as four u32 words with SWAR
-operations (no table, no scan): ``e02`` holds columns 4h+0 (low half) and 4h+2 (high half),
-``e13`` columns 4h+1 and 4h+3, for h = 0, 1. The GEMV keeps the 8 "lanes" r = 4h + q as separate
-[rows, groups] tiles multiplied by the activations of columns 8i + r (no interleaving); the
-tensor-core kernels and the decoder interleave them into natural column order (``_tile``). Escapes (values outside the tensor's 14-exponent window) decode to a
+of low bytes (``lo``). ``_pairs`` rebuilds the 8 bf16 values as four u32 words of column pairs in
+natural order (columns 2p | 2p+1 << 16): the high bytes of columns 0-3 and 4-7 by four SWAR
+operations each (no table, no scan), then one byte permute (PRMT) per pair word. The GEMV takes
+the 8 columns of a group as separate [rows, groups] tiles multiplied by the activations of
+columns 8i + r (no interleaving); the tensor-core kernels and the decoder interleave the pair
+words into a natural-order tile (``_tile``). Escapes (values outside the tensor's 14-exponent window) decode to a
 placeholder with the exponent ``2*(base+7)+e0``; each kernel adds ``x * (value - placeholder)``
 for the escapes of its rows (CSR list, rare: 0.01-0.3 % of real weights).
 """
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
+#: byte permutes as PTX ``prmt`` on a GPU; under the interpreter (which runs no PTX) the same bytes
+#: by shifts and masks. sm_90 SASS of the mma kernel's main loop (tools/kernel_sass.py, Triton
+#: 3.6): 8.4 instructions per weight with the former shift-and-mask pair words, 6.9 with prmt; the
+#: H100 times barely moved (the kernels wait on memory latency, tools/profile_serving.py)
+_PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
+
 
 @triton.jit
-def _group(nw, lo0, lo1, base4):
-    """nibble word + two lo words (u32) -> (e02_h0, e13_h0, e02_h1, e13_h1), bf16 pairs."""
-    c0 = nw & 0x0F0F0F0F
-    c1 = (nw >> 4) & 0x0F0F0F0F
-    h0 = ((c0 & 0x08080808) << 4) | ((c0 & 0x07070707) + base4)
-    h1 = ((c1 & 0x08080808) << 4) | ((c1 & 0x07070707) + base4)
-    e02_0 = (lo0 & 0x00FF00FF) | ((h0 & 0x00FF00FF) << 8)
-    e13_0 = ((lo0 >> 8) & 0x00FF00FF) | (h0 & 0xFF00FF00)
-    e02_1 = (lo1 & 0x00FF00FF) | ((h1 & 0x00FF00FF) << 8)
-    e13_1 = ((lo1 >> 8) & 0x00FF00FF) | (h1 & 0xFF00FF00)
-    return e02_0, e13_0, e02_1, e13_1
+def _interleave(a, b, HIGH: tl.constexpr):
+    """u32 words a, b -> bytes (a0, b0, a1, b1) (HIGH False) or (a2, b2, a3, b3): one ``prmt``."""
+    if _PTX:
+        if HIGH:
+            return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7362;", "=r,r,r", [a, b], dtype=tl.uint32,
+                                             is_pure=True, pack=1)
+        else:
+            return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x5140;", "=r,r,r", [a, b], dtype=tl.uint32,
+                                             is_pure=True, pack=1)
+    else:
+        if HIGH:
+            return ((a >> 16) & 0xFF) | ((b >> 8) & 0xFF00) | ((a >> 8) & 0xFF0000) | (b & 0xFF000000)
+        else:
+            return (a & 0xFF) | ((b & 0xFF) << 8) | ((a & 0xFF00) << 8) | ((b & 0xFF00) << 16)
+
+
+@triton.jit
+def _pairs(nw, lo0, lo1, base4):
+    """nibble word + two lo words (u32) of one group -> the 4 u32 words of bf16 pairs in natural
+    order (columns 2p | 2p+1 << 16). High bytes: h0 of columns 0-3 (low nibbles of nw's bytes),
+    h1 of columns 4-7 (high nibbles): sign << 7 | (base + d); base + d <= 126, so the add never
+    carries into the sign bit or the next byte."""
+    h0 = ((nw & 0x07070707) + base4) | ((nw << 4) & 0x80808080)
+    h1 = (((nw >> 4) & 0x07070707) + base4) | (nw & 0x80808080)
+    return (_interleave(lo0, h0, False), _interleave(lo0, h0, True), _interleave(lo1, h1, False),
+            _interleave(lo1, h1, True))
 
 
 @triton.jit
@@ -42,7 +66,7 @@ def _f32_hi(e):
 
 @triton.jit
 def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
-    """Load the words of groups gi [1, BI] of rows [BN, 1]; returns the 4 pair words.
+    """Load the words of groups gi [1, BI] of rows [BN, 1]; returns the 4 pair words (``_pairs``).
     lo_ptr: int64 words (8 low bytes = one group), nib_ptr: int32 words (8 nibbles)."""
     m = (rows < N) & (gi < G)
     r64 = rows.to(tl.int64)
@@ -53,12 +77,13 @@ def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
     lo0 = (lo & 0xFFFFFFFF).to(tl.uint32)
     lo1 = (lo >> 32).to(tl.uint32)
     base4 = (base * 0x01010101).to(tl.uint32)
-    return _group(nw, lo0, lo1, base4)
+    return _pairs(nw, lo0, lo1, base4)
 
 
 @triton.jit
 def _natural_pairs(e02_0, e13_0, e02_1, e13_1):
-    """_group's pair words -> the 4 u32 words of bf16 pairs in natural order (columns 2p, 2p+1)."""
+    """Pair words (columns 0|2, 1|3, 4|6, 5|7 in halves: ``fixed16_kernels``' group) -> the 4 u32
+    words of bf16 pairs in natural order (columns 2p, 2p+1)."""
     return ((e02_0 & 0xFFFF) | (e13_0 << 16), (e02_0 >> 16) | (e13_0 & 0xFFFF0000),
             (e02_1 & 0xFFFF) | (e13_1 << 16), (e02_1 >> 16) | (e13_1 & 0xFFFF0000))
 
@@ -67,8 +92,7 @@ def _natural_pairs(e02_0, e13_0, e02_1, e13_1):
 def _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
     """The W tile of rows [BN, 1] and columns 8*g0 .. 8*(g0+BI) in natural order: [BN, 8*BI] bf16."""
     gi = g0 + tl.arange(0, BI)[None, :]
-    e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
-    w0, w1, w2, w3 = _natural_pairs(e02_0, e13_0, e02_1, e13_1)
+    w0, w1, w2, w3 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
     words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], 4 * BI))
     halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
     return tl.reshape(halves, (rows.shape[0], 8 * BI)).to(tl.bfloat16, bitcast=True)
@@ -194,9 +218,9 @@ def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_
     a3 = tl.zeros((BN, BI), tl.float32)
     for g0 in range(0, G, BI):
         gi = g0 + tl.arange(0, BI)[None, :]
-        e02_0, e13_0, e02_1, e13_1 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
-        w0, w1, w2, w3 = _f32_lo(e02_0), _f32_lo(e13_0), _f32_hi(e02_0), _f32_hi(e13_0)
-        w4, w5, w6, w7 = _f32_lo(e02_1), _f32_lo(e13_1), _f32_hi(e02_1), _f32_hi(e13_1)
+        p0, p1, p2, p3 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
+        w0, w1, w2, w3 = _f32_lo(p0), _f32_hi(p0), _f32_lo(p1), _f32_hi(p1)
+        w4, w5, w6, w7 = _f32_lo(p2), _f32_hi(p2), _f32_lo(p3), _f32_hi(p3)
         a0 = _fma8(a0, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0, stride_xm, gi, K, M, X64)
         if BM > 1:
             a1 = _fma8(a1, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m0 + 1, stride_xm, gi, K, M, X64)
@@ -301,6 +325,37 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
 
 
 @triton.jit
+def fixed_grouped_gemv_kernel(x_ptr, x64_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr,
+                              bases_ptr, y_ptr, T, N, K, G, E, stride_xm, stride_ym,
+                              BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr, EP: tl.constexpr,
+                              X64: tl.constexpr):
+    """y[s, :] = x[order[s], :] @ W_e.T with CUDA-core FMAs, one routed slot s per program of axis
+    1 (its expert e: the number of offsets[1..E] <= s), BN rows of y per program of axis 0: the
+    GEMV of ``fixed_gemv_kernel`` over the stacked layout, for decode steps where each expert
+    takes a slot or two (the tiled grouped kernel pads each expert's slots to 16 rows). EP: E
+    rounded up to a power of two. T: rows of x. X64: x read as int64 words (``_x_lanes``)."""
+    s = tl.program_id(1)
+    ends = tl.load(offs_ptr + 1 + tl.arange(0, EP), mask=tl.arange(0, EP) < E, other=2147483647)
+    e = tl.sum((ends <= s).to(tl.int32), axis=0)
+    tok = tl.load(order_ptr + s)
+    n0 = tl.program_id(0) * BN
+    r0 = e.to(tl.int64) * N  # first stacked row of expert e
+    r_end = r0 + N
+    base = tl.load(bases_ptr + e)
+    rows = r0 + n0 + tl.arange(0, BN)[:, None]
+    acc = tl.zeros((BN, BI), tl.float32)
+    for g0 in range(0, G, BI):
+        gi = g0 + tl.arange(0, BI)[None, :]
+        p0, p1, p2, p3 = _load_group(lo_ptr, nib_ptr, rows, gi, r_end, G, base)
+        acc = _fma8(acc, _f32_lo(p0), _f32_hi(p0), _f32_lo(p1), _f32_hi(p1), _f32_lo(p2), _f32_hi(p2), _f32_lo(p3),
+                    _f32_hi(p3), x_ptr, x64_ptr, tok, stride_xm, gi, K, T, X64)
+    om = tl.full((1,), 0, tl.int64) + tok
+    y = _escapes(tl.sum(acc, axis=1)[None, :], x_ptr, om, stride_xm, om[:, None] < T, eptr_ptr, ecol_ptr, eval_ptr,
+                 r0 + n0, r_end, base, BN, EB, False)
+    _store_y(y, y_ptr, y_ptr, tl.full((1,), 0, tl.int32) + s, n0, s + 1, N, stride_ym, BN, False)
+
+
+@triton.jit
 def splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
                          BLOCK: tl.constexpr):
     """y[m, n] = ws[0, m, n] + ws[1, m, n] + ... (in this order) (+ bias[n]): the split-K sum of
@@ -341,16 +396,32 @@ def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_g
 
 
 @triton.jit
-def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, BN: tl.constexpr, BI: tl.constexpr):
-    """Decode to out[N, kpad] bf16 (escapes hold their placeholder: the caller writes their values).
-    Grid (column groups, row blocks): axis 0 takes 2^31 - 1 programs, so a record of long rows (a
-    3-D experts tensor [E, N, K] stored as E rows) fits; axes 1 and 2 stop at 65535."""
+def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr,
+                        BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr = 64, PATCH: tl.constexpr = False):
+    """Decode to out[N, kpad] bf16. PATCH: each program then writes the escapes of its tile
+    (its rows' CSR lists, those in its columns) over the placeholders, after a barrier that
+    orders them behind the tile's stores; else escapes hold their placeholder and the caller
+    patches them (``fixed_escape_patch_kernel``: one launch more, 2-4 us on the H100). Every
+    program scans all escapes of its rows, so PATCH is for rows of ordinary width. Grid (column
+    groups, row blocks): axis 0 takes 2^31 - 1 programs, so a record of long rows (a 3-D experts
+    tensor [E, N, K] stored as E rows) fits; axes 1 and 2 stop at 65535."""
     pid_g = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)[:, None]
     wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
     cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
     tl.store(out_ptr + rows.to(tl.int64) * (8 * G) + cols, wt, mask=(rows < N) & (cols < 8 * G))
+    if PATCH:
+        tl.debug_barrier()  # bar.sync: the tile's stores reach memory before the escapes overwrite them
+        c0 = pid_g * 8 * BI
+        e_end = tl.load(eptr_ptr + tl.minimum(pid_n * BN + BN, N))
+        for e0 in range(tl.load(eptr_ptr + pid_n * BN), e_end, EB):
+            e = e0 + tl.arange(0, EB)
+            c = tl.load(ecol_ptr + e, mask=e < e_end, other=-1)
+            m = (c >= c0) & (c < c0 + 8 * BI)
+            r = tl.load(erow_ptr + e, mask=m, other=0)
+            v = tl.load(eval_ptr + e, mask=m, other=0).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            tl.store(out_ptr + r * (8 * G) + c, v, mask=m)
 
 
 @triton.jit

@@ -9,7 +9,7 @@ benchmarks/mma_kernel.py, benchmarks/RESULTS.md). This kernel is written in Gluo
 language) so the layouts are ours: every thread loads exactly the groups of 8 columns whose
 values it holds as ``mma.sync``'s B operand (``DotOperandLayout`` with k_width 8: a thread holds
 8 consecutive k of one output row per 32 columns), decodes them with the SWAR steps of
-``fixed_kernels._group`` and hands the registers to ``mma_v2`` as they are: no shared memory at
+``fixed_kernels._pairs`` and hands the registers to ``mma_v2`` as they are: no shared memory at
 all (``convert_layout(..., assert_trivial=True)`` proves it at compile time). The next K step's
 words are loaded before this step is decoded (a register prefetch), since Gluon does not
 pipeline loops by itself.
@@ -31,18 +31,18 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from .fixed_kernels import _group, _natural_pairs
+from .fixed_kernels import _pairs
 
 
 @gluon.jit
 def _w_tile(nw, lo, base4, bL: gl.constexpr, BG: gl.constexpr, BN: gl.constexpr):
     """Words of groups [BG, BN] -> W.T tile [8*BG, BN] bf16 in the B-operand layout bL."""
     lo = lo.to(gl.uint64, bitcast=True)
-    e02_0, e13_0, e02_1, e13_1 = _group(nw.to(gl.uint32, bitcast=True), (lo & 0xFFFFFFFF).to(gl.uint32),
-                                        (lo >> 32).to(gl.uint32), base4)
-    w0, w1, w2, w3 = _natural_pairs(e02_0, e13_0, e02_1, e13_1)
+    w0, w1, w2, w3 = _pairs(nw.to(gl.uint32, bitcast=True), (lo & 0xFFFFFFFF).to(gl.uint32), (lo >> 32).to(gl.uint32),
+                            base4)
     t = gl.join(gl.join(w0, w2), gl.join(w1, w3))  # [BG, BN, i, j]: pair word 2i + j
     h = gl.join((t & 0xFFFF).to(gl.uint16), (t >> 16).to(gl.uint16))  # column 4i + 2j + half
     h = gl.permute(h, (0, 2, 3, 4, 1))
@@ -170,6 +170,50 @@ def _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi):
 
 
 @gluon.jit
+def _w_copies(nib_s, lo_s, nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi):
+    """Start copying the nibble and low-byte words of groups g0 + gi (those < g_hi) into the shared
+    buffers nib_s, lo_s (cp.async, one commit group): each thread copies the words it decodes."""
+    g = g0 + gi
+    m = rmask & (g < g_hi)
+    cp.async_copy_global_to_shared(nib_s, nib_ptr + roff + g, mask=m)
+    cp.async_copy_global_to_shared(lo_s, lo_ptr + roff + g, mask=m)
+    cp.commit_group()
+
+
+@gluon.jit
+def _w_stream(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, wsL: gl.constexpr, STAGES: gl.constexpr,
+              BG: gl.constexpr):
+    """STAGES shared buffers for the words of K steps of BG groups (shape that of roff + gi) and the
+    copies of the first STAGES - 1 steps started (see ``_w_stream_next``)."""
+    shape: gl.constexpr = (roff + gi).shape
+    nib_s = gl.allocate_shared_memory(gl.int32, [STAGES, shape[0], shape[1]], wsL)
+    lo_s = gl.allocate_shared_memory(gl.int64, [STAGES, shape[0], shape[1]], wsL)
+    for st in gl.static_range(STAGES - 1):
+        _w_copies(nib_s.index(st), lo_s.index(st), nib_ptr, lo_ptr, roff, rmask, gi, g_lo + st * BG, g_hi)
+    return nib_s, lo_s
+
+
+@gluon.jit
+def _w_stream_next(nib_s, lo_s, nib_ptr, lo_ptr, roff, rmask, gi, i, g0, g_hi, L: gl.constexpr,
+                   STAGES: gl.constexpr, BG: gl.constexpr):
+    """Step i (groups g0..): start the copy of step i + STAGES - 1's words into the buffer step
+    i - 1 read, wait for step i's, and return them (nibble, low-byte words) in layout L. Each
+    thread copies and reads only its own words, so no barrier is needed: waiting on its own copy
+    groups makes them visible to it, and it refills a buffer only after it consumed its reads."""
+    nxt = (i + STAGES - 1) % STAGES
+    _w_copies(nib_s.index(nxt), lo_s.index(nxt), nib_ptr, lo_ptr, roff, rmask, gi, g0 + (STAGES - 1) * BG, g_hi)
+    cp.wait_group(STAGES - 1)
+    cur = i % STAGES
+    return nib_s.index(cur).load(L), lo_s.index(cur).load(L)
+
+
+@gluon.jit
+def _w_stream_end():
+    """Wait for the copies started past the last step (their buffers are freed with the program)."""
+    cp.wait_group(0)
+
+
+@gluon.jit
 def _x_loads(xrow, xk, xmask, g0, K):
     """x's columns of groups g0 .. g0 + BG - 1."""
     cols = 8 * g0 + xk
@@ -206,7 +250,8 @@ def _program(x_ptr, stride_xm, M, BM: gl.constexpr, BN: gl.constexpr):
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                      BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr,
-                     HAS_BIAS: gl.constexpr, XPF: gl.constexpr = True, ESC_FMA: gl.constexpr = True):
+                     HAS_BIAS: gl.constexpr, XPF: gl.constexpr = True, ESC_FMA: gl.constexpr = True,
+                     STAGES: gl.constexpr = 0):
     """y[M, N] = x[M, K] @ W.T (+ bias), x bf16; program (m block + n tile, K slice): axis 0 walks
     the cdiv(M, BM) row blocks of x fastest, so the programs that decode one W tile run together
     (its second read comes from L2). Each W tile is decoded once per program and multiplied into
@@ -215,8 +260,9 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
     the escapes included) for ``splitk_reduce_kernel``; SPLIT == 1 writes y (bias added).
     ESC_FMA: escapes by CUDA-core FMAs, each thread walking one row's list (``_escapes_fma``);
     False: by one-hot mma blocks (``_escapes``). XPF: prefetch x's next tile with W's words (False: load it in the step that uses it, which
-    holds one [BM, 8*BG] tile of x in every warp's registers instead of two). MB: autotuning key
-    only."""
+    holds one [BM, 8*BG] tile of x in every warp's registers instead of two). STAGES > 0: W's words
+    come through that many shared-memory buffers filled by cp.async (x as with XPF); 0: W's next
+    words are prefetched in registers. MB: autotuning key only."""
     NW: gl.constexpr = gl.num_warps()
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NW], instr_shape=[16, 8])
     aL: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
@@ -243,20 +289,36 @@ def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_
         c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
         c2, v2 = _esc_load(ecol_ptr, eval_ptr, e_start + 2 * SPLIT, e_end)
         c3, v3 = _esc_load(ecol_ptr, eval_ptr, e_start + 3 * SPLIT, e_end)
-    nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
+    if STAGES > 0:
+        # W's words stream through STAGES shared buffers by cp.async, STAGES - 1 steps ahead: more
+        # bytes in flight than a register prefetch can hold (H100 ncu, one step ahead: warps
+        # stalled on global loads half the time at 12 % occupancy, DRAM 44-48 % busy)
+        nib_s, lo_s = _w_stream(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, gl.SwizzledSharedLayout(1, 1, 1, [0, 1]),
+                                STAGES, BG)
+        xt = _x_loads(xrow, xk, xmask, g_lo, K)
+    else:
+        nw, lo, xt = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi, xrow, xk, xmask, K)
+    i = 0
     for g0 in range(g_lo, g_hi, BG):
         # the next step's words first: their latency hides behind this step's decode
-        if XPF:
-            nw_next, lo_next, xt_next = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi, xrow, xk,
-                                                    xmask, K)
+        if STAGES > 0:
+            xt_next = _x_loads(xrow, xk, xmask, g0 + BG, K)
+            nw, lo = _w_stream_next(nib_s, lo_s, nib_ptr, lo_ptr, roff, rmask, gi, i, g0, g_hi, gL, STAGES, BG)
+        elif XPF:
+            nw_next, lo_next, xt_next = _step_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi, xrow, xk, xmask,
+                                                    K)
         else:
             nw_next, lo_next = _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi)
             xt = _x_loads(xrow, xk, xmask, g0, K)
         acc = mma_v2(xt, _w_tile(nw, lo, base4, bL, BG, BN), acc)
-        nw = nw_next
-        lo = lo_next
-        if XPF:
+        if STAGES == 0:
+            nw = nw_next
+            lo = lo_next
+        if XPF or STAGES > 0:
             xt = xt_next
+        i += 1
+    if STAGES > 0:
+        _w_stream_end()
     if ESC_FMA:
         acc = _escapes_fma(gl.convert_layout(acc, eL), x_ptr, stride_xm, m_left, ecol_ptr, eval_ptr, base,
                            e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, eL, BM)
@@ -273,7 +335,11 @@ def configs(bm: int = 16) -> list:
     H100 at M = 16 one of the 16-row ones was the fastest tile on each of 8 Llama shapes; 128 x 128
     with 8 warps and 64 x 64 never were (benchmarks/RESULTS.md). Taller blocks take shorter K
     steps: every warp holds x's [BM, 8*BG] tile in registers (twice with XPF; ptxas for sm_90:
-    BM = 64 with BG = 8 and BM = 128 with XPF spill)."""
+    BM = 64 with BG = 8 and BM = 128 with XPF spill). STAGES: W's words through 3 shared buffers by
+    cp.async instead of registers (the prefetch one step ahead left half the warps' time on global
+    loads, H100 ncu); H100 tuning, 2026-11-26: never chosen at 16 and 32 rows (3 and 4 stages
+    offered), chosen at 64 rows on 14336x4096 only, timing as the register prefetch: not offered
+    at 16-32 rows."""
     C = lambda nw=4, **kw: triton.Config(kw, num_warps=nw, num_stages=1)  # noqa: E731
     if bm == 16:
         return [C(BM=16, BN=64, BG=16), C(BM=16, BN=64, BG=32), C(BM=16, BN=32, BG=16), C(BM=16, BN=32, BG=32),
@@ -282,9 +348,10 @@ def configs(bm: int = 16) -> list:
         return [C(BM=32, BN=64, BG=8), C(BM=32, BN=64, BG=16), C(8, BM=32, BN=128, BG=8), C(BM=32, BN=128, BG=8),
                 C(BM=16, BN=64, BG=16)]
     if bm == 64:
-        return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=32, BN=64, BG=8), C(BM=64, BN=64, BG=8, XPF=False)]
+        return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=32, BN=64, BG=8), C(BM=64, BN=64, BG=8, XPF=False),
+                C(BM=64, BN=64, BG=8, STAGES=3), C(BM=32, BN=64, BG=16, STAGES=3)]
     return [C(BM=64, BN=64, BG=4), C(8, BM=64, BN=128, BG=4), C(BM=128, BN=64, BG=4, XPF=False),
-            C(8, BM=128, BN=128, BG=4, XPF=False)]
+            C(8, BM=128, BN=128, BG=4, XPF=False), C(BM=64, BN=64, BG=8, STAGES=3)]
 
 
 __all__ = ["fixed_mma_kernel", "configs"]
