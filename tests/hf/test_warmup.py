@@ -24,10 +24,11 @@ def _lin(n, k, bias=False, seed=0):
 
 def test_rows_reach_every_bucket_and_the_decode_path():
     rs = list(warmup.rows())
-    assert rs == list(range(1, fx.LARGE_M + 1))
-    assert fx.pick_kind(rs[-1]) == "decode" and fx.pick_kind(rs[-2]) != "decode"
-    assert warmup.buckets() == sorted({fx._bucket(m) for m in range(1, fx.LARGE_M + 1)})
-    assert warmup.buckets()[0] == 1 and warmup.buckets()[-1] == fx._bucket(fx.LARGE_M)
+    top = max(fx.LARGE_M, fx.WGMMA_MAX_M)  # the wgmma kernel's rows (sm_90) are tuned too
+    assert rs == list(range(1, top + 1))
+    assert fx.pick_kind(fx.LARGE_M) == "decode" and fx.pick_kind(fx.LARGE_M - 1) != "decode"
+    assert warmup.buckets() == sorted({fx._bucket(m) for m in range(1, top + 1)})
+    assert warmup.buckets()[0] == 1 and warmup.buckets()[-1] == fx._bucket(top)
 
 
 def test_distinct_weights_one_per_kernel_key():
@@ -51,7 +52,8 @@ def test_warm_module_runs_every_row_count_with_the_bias(monkeypatch):
         return real(x, fw, bias, **kw)
 
     monkeypatch.setattr(fx, "linear", spy)
-    monkeypatch.setattr(fx, "LARGE_M", 20)  # the sweep's length follows the routing's constant
+    monkeypatch.setattr(fx, "LARGE_M", 20)  # the sweep's length follows the routing's constants
+    monkeypatch.setattr(fx, "WGMMA_MAX_M", 12)
     assert warmup.warm_module(lin, torch.bfloat16) == 20
     assert seen == [(m, True, torch.bfloat16) for m in range(1, 21)]
     after = {k: v for k, v in lin.state_dict().items() if isinstance(v, torch.Tensor)}

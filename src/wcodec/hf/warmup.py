@@ -7,7 +7,7 @@ specialisation (Triton specialises integer arguments such as M on ``== 1`` and d
 the tokens of all running sequences into one [M, hidden] matmul), so an untuned process tunes
 in the middle of generation: the first fused process on a fresh H100 served 3.5-9x slower than
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
-``1 .. fixed.LARGE_M`` right after loading: every key and specialisation the routing can reach
+``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M)`` right after loading: every key and specialisation the routing can reach
 is then tuned and compiled (Triton also caches both on disk, so later processes only compile
 from that cache).
 
@@ -27,12 +27,13 @@ import torch
 
 
 def rows() -> range:
-    """The activation row counts M that :func:`warmup` runs: 1 .. ``fixed.LARGE_M`` inclusive
-    (from LARGE_M on, :func:`wcodec.gpu.fixed.linear` decodes and calls cuBLAS: one call warms
-    that path's kernels, nothing tunes above it)."""
+    """The activation row counts M that :func:`warmup` runs: 1 .. the larger of ``fixed.LARGE_M``
+    and ``fixed.WGMMA_MAX_M`` inclusive (from LARGE_M on, :func:`wcodec.gpu.fixed.linear`
+    decodes and calls cuBLAS, except where the wgmma kernel takes up to WGMMA_MAX_M rows on
+    sm_90: above both nothing tunes, one call warms the decode path's kernels)."""
     from ..gpu import fixed as fx
 
-    return range(1, fx.LARGE_M + 1)
+    return range(1, max(fx.LARGE_M, fx.WGMMA_MAX_M) + 1)
 
 
 def buckets() -> list[int]:
