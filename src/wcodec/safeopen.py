@@ -278,3 +278,54 @@ def numpy_view(out):
     except TypeError:  # no numpy dtype: same-width integers
         ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
         return t.view(ints[t.element_size()]).numpy()
+
+
+class _HandleFile:
+    """What :func:`_safe_open_handle` returns: the safe_open of a temporary copy, removed on close."""
+
+    def __init__(self, handle, tmp):
+        self._handle, self._tmp = handle, tmp
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def close(self) -> None:
+        self._handle.close()
+        self._tmp.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _safe_open_handle(f, framework: str = "pt", device="cpu", backend: str = "mmap"):
+    """safetensors' ``_safe_open_handle``: safe_open over an open file object (a local file in
+    text or binary mode, an fsspec file) holding a .wcodec or .safetensors file. Its bytes are
+    copied once into a temporary file (removed when the handle closes); the object's position
+    is left where it was. Returns a handle with safe_open's methods, for a ``with`` block.
+    Raises InvalidInputError (an object without binary read/seek), and what safe_open raises."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    src = getattr(f, "buffer", f)  # a text-mode file reads bytes through its buffer
+    try:
+        pos = src.tell()
+        src.seek(0)
+        data = src.read()
+        src.seek(pos)
+    except (AttributeError, OSError, ValueError) as e:
+        raise InvalidInputError(f"_safe_open_handle needs a readable, seekable file object, got "
+                                f"{type(f).__name__} ({e})") from None
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(f"_safe_open_handle: {type(f).__name__}.read() gave {type(data).__name__}, not bytes")
+    tmp = tempfile.TemporaryDirectory(prefix="wcodec-handle-")
+    try:
+        path = Path(tmp.name) / "checkpoint"
+        path.write_bytes(data)
+        return _HandleFile(safe_open(os.fspath(path), framework, device, backend=backend), tmp)
+    except BaseException:
+        tmp.cleanup()
+        raise
