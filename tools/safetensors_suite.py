@@ -13,7 +13,9 @@ adapted: every test runs as written, against .wcodec files under safetensors' na
 safetensors' tests are not part of this repository (Apache-2.0, theirs): point ``--tests`` at
 ``bindings/python/tests`` of a safetensors checkout, e.g.
 ``git clone --depth 1 --branch v0.8.0 https://github.com/huggingface/safetensors /tmp/st`` then
-``PYTHONPATH=src python tools/safetensors_suite.py --tests /tmp/st/bindings/python/tests``.
+``PYTHONPATH=src python tools/safetensors_suite.py --tests /tmp/st/bindings/python/tests``; the
+release's source archive holds the same folder (``safetensors-0.8.0.tar.gz`` from PyPI: 11 test
+files, 100 tests, 80 of them in the torch / numpy files this runs by default).
 Test files of frameworks not installed here (flax, tensorflow, paddle, mlx) and the GPU ones are
 skipped by default (``--all`` runs them). Prints one line per failing test with its cause, then
 the counts; ``--json FILE`` writes them.
