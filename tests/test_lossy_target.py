@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wcodec.errors import InvalidInputError, NotFoundError, UnsupportedError
-from wcodec.hf.calibration import HELD_OUT_EVERY, MIN_SENTENCES, read_sentences, split
+from wcodec.hf.calibration import HELD_OUT_EVERY, MIN_SENTENCES, passages, read_sentences, split
 from wcodec.lossy_target import RESOLUTION, Probe, check_goal, search
 
 
@@ -38,6 +38,7 @@ def test_cosine_target_met_with_fewest_bits(lam0):
     assert probe(chosen.lam * 2 ** RESOLUTION).cosine < 0.999
     assert chosen in probes and len(calls) <= 20
     assert [p.lam for p in probes] == sorted(p.lam for p in probes)
+
 
 
 def test_bits_budget_gives_best_cosine_within_it():
@@ -78,6 +79,10 @@ def test_shipped_calibration_and_split():
     assert len(s) >= 300 and len(set(s)) == len(s) and not any(x.startswith("#") for x in s)
     fit, held = split(s)
     assert len(held) == len(s) // HELD_OUT_EVERY and not set(fit) & set(held) and len(fit) + len(held) == len(s)
+    items = passages(s)  # lines joined into items of 1-4 lines, all lines once, in order
+    assert " ".join(items) == " ".join(s) and len(items) < len(s) // 1.9
+    assert passages(["a", "b", "c", "d", "e"], groups=(1, 3)) == ["a", "b c d", "e"]
+    assert passages([]) == [] and s == read_sentences()  # not modified
 
 
 def test_calibration_file_errors(tmp_path):
@@ -94,14 +99,47 @@ def test_calibration_file_errors(tmp_path):
     assert read_sentences(p)[-1] == f"sentence {MIN_SENTENCES - 1}"
 
 
-def test_embedding_rows_good_turing_floor():
-    pytest.importorskip("torch")
+def test_expected_counts_shrink_towards_the_band_of_ids():
+    from wcodec.hf.fisher import expected_counts
+
+    # 3 bands over 9 ids: [0], [1, 3), [3, 9); band [3, 9) holds 6 occurrences over 6 ids
+    counts = np.array([5.0, 0.0, 0.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    est = expected_counts(counts, bands=3, shape=0.5)
+    mean = 6.5 / 6  # half a count added per band: no band's mean is 0
+    assert np.isclose(est[3], 6.5 / (1 + 0.5 / mean)) and np.allclose(est[4:], 0.5 / (1 + 0.5 / mean))
+    assert np.allclose(est[1:3], 0.5 / (1 + 0.5 / 0.25))  # a band the sample missed: a small floor
+    assert np.all(est > 0) and est[3] > est[4] > est[1]
+    assert counts[3] == 6.0 and counts[4] == 0.0  # not modified
+
+
+def test_embedding_rows_weigh_unseen_tokens_by_their_neighbours():
     from wcodec.hf.fisher import embedding_rows
 
-    counts = np.array([10.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 2.0])
-    fisher = counts * 0.5  # the sample's rows: Fisher per occurrence x count
+    rng = np.random.default_rng(0)
+    # ids ordered by frequency (as WordPiece / BPE vocabularies are): a Zipf sample of 3,000 tokens
+    ids = rng.zipf(1.3, 6000)
+    ids = ids[ids <= 4000][:3000] - 1
+    counts = np.bincount(ids, minlength=4000).astype(np.float64)
+    fisher = counts * 0.25  # the sample's rows: Fisher per occurrence x count
     rows = embedding_rows(fisher, counts)
-    assert np.allclose(rows[counts > 0], fisher[counts > 0])
-    # unseen tokens: 2 tokens seen once / 4 never seen = count 0.5 each
-    assert np.allclose(rows[counts == 0], 0.25)
-    assert np.array_equal(counts, [10.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 2.0])  # not modified
+    unseen = np.flatnonzero(counts == 0)
+    low, high = unseen[unseen < 100], unseen[unseen > 2000]
+    assert low.size and high.size and rows[low].mean() > 3 * rows[high].mean() > 0
+    seen = np.flatnonzero(counts > 0)
+    assert np.corrcoef(rows[seen], counts[seen])[0, 1] > 0.99  # the sample's counts still rule
+    # ids in no order: the prior is flat, unseen tokens of the wide bands (ids past 256) weigh alike
+    flat = np.zeros(4000)
+    flat[rng.permutation(4000)[:500]] = 1.0
+    r = embedding_rows(flat * 0.25, flat)[256:][flat[256:] == 0]
+    assert np.ptp(r) < 0.5 * r.mean()
+    assert np.array_equal(embedding_rows(np.ones(3), np.zeros(3)), np.ones(3))  # no tokens: as given
+
+
+def test_fill_unseen_rows():
+    from wcodec.lossy_target import _fill_unseen_rows
+
+    rows = {"pos": np.array([4.0, 2.0, 0.0]), "w": np.array([3.0, 0.0, 1.0]), "unused": np.zeros(2)}
+    out = _fill_unseen_rows(rows, tables=["pos"])
+    assert np.array_equal(out["pos"], [4.0, 3.0, 3.0])  # a lookup table: floored at its median row
+    assert np.array_equal(out["w"], [3.0, 1.0, 1.0]) and np.array_equal(out["unused"], [0.0, 0.0])
+    assert np.array_equal(rows["pos"], [4.0, 2.0, 0.0])  # not modified

@@ -29,7 +29,7 @@ def test_error_classes_as_safetensors_raises_them(tmp_path):
         wt.save_file("notadict", tmp_path / "b.wcodec")
     with pytest.raises(ValueError, match=r"sparse tensors: `\['s'\]`"):
         wt.save({"s": torch.sparse_coo_tensor(size=(2, 3))})
-    with pytest.raises(NotFoundError, match='No such file or directory: "nope"'):
+    with pytest.raises(NotFoundError, match='^No such file or directory: nope$'):
         wcodec.safe_open("nope", framework="pt")
     assert not list(tmp_path.iterdir())
 
@@ -38,7 +38,13 @@ def test_slice_index_errors_are_index_errors(tmp_path):
     wt.save_file({"t": torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)}, tmp_path / "s.wcodec")
     with wcodec.safe_open(tmp_path / "s.wcodec", framework="pt") as f:
         s = f.get_slice("t")
-        for index, msg in ((5, "dimension 0 with size 2"), ((slice(None), 5), "dimension 1 with size 3"),
+        # safetensors 0.8.0's words: a negative int, a positive one (with the index and shape shown)
+        for index, msg in ((5, r"^Error during slicing \[5\] with shape \[2, 3, 4\]: index 5 out of bounds for "
+                               r"tensor dimension #0 of size 2$"),
+                           ((slice(1, None), -4), r"^Invalid index -4 for dimension 1 of size 3$"),
+                           ((..., 2, 9), r"^Error during slicing \[:, 2, 9\] with shape \[2, 3, 4\]: index 9 out of "
+                                         r"bounds for tensor dimension #2 of size 4$"),
+                           ((-1, slice(None, 2, 2), 4), r"^Error during slicing \[1, :2:2, 4\] with shape"),
                            ((0, 0, 0, 0), "too many indices")):
             with pytest.raises(IndexError, match=msg) as e:
                 s[index]

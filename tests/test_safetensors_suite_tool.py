@@ -39,7 +39,8 @@ def test_shim_maps_names_only(tmp_path):
         "assert safe_open is wcodec.safe_open and safetensors.SafetensorError is wcodec.errors.WcodecError\n"
         "assert st.save_file is wcodec.torch.save_file and sn.load is wcodec.numpy.load\n"
         "assert st._is_complete is wcodec.torch._is_complete\n"
-        "try:\n    safetensors.serialize({})\nexcept NotImplementedError as e:\n    assert 'wcodec has no' in str(e)\n"
+        "assert safetensors.serialize is wcodec.serialize and safetensors.TensorSpec is wcodec.TensorSpec\n"
+        "try:\n    safetensors.deserialize(b'')\nexcept NotImplementedError as e:\n    assert 'wcodec has no' in str(e)\n"
         "else:\n    raise SystemExit('placeholder did not raise')\n"
         "from safetensors._safetensors_rust import safe_open as real\n"
         "assert real is not wcodec.safe_open\n")

@@ -17,13 +17,16 @@ _LAZY = {
     "decode_to_safetensors": "wcodec.api", "decode_to_folder": "wcodec.api",
     "Reader": "wcodec.format", "Writer": "wcodec.format", "CheckpointReader": "wcodec.format",
     "save": "wcodec.api", "load": "wcodec.api", "WCodecCheckpoint": "wcodec.seeds",
+    # safetensors' low-level names (its top-level module has them too)
+    "TensorSpec": "wcodec.rawspec", "serialize": "wcodec.rawspec", "serialize_file": "wcodec.rawspec",
+    "_safe_open_handle": "wcodec.safeopen",
 }
 _SUBMODULES = ("api", "numpy", "format", "codecs", "rans", "cli", "torch", "gpu")
 
 __all__ = ["WcodecError", "CorruptDataError", "FormatError", "ChecksumError", "UnsupportedError",
            "InvalidInputError", "ClosedError", "TensorNotFoundError", "DeviceError", "MissingDependencyError",
            "SharedTensorsError", "NotFoundError", "NoDataError", "SliceIndexError",
-           "__version__", *_LAZY]
+           "__version__", *(k for k in _LAZY if not k.startswith("_"))]
 
 
 def __getattr__(name):

@@ -416,11 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
              "lossy targets (--target-cosine, --bits-per-weight) take a Hugging Face model folder of a\n"
              "sentence-transformers model, a transformers text encoder (BERT-like) or a causal LM, and\n"
              "need torch + transformers (pip install 'wcodec[hf]'). The Fisher weight of every matrix row\n"
-             "for the model's output is estimated on 3/4 of the calibration sentences (shipped with wcodec,\n"
-             "or --calibration FILE); one multiplier of the per-row steps is then bisected, each candidate\n"
-             "encoded and measured: cosine between the original and the decoded model's output (sentence\n"
-             "embedding; a causal LM's centred logits) on the other 1/4, and all-in bits/weight (8 x file\n"
-             "bytes / weights). Both are printed and stored in the file metadata (wcodec_lossy_target).\n"
+             "for the model's output is estimated on 3/4 of the calibration items (shipped with wcodec: its\n"
+             "lines joined into items of 1-4 lines; or --calibration FILE, one item per line); one multiplier\n"
+             "of the per-row steps is then bisected, each candidate encoded and measured: cosine between\n"
+             "the original and the decoded model's output (sentence embedding; a causal LM's centred logits)\n"
+             "on the other 1/4, and all-in bits/weight (8 x file bytes / weights). Both are printed and\n"
+             "stored in the file metadata (wcodec_lossy_target).\n"
              "The figure holds for text like the calibration's: give --calibration a few hundred lines\n"
              "of your own inputs for a figure that predicts your use. Several minutes on a CPU for a\n"
              "22M-weight model.")
@@ -446,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(with --target-cosine: an upper bound that must hold too)")
     sp.add_argument("--calibration", default=None, metavar="FILE",
                     help="with --target-cosine / --bits-per-weight: UTF-8 text, one sentence per line "
-                         "(default: the 330 sentences shipped with wcodec)")
+                         "(default: the 439 lines shipped with wcodec)")
     sp.add_argument("--to", choices=("file", "folder"), default=None,
                     help="output kind (default: a *.wcodec name is a file; an existing folder, a name ending "
                          "in '/' or a folder input gives a folder)")

@@ -47,7 +47,7 @@ def open_checkpoint(filename) -> CheckpointReader:
     FileNotFoundError) when it is missing or a folder holds none, FormatError and others as the
     reader raises them."""
     if not os.path.lexists(filename):  # the message as safetensors words it
-        raise NotFoundError(filename, "checkpoint", f'No such file or directory: "{filename}"')
+        raise NotFoundError(filename, "checkpoint", f"No such file or directory: {filename}")
     try:
         return CheckpointReader(filename)
     except NotFoundError:

@@ -173,14 +173,22 @@ def _checkpoint_index(src: Path) -> dict:
     return out
 
 
-def _fill_unseen_rows(rows: dict, skip: str | None) -> dict:
-    """Rows the calibration never reached (F = 0 in a tensor with positive rows: positions past
-    the longest sentence, an unused token type) get the tensor's smallest positive weight, so
-    that inputs longer than the calibration's are not coded at the coarsest steps."""
+def _fill_unseen_rows(rows: dict, tables=()) -> dict:
+    """Rows of lookup tables the input picks (``tables``: positions, token types) are floored at
+    the median of the table's positive rows: a user's inputs may be longer or typed otherwise
+    than the calibration's, which reaches the last positions rarely or never (such a table is
+    small: MiniLM's positions are 0.9% of the weights). Other rows the calibration never reached
+    (F = 0 in a tensor with positive rows) get the tensor's smallest positive weight, not the
+    coarsest steps."""
     out = {}
     for k, f in rows.items():
         pos = f[f > 0]
-        out[k] = f if k == skip or not pos.size or pos.size == f.size else np.where(f > 0, f, pos.min())
+        if not pos.size:
+            out[k] = f
+        elif k in tables:
+            out[k] = np.maximum(f, np.median(pos))
+        else:
+            out[k] = f if pos.size == f.size else np.where(f > 0, f, pos.min())
     return out
 
 
@@ -235,11 +243,12 @@ def encode_to_target(src, dst, target_cosine: float | None = None, bits_per_weig
     from tqdm.auto import tqdm
 
     from .codecs import choose_codec
-    from .hf.calibration import read_sentences, split
+    from .hf.calibration import passages, read_sentences, split
     from .hf.fisher import ModelOutput, embedding_rows, fisher_rows
 
     t0 = time.perf_counter()
-    fit, held = split(read_sentences(calibration))
+    lines = read_sentences(calibration)
+    fit, held = split(passages(lines) if calibration is None else lines)
     index = _checkpoint_index(src)
     numel = sum(int(np.prod(s, dtype=np.int64)) for _, s in index.values())
     model = ModelOutput(src, index)
@@ -249,7 +258,7 @@ def encode_to_target(src, dst, target_cosine: float | None = None, bits_per_weig
     emb = model.input_embedding_name()
     if emb in rows:
         rows[emb] = embedding_rows(rows[emb], model.token_counts(fit))
-    rows = _fill_unseen_rows(rows, emb)
+    rows = _fill_unseen_rows(rows, model.input_table_names())
     rows = {k: f for k, f in rows.items() if k in index and choose_codec(*index[k], "lossy:qp=30") == "int8-quant"}
     if not rows:
         raise UnsupportedError(f"'{src}': no float matrix of the checkpoint is a parameter of the model; "

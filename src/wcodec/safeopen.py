@@ -143,14 +143,46 @@ class safe_open:  # noqa: N801  (the safetensors name)
         self.close()
 
 
+def _is_int(i) -> bool:
+    return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+
+
+def _check_int_indices(idx: tuple, shape: tuple) -> None:
+    """SliceIndexError for an int index out of its dim's range, worded as safetensors 0.8.0
+    words it (a negative one: "Invalid index -6 for dimension 1 of size 5"; a positive one:
+    "Error during slicing [2:, 20] with shape [10, 5]: index 20 out of bounds for tensor
+    dimension #1 of size 5"). Only for plain int / slice / Ellipsis indices, as safetensors
+    takes them; numpy's other index kinds are left to numpy."""
+    if any(not (_is_int(i) or isinstance(i, slice) or i is Ellipsis) for i in idx) or idx.count(Ellipsis) > 1:
+        return
+    dims = []  # (dim, index) after the Ellipsis is expanded, as safetensors shows them
+    for i in idx:
+        if i is Ellipsis:
+            dims += [(len(dims) + k, slice(None)) for k in range(max(len(shape) - len(idx) + 1, 0))]
+        else:
+            dims.append((len(dims), i))
+    bad = next(((k, int(i)) for k, i in dims if _is_int(i) and k < len(shape) and not -shape[k] <= i < shape[k]), None)
+    if bad is None:
+        return
+    k, i = bad
+    if i < 0:
+        raise SliceIndexError(f"Invalid index {i} for dimension {k} of size {shape[k]}")
+
+    def show(k, i):
+        if not isinstance(i, slice):
+            return str(int(i) % shape[k] if int(i) < 0 else int(i))
+        text = f"{'' if i.start is None else i.start}:{'' if i.stop is None else i.stop}"
+        return text if i.step in (None, 1) else f"{text}:{i.step}"
+    shown = ", ".join(show(k2, i2) for k2, i2 in dims)
+    raise SliceIndexError(f"Error during slicing [{shown}] with shape {list(shape)}: index {i} out of bounds "
+                          f"for tensor dimension #{k} of size {shape[k]}")
+
+
 def _rows_of(first, n0: int):
     """(r0, r1, index of dim 0 relative to r0) for a dim-0 index; (0, n0, first) when the
     index is not a plain int or slice."""
     if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
-        i = int(first)
-        if not -n0 <= i < n0:
-            raise SliceIndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
-        i %= n0
+        i = int(first) % n0  # in range: _check_int_indices ran first
         return i, i + 1, 0
     if isinstance(first, slice):
         r = range(*first.indices(n0))
@@ -192,6 +224,7 @@ class Slice:
         from .codecs.partial import decode_range
         r = self._h._open()
         idx = index if isinstance(index, tuple) else (index,)
+        _check_int_indices(idx, self.shape)
         if not self.shape:
             r0, r1, first, rest = 0, 1, None, idx
         else:
@@ -199,12 +232,6 @@ class Slice:
             rest = idx[1:]
         if len([i for i in idx if i is not None and i is not Ellipsis]) > len(self.shape):
             raise SliceIndexError(f"tensor '{self.name}': too many indices for tensor of dimension {len(self.shape)}")
-        # int indices of the other dims, worded as safetensors words them
-        if not any(i is Ellipsis or i is None for i in idx):
-            for k, i in enumerate(idx[1:], 1):
-                if isinstance(i, (int, np.integer)) and not isinstance(i, bool) and k < len(self.shape) \
-                        and not -self.shape[k] <= i < self.shape[k]:
-                    raise SliceIndexError(f"index {i} is out of bounds for dimension {k} with size {self.shape[k]}")
         inner = int(np.prod(self.shape[1:], dtype=np.int64))
         # section checksums cover whole sections: checked on this handle's first slice of the tensor
         # zero-copy views of the mapping (file size checked first): a partial decode touches only
@@ -251,3 +278,54 @@ def numpy_view(out):
     except TypeError:  # no numpy dtype: same-width integers
         ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
         return t.view(ints[t.element_size()]).numpy()
+
+
+class _HandleFile:
+    """What :func:`_safe_open_handle` returns: the safe_open of a temporary copy, removed on close."""
+
+    def __init__(self, handle, tmp):
+        self._handle, self._tmp = handle, tmp
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def close(self) -> None:
+        self._handle.close()
+        self._tmp.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _safe_open_handle(f, framework: str = "pt", device="cpu", backend: str = "mmap"):
+    """safetensors' ``_safe_open_handle``: safe_open over an open file object (a local file in
+    text or binary mode, an fsspec file) holding a .wcodec or .safetensors file. Its bytes are
+    copied once into a temporary file (removed when the handle closes); the object's position
+    is left where it was. Returns a handle with safe_open's methods, for a ``with`` block.
+    Raises InvalidInputError (an object without binary read/seek), and what safe_open raises."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    src = getattr(f, "buffer", f)  # a text-mode file reads bytes through its buffer
+    try:
+        pos = src.tell()
+        src.seek(0)
+        data = src.read()
+        src.seek(pos)
+    except (AttributeError, OSError, ValueError) as e:
+        raise InvalidInputError(f"_safe_open_handle needs a readable, seekable file object, got "
+                                f"{type(f).__name__} ({e})") from None
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(f"_safe_open_handle: {type(f).__name__}.read() gave {type(data).__name__}, not bytes")
+    tmp = tempfile.TemporaryDirectory(prefix="wcodec-handle-")
+    try:
+        path = Path(tmp.name) / "checkpoint"
+        path.write_bytes(data)
+        return _HandleFile(safe_open(os.fspath(path), framework, device, backend=backend), tmp)
+    except BaseException:
+        tmp.cleanup()
+        raise

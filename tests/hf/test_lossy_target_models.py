@@ -107,6 +107,20 @@ def test_target_cosine_met(tmp_path, kind):
     assert abs(float(np.mean(np.sum(m.embed(held) * ref, axis=1))) - res.chosen.cosine) < 1e-6
 
 
+
+def test_input_tables_are_the_other_embeddings(tmp_path):
+    """Position and token-type tables (rows picked by the input) are found by module type, not
+    by name; a rotary model has none; the word embeddings are weighted by token counts instead."""
+    from wcodec.hf.fisher import ModelOutput
+    from wcodec.lossy_target import _checkpoint_index
+
+    for kind, tables in (("bert", {"embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"}),
+                         ("llama", set())):
+        src = _folder(tmp_path, kind)
+        m = ModelOutput(src, _checkpoint_index(src))
+        assert set(m.input_table_names()) == tables
+        assert m.input_embedding_name() not in tables
+
 def test_bits_budget(tmp_path):
     src = _folder(tmp_path, "bert")
     with pytest.raises(InvalidInputError, match="would drop them"):
