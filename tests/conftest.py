@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 # Triton reads TRITON_INTERPRET when it decorates kernels: set it before any test module (or
 # torch.compile) imports triton, so the GPU kernel tests run on the CPU whatever the order.
@@ -67,11 +68,28 @@ def isa(request):
     ext.set_isa(before)
 
 
+def _torch_threads() -> int:
+    """Torch intra-op threads for one xdist worker: the cores shared out between the workers.
+    The tests' tensors are tiny, so a worker's extra OpenMP threads only spin against the other
+    worker on the same cores (tests/hf/test_arch_matrix.py: 2-10x the CPU time with two threads
+    per worker on 2 cores, the outputs the same)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 def pytest_runtest_setup(item):
     """Once a test module has imported Triton's interpreter, drop its redundant re-patching
-    (tests/_triton_interp.py: a third of the interpreter's time)."""
+    (tests/_triton_interp.py: a third of the interpreter's time). Once torch is imported under
+    xdist, give it this worker's share of the cores (``_torch_threads``)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         _triton_interp.install()
+    torch = sys.modules.get("torch")
+    if torch is not None and "PYTEST_XDIST_WORKER" in os.environ and not _SHARED_THREADS:
+        torch.set_num_threads(_torch_threads())
+        _SHARED_THREADS.append(True)
+
+
+_SHARED_THREADS: list = []  # set once per worker: a test may change the count and restore it
 
 
 def pytest_collection_modifyitems(config, items):
