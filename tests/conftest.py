@@ -16,6 +16,11 @@ import pytest
 
 import _triton_interp
 
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # drop the interpreter's redundant re-patching (tests/_triton_interp.py: a third of its time)
+    # from the moment anything imports it, test modules and test bodies alike
+    _triton_interp.install_on_import()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
@@ -78,11 +83,8 @@ def _torch_threads() -> int:
 
 
 def pytest_runtest_setup(item):
-    """Once a test module has imported Triton's interpreter, drop its redundant re-patching
-    (tests/_triton_interp.py: a third of the interpreter's time). Once torch is imported under
-    xdist, give it this worker's share of the cores (``_torch_threads``)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _triton_interp.install()
+    """Once torch is imported under xdist, give it this worker's share of the cores
+    (``_torch_threads``)."""
     torch = sys.modules.get("torch")
     if torch is not None and "PYTEST_XDIST_WORKER" in os.environ and not _SHARED_THREADS:
         torch.set_num_threads(_torch_threads())
