@@ -82,6 +82,9 @@ def _torch_threads() -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
+_SHARED_THREADS: list = []  # set once per worker: a test may change the count and restore it
+
+
 def pytest_runtest_setup(item):
     """Once torch is imported under xdist, give it this worker's share of the cores
     (``_torch_threads``)."""
@@ -89,9 +92,6 @@ def pytest_runtest_setup(item):
     if torch is not None and "PYTEST_XDIST_WORKER" in os.environ and not _SHARED_THREADS:
         torch.set_num_threads(_torch_threads())
         _SHARED_THREADS.append(True)
-
-
-_SHARED_THREADS: list = []  # set once per worker: a test may change the count and restore it
 
 
 #: the test files that take longest (CPU seconds of `-n 2` on the 2-core CI machine, 2026-11-26:
