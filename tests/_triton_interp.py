@@ -11,6 +11,7 @@ What the kernels compute is unchanged: the same patched functions are in place e
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
 
 _covered: list[set] = []  # per running kernel: ids of the language modules its launch patched
@@ -52,3 +53,44 @@ def install() -> bool:
     interp.GridExecutor.__call__ = launch
     interp._wcodec_tests_wrapped = True
     return True
+
+
+class _ThenInstall(importlib.abc.Loader):
+    """The interpreter's own loader, then ``install()``; anything else asked goes to that loader."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        install()
+
+
+class _InstallOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the interpreter as soon as anything imports it: tests that import triton inside
+    their body (tests/hf/test_hf_llama.py) otherwise launch before pytest_runtest_setup saw it."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "triton.runtime.interpreter":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _ThenInstall(spec.loader)
+                return spec
+        return None
+
+
+def install_on_import() -> None:
+    """Wrap the interpreter now if it is imported, else the moment it is (idempotent)."""
+    if install() or any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _InstallOnImport())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 # Triton reads TRITON_INTERPRET when it decorates kernels: set it before any test module (or
 # torch.compile) imports triton, so the GPU kernel tests run on the CPU whatever the order.
@@ -14,6 +15,11 @@ from pathlib import Path
 import pytest
 
 import _triton_interp
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # drop the interpreter's redundant re-patching (tests/_triton_interp.py: a third of its time)
+    # from the moment anything imports it, test modules and test bodies alike
+    _triton_interp.install_on_import()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -67,16 +73,66 @@ def isa(request):
     ext.set_isa(before)
 
 
+def _torch_threads() -> int:
+    """Torch intra-op threads for one xdist worker: the cores shared out between the workers.
+    The tests' tensors are tiny, so a worker's extra OpenMP threads only spin against the other
+    worker on the same cores (tests/hf/test_arch_matrix.py: 2-10x the CPU time with two threads
+    per worker on 2 cores, the outputs the same)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+_SHARED_THREADS: list = []  # set once per worker: a test may change the count and restore it
+
+
 def pytest_runtest_setup(item):
-    """Once a test module has imported Triton's interpreter, drop its redundant re-patching
-    (tests/_triton_interp.py: a third of the interpreter's time)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _triton_interp.install()
+    """Once torch is imported under xdist, give it this worker's share of the cores
+    (``_torch_threads``)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and "PYTEST_XDIST_WORKER" in os.environ and not _SHARED_THREADS:
+        torch.set_num_threads(_torch_threads())
+        _SHARED_THREADS.append(True)
+
+
+#: the test files that take longest (CPU seconds of `-n 2` on the 2-core CI machine, 2026-11-26:
+#: 70 down to 17 s each), longest first. xdist's loadfile hands out whole files as workers free
+#: up: started last, one of these leaves the other core idle while it runs. A file missing here
+#: only runs later; nothing is skipped.
+SLOW_FILES = (
+    "tests/gpu/test_decode_interp.py", "tests/vectors/test_vectors.py", "tests/rans/test_native.py",
+    "tests/hf/test_hf_fused.py", "tests/hf/test_arch_matrix.py", "tests/hf/test_hf_peft.py",
+    "tests/hf/test_hf_auto.py", "tests/fuzz/test_fuzz_hostile.py", "tests/test_readme.py",
+    "tests/hf/test_hf_llama.py", "tests/hf/test_hf_loading.py", "tests/gpu/test_fixed_interp.py",
+    "tests/codecs/test_decode_into.py", "tests/codecs/test_predict.py", "tests/torch/test_embedding.py",
+)
+
+
+def pytest_configure(config):
+    """xdist orders files by their number of tests unless told not to (``--no-loadscope-reorder``):
+    the slow files here have few tests each, so they came last. Keep the order of
+    ``pytest_collection_modifyitems`` (``SLOW_FILES`` first) instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def _slow_first(items) -> None:
+    """Items of ``SLOW_FILES`` first, in its order; every file keeps its own order of tests."""
+    rank = {f: i for i, f in enumerate(SLOW_FILES)}
+
+    def key(item):
+        try:
+            return rank.get(Path(str(item.path)).resolve().relative_to(REPO).as_posix(), len(rank))
+        except ValueError:  # a test outside this checkout
+            return len(rank)
+
+    items[:] = sorted(items, key=key)  # stable
 
 
 def pytest_collection_modifyitems(config, items):
-    """WCODEC_HYPOTHESIS_SCALE=k runs every property test with k times the examples its
-    @settings states (a deeper run than CI's; the stated counts are CI's)."""
+    """Slow files first (``SLOW_FILES``). WCODEC_HYPOTHESIS_SCALE=k runs every property test
+    with k times the examples its @settings states (a deeper run than CI's; the stated counts
+    are CI's)."""
+    _slow_first(items)
     scale = int(os.environ.get("WCODEC_HYPOTHESIS_SCALE", "1"))
     if scale == 1:
         return

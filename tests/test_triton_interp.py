@@ -59,3 +59,21 @@ def test_helpers_skip_the_repatch_and_compute_the_same(monkeypatch):
     assert patches_one > 0 and patches_eight == patches_one  # the launch's own patch only
     assert tl.load is load  # restored when the launch returned
     assert not _triton_interp._covered
+
+
+def test_wrapped_when_first_imported_inside_a_test():
+    """conftest's import hook wraps the interpreter the moment it is imported, also when that is
+    inside a test body (after pytest_runtest_setup), as tests/hf/test_hf_llama.py does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, _triton_interp\n"
+            "_triton_interp.install_on_import()\n"
+            "assert 'triton.runtime.interpreter' not in sys.modules\n"
+            "import triton.runtime.interpreter as interp\n"
+            "print(getattr(interp, '_wcodec_tests_wrapped', False), interp.__loader__.get_source is not None)\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "True"]

@@ -225,7 +225,8 @@ def must_be_reported(ref) -> list[str]:
 @dataclass
 class Cell:
     """One architecture's folders and reference: the source (bf16 safetensors), its conversions
-    {codec: folder}, the reference model loaded from the source without dtype, its inputs."""
+    {codec: folder}, the reference model loaded from the source without dtype, its inputs, and
+    the models loaded from the conversions that checks share ({(codec, path): model})."""
 
     name: str
     src: Path
@@ -233,6 +234,21 @@ class Cell:
     ref: object
     feed: dict
     want: dict
+    loaded: dict = field(default_factory=dict)
+
+
+def cell_model(cell: Cell, codec: str, path: str, take: bool = False):
+    """The model of ``cell``'s ``codec`` folder on loading ``path``, loaded once for the checks
+    that leave it as loaded (outputs, report, save_pretrained): loading is most of a cell's time.
+    ``take=True`` hands it over to a check that changes it (LoRA wraps it); the next caller loads
+    afresh."""
+    key = (codec, path)
+    model = cell.loaded.pop(key, None) if take else cell.loaded.get(key)
+    if model is None:
+        model = load(cell.name, cell.converted[codec], True if path == "keep" else None)
+        if not take:
+            cell.loaded[key] = model
+    return model
 
 
 def make_cell(name: str, root: Path) -> Cell:
@@ -248,7 +264,7 @@ def check_load(cell: Cell, codec: str, path: str) -> dict:
     """The cell's model gives the reference's outputs exactly, has its dtype (none passed) and,
     kept compressed, keeps every Linear / experts weight compressed. Returns the report."""
     keep = True if path == "keep" else None
-    model = load(cell.name, cell.converted[codec], keep)
+    model = cell_model(cell, codec, path)
     assert cell.ref.dtype == torch.bfloat16, f"reference loaded as {cell.ref.dtype}, not the saved bf16"
     assert model.dtype == cell.ref.dtype, f"model dtype {model.dtype}, the original folder gives {cell.ref.dtype}"
     assert_same_outputs(outputs(model, cell.feed), cell.want, "outputs")
@@ -303,7 +319,7 @@ def check_save_reload(cell: Cell, codec: str, path: str, tmp: Path) -> None:
     from wcodec.hf import read_codec_config
 
     keep = True if path == "keep" else None
-    model = load(cell.name, cell.converted[codec], keep)
+    model = cell_model(cell, codec, path)
     model.save_pretrained(tmp)
     is_wcodec = read_codec_config(tmp) is not None
     if keep:
@@ -341,8 +357,7 @@ def check_lora(cell: Cell, codec: str, path: str) -> None:
     """A plain LoraConfig on the arch's linear names trains one step and changes only the
     adapter: every trainable parameter is an adapter's, each adapter tensor moved, and with the
     adapter disabled the outputs are the base's exactly."""
-    keep = True if path == "keep" else None
-    model = load(cell.name, cell.converted[codec], keep)
+    model = cell_model(cell, codec, path, take=True)
     base = outputs(model, cell.feed)
     pm = lora_model(model, ARCHS[cell.name].lora)
     trainable = {n: p.detach().clone() for n, p in pm.named_parameters() if p.requires_grad}
