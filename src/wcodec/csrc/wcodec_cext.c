@@ -1139,57 +1139,66 @@ fail:
 /* ------------------------------------------------------------------------------------------ */
 /* encode: histograms, normalisation, the float split, rANS encode                           */
 
+/* symbol counts per block of `block` symbols: chunk_histograms (u8 symbols, int64 counts of 256,
+ * the byte planes' chunks) and block_histograms16 (u16 symbols, int32 counts of 65536, the joint
+ * plane's blocks) share the context and the entry point; each has its own task */
 typedef struct {
-    const uint8_t *sym;
-    int64_t n, chunk_size;
-    int64_t *counts; /* [n_chunks, 256] */
-} hist_ctx;
+    const void *sym;
+    int64_t n, block;
+    void *counts; /* [n_blocks, alphabet] */
+} counts_ctx;
 
 static void hist_task(void *vctx, int64_t c) {
-    hist_ctx *ctx = vctx;
-    int64_t a = c * ctx->chunk_size, b = ctx->n < a + ctx->chunk_size ? ctx->n : a + ctx->chunk_size;
+    counts_ctx *ctx = vctx;
+    const uint8_t *sym = ctx->sym;
+    int64_t a = c * ctx->block, b = ctx->n < a + ctx->block ? ctx->n : a + ctx->block;
     uint32_t h[4][256];
     memset(h, 0, sizeof h);
     int64_t i = a;
     for (; i + 4 <= b; i += 4) { /* four sub-histograms: no store-to-load stalls on repeats */
-        h[0][ctx->sym[i]]++;
-        h[1][ctx->sym[i + 1]]++;
-        h[2][ctx->sym[i + 2]]++;
-        h[3][ctx->sym[i + 3]]++;
+        h[0][sym[i]]++;
+        h[1][sym[i + 1]]++;
+        h[2][sym[i + 2]]++;
+        h[3][sym[i + 3]]++;
     }
-    for (; i < b; i++) h[0][ctx->sym[i]]++;
-    int64_t *row = ctx->counts + c * 256;
+    for (; i < b; i++) h[0][sym[i]]++;
+    int64_t *row = (int64_t *)ctx->counts + c * 256;
     for (int s = 0; s < 256; s++) row[s] = (int64_t)h[0][s] + h[1][s] + h[2][s] + h[3][s];
 }
 
-/* chunk_histograms(symbols, chunk_size, counts, threads); counts: [n_chunks * 256] int64 */
-static PyObject *py_chunk_histograms(PyObject *self, PyObject *args) {
+/* (symbols, block, counts, threads) of a block-counts entry point: symbols of sym_bytes each,
+ * counts [n_blocks * alphabet] of count_bytes each, 1 <= block <= max_block; runs task per block */
+static PyObject *block_counts(PyObject *args, int sym_bytes, int count_bytes, int64_t alphabet, long long max_block,
+                              task_fn task, const char *name) {
     PyObject *o_sym, *o_counts;
-    long long cs;
+    long long block;
     int threads;
-    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &cs, &o_counts, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &block, &o_counts, &threads)) return NULL;
     bufs_t bs = {.k = 0};
-    hist_ctx ctx;
+    counts_ctx ctx;
     int64_t nc;
-    ctx.sym = get_buf(&bs, o_sym, 0, 1, &ctx.n, "symbols");
-    if (!ctx.sym) goto fail;
-    ctx.counts = get_buf(&bs, o_counts, 1, 8, &nc, "counts");
-    if (!ctx.counts) goto fail;
-    ctx.chunk_size = cs;
-    if (cs < 1 || cs > (1 << 24) || nc != ((ctx.n + cs - 1) / cs) * 256) {
-        PyErr_SetString(PyExc_ValueError, "chunk_histograms: bad sizes");
+    if (!(ctx.sym = get_buf(&bs, o_sym, 0, sym_bytes, &ctx.n, "symbols"))) goto fail;
+    if (!(ctx.counts = get_buf(&bs, o_counts, 1, count_bytes, &nc, "counts"))) goto fail;
+    ctx.block = block;
+    if (block < 1 || block > max_block || nc != ((ctx.n + block - 1) / block) * alphabet) {
+        PyErr_Format(PyExc_ValueError, "%s: bad sizes", name);
         goto fail;
     }
-    int64_t n_chunks = nc / 256;
-    threads = pick_threads(threads, n_chunks);
+    int64_t n_blocks = nc / alphabet;
+    threads = pick_threads(threads, n_blocks);
     Py_BEGIN_ALLOW_THREADS
-    run_parallel(hist_task, &ctx, n_chunks, threads);
+    run_parallel(task, &ctx, n_blocks, threads);
     Py_END_ALLOW_THREADS
     bufs_release(&bs);
     Py_RETURN_NONE;
 fail:
     bufs_release(&bs);
     return NULL;
+}
+
+/* chunk_histograms(symbols, chunk_size, counts, threads); counts: [n_chunks * 256] int64 */
+static PyObject *py_chunk_histograms(PyObject *self, PyObject *args) {
+    return block_counts(args, 1, 8, 256, 1 << 24, hist_task, "chunk_histograms");
 }
 
 /* head_histogram(bits, shift, mask, hist, threads): hist[(b >> shift) & mask] += 1 over
@@ -2506,45 +2515,17 @@ static void dec16_task(void *vctx, int64_t c) {
 
 /* block_histograms16(symbols u16[n], block, counts int32[n_blocks * 65536], threads): the
  * joint encoder's symbol counts per block of `block` symbols (block <= 2**31 - 1) */
-typedef struct {
-    const uint16_t *sym;
-    int64_t n, block;
-    int32_t *counts;
-} hist16_ctx;
-
 static void hist16_task(void *vctx, int64_t k) {
-    hist16_ctx *ctx = vctx;
-    int32_t *h = ctx->counts + k * 65536;
+    counts_ctx *ctx = vctx;
+    const uint16_t *sym = ctx->sym;
+    int32_t *h = (int32_t *)ctx->counts + k * 65536;
     int64_t a = k * ctx->block, b = a + ctx->block < ctx->n ? a + ctx->block : ctx->n;
     memset(h, 0, 65536 * sizeof(int32_t));
-    for (int64_t i = a; i < b; i++) h[ctx->sym[i]]++;
+    for (int64_t i = a; i < b; i++) h[sym[i]]++;
 }
 
 static PyObject *py_block_histograms16(PyObject *self, PyObject *args) {
-    PyObject *o_sym, *o_counts;
-    long long block;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OLOi", &o_sym, &block, &o_counts, &threads)) return NULL;
-    bufs_t bs = {.k = 0};
-    hist16_ctx ctx;
-    int64_t nc;
-    if (!(ctx.sym = get_buf(&bs, o_sym, 0, 2, &ctx.n, "symbols"))) goto fail;
-    if (!(ctx.counts = get_buf(&bs, o_counts, 1, 4, &nc, "counts"))) goto fail;
-    ctx.block = block;
-    if (block < 1 || block > INT32_MAX || nc != ((ctx.n + block - 1) / block) * 65536) {
-        PyErr_SetString(PyExc_ValueError, "block_histograms16: bad sizes");
-        goto fail;
-    }
-    int64_t n_blocks = nc / 65536;
-    threads = pick_threads(threads, n_blocks);
-    Py_BEGIN_ALLOW_THREADS
-    run_parallel(hist16_task, &ctx, n_blocks, threads);
-    Py_END_ALLOW_THREADS
-    bufs_release(&bs);
-    Py_RETURN_NONE;
-fail:
-    bufs_release(&bs);
-    return NULL;
+    return block_counts(args, 2, 4, 65536, INT32_MAX, hist16_task, "block_histograms16");
 }
 
 /* decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, exc_offsets,
