@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fixed_kernels import _escape_rows, _natural_pairs, _store_y, _x_lanes
+from .fixed_kernels import _escapes, _natural_pairs, _store_y, _x_lanes
 
 
 @triton.jit
@@ -57,15 +57,6 @@ def _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base):
 
 
 @triton.jit
-def _escape_delta16(val, base):
-    """fp32 (value - placeholder) of escapes, val: fp16 bits as int32."""
-    v = val & 0xFFFF
-    dec = (v & 0x83FF) | ((base + 7) << 10)
-    return v.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) - \
-        dec.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
 def fixed16_gemv_kernel(x_ptr, lo_ptr, nib_ptr, m2_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
                         M, N, K, G, stride_xm, stride_ym, base, MB,
                         BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
@@ -88,18 +79,7 @@ def fixed16_gemv_kernel(x_ptr, lo_ptr, nib_ptr, m2_ptr, eptr_ptr, ecol_ptr, eval
             + _f16_lo(e02_1)[None] * x4[:, None, :] + _f16_lo(e13_1)[None] * x5[:, None, :] \
             + _f16_hi(e02_1)[None] * x6[:, None, :] + _f16_hi(e13_1)[None] * x7[:, None, :]
     y = tl.sum(acc, axis=2)
-    # the escapes of rows n0..n0+BN-1: y[m, n] += x[m, col] * (value - placeholder)
-    e_start = tl.load(eptr_ptr + n0).to(tl.int64)
-    e_end = tl.load(eptr_ptr + tl.minimum(n0 + BN, N)).to(tl.int64)
-    for e0 in range(e_start, e_end, EB):
-        e = e0 + tl.arange(0, EB)
-        em = e < e_end
-        ecol = tl.load(ecol_ptr + e, mask=em, other=0).to(tl.int64)
-        d = tl.where(em, _escape_delta16(tl.load(eval_ptr + e, mask=em, other=0).to(tl.int32), base), 0.0)
-        onehot = _escape_rows(eptr_ptr, n0, e, N, BN) & em[:, None]
-        xe = tl.load(x_ptr + om[:, None].to(tl.int64) * stride_xm + ecol[None, :], mask=xm & em[None, :],
-                     other=0.0).to(tl.float32)
-        y += tl.sum(xe[:, :, None] * tl.where(onehot, d[:, None], 0.0)[None, :, :], axis=1)
+    y = _escapes(y, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base, BN, EB, False, True)
     _store_y(y, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
 
 

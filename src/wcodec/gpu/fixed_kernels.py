@@ -124,6 +124,15 @@ def _escape_delta(val, base):
 
 
 @triton.jit
+def _escape_delta16(val, base):
+    """fp32 (value - placeholder) of escapes of the fp16 layout (codec fixed16), val: fp16 bits as int32."""
+    v = val & 0xFFFF
+    dec = (v & 0x83FF) | ((base + 7) << 10)
+    return v.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) - \
+        dec.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
 def _escape_rows(ptr_ptr, n0, e, N, BN: tl.constexpr):
     """Local row (0..BN-1) of each escape index e [EB] of the rows n0..n0+BN-1 -> [EB, BN] one-hot."""
     rn = n0 + 1 + tl.arange(0, BN)
@@ -162,8 +171,9 @@ def _x_lanes(x_ptr, x64_ptr, om, stride_xm, gi, K, xm, X64: tl.constexpr):
 
 @triton.jit
 def _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N, base,
-             BN: tl.constexpr, EB: tl.constexpr, DOT: tl.constexpr):
-    """acc[m, n] += x[m, col] * (value - placeholder) over the escapes of rows n0..n0+BN-1."""
+             BN: tl.constexpr, EB: tl.constexpr, DOT: tl.constexpr, F16: tl.constexpr = False):
+    """acc[m, n] += x[m, col] * (value - placeholder) over the escapes of rows n0..n0+BN-1
+    (values bf16 bits; fp16 bits of the fp16 layout with F16)."""
     e_start = tl.load(eptr_ptr + n0).to(tl.int64)
     e_end = tl.load(eptr_ptr + tl.minimum(n0 + BN, N)).to(tl.int64)
     xrow = x_ptr + om[:, None].to(tl.int64) * stride_xm
@@ -171,7 +181,11 @@ def _escapes(acc, x_ptr, om, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, n0, N,
         e = e0 + tl.arange(0, EB)
         em = e < e_end
         ecol = tl.load(ecol_ptr + e, mask=em, other=0).to(tl.int64)
-        d = tl.where(em, _escape_delta(tl.load(eval_ptr + e, mask=em, other=0).to(tl.int32), base), 0.0)
+        val = tl.load(eval_ptr + e, mask=em, other=0).to(tl.int32)
+        if F16:
+            d = tl.where(em, _escape_delta16(val, base), 0.0)
+        else:
+            d = tl.where(em, _escape_delta(val, base), 0.0)
         onehot = _escape_rows(eptr_ptr, n0, e, N, BN) & em[:, None]
         xe = tl.load(xrow + ecol[None, :], mask=xm & em[None, :], other=0.0).to(tl.float32)
         if DOT:
