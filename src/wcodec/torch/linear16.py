@@ -6,7 +6,6 @@ layout (codec "fixed16", about 14-15.5 bits/weight) and decoded inside the GEMV 
 
 from __future__ import annotations
 
-import copy
 from typing import Optional
 
 import numpy as np
@@ -25,29 +24,8 @@ class Fixed16WeightTensor(FixedWeightTensor):
     """The ``.weight`` of a CompressedLinear16: as FixedWeightTensor (metadata free, any op
     decodes the whole weight into a new tensor), a [n, k] float16 tensor."""
 
-    @staticmethod
-    def __new__(cls, packed: torch.Tensor, base: int, n: int, k: int):
-        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=torch.float16, device=packed.device,
-                                                requires_grad=False)
-        t._packed, t._window = packed, base
-        return t
-
-    def dense(self) -> torch.Tensor:
-        """The weight, bit-exact: a new [n, k] float16 tensor."""
-        return fx16.decode(fx16.unpack(self._packed, self._window, *self.shape))
-
-    def __repr__(self, *, tensor_contents=None) -> str:
-        return f"Fixed16WeightTensor(shape={tuple(self.shape)}, dtype=torch.float16, device={self.device})"
-
-    def __reduce_ex__(self, protocol):
-        return Fixed16WeightTensor, (self._packed, self._window, *self.shape)
-
-    def __deepcopy__(self, memo):
-        return Fixed16WeightTensor(copy.deepcopy(self._packed, memo), self._window, *self.shape)
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Fixed16WeightTensor(inner["_packed"], *ctx)
+    _dtype = torch.float16
+    _layout = fx16
 
 
 def check_packed16(t, base: int, n: int, k: int, where: str) -> fx16.Fixed16Weight:

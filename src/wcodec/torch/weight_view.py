@@ -32,9 +32,14 @@ class FixedWeightTensor(torch.Tensor):
     (``__tensor_flatten__``). Pickles and deep-copies with its packed buffer.
     """
 
+    #: the dense weight's dtype and the layout module that unpacks and decodes the packed buffer
+    #: (subclasses for other layouts set both: torch.linear16.Fixed16WeightTensor)
+    _dtype = torch.bfloat16
+    _layout = fx
+
     @staticmethod
     def __new__(cls, packed: torch.Tensor, base: int, n: int, k: int):
-        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=torch.bfloat16, device=packed.device,
+        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=cls._dtype, device=packed.device,
                                                 requires_grad=False)
         t._packed, t._window = packed, base  # Tensor has its own _base: not that name
         return t
@@ -43,28 +48,28 @@ class FixedWeightTensor(torch.Tensor):
         super().__init__()
 
     def dense(self) -> torch.Tensor:
-        """The weight, bit-exact: a new [n, k] bfloat16 tensor."""
-        return fx.decode(fx.unpack(self._packed, self._window, *self.shape))
+        """The weight, bit-exact: a new [n, k] tensor of this tensor's dtype."""
+        return self._layout.decode(self._layout.unpack(self._packed, self._window, *self.shape))
 
     def backed_by(self, packed: torch.Tensor, base: int, n: int, k: int) -> bool:
         """Whether this tensor reads ``packed`` as an [n, k] weight of window ``base``."""
         return self._packed is packed and self._window == base and tuple(self.shape) == (n, k)
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        return f"FixedWeightTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
+        return f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     def __reduce_ex__(self, protocol):
-        return FixedWeightTensor, (self._packed, self._window, *self.shape)
+        return type(self), (self._packed, self._window, *self.shape)
 
     def __deepcopy__(self, memo):
-        return FixedWeightTensor(copy.deepcopy(self._packed, memo), self._window, *self.shape)
+        return type(self)(copy.deepcopy(self._packed, memo), self._window, *self.shape)
 
     def __tensor_flatten__(self):
         return ["_packed"], (self._window, *self.shape)
 
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return FixedWeightTensor(inner["_packed"], *ctx)
+    @classmethod
+    def __tensor_unflatten__(cls, inner, ctx, outer_size, outer_stride):
+        return cls(inner["_packed"], *ctx)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
