@@ -198,9 +198,12 @@ def test_stored_fixed_record_taken_as_stored():
     model = copy.deepcopy(dense)
     experts, orig = model.model.layers[0].mlp.experts, dense.model.layers[0].mlp.experts
     up, down = _record(orig.gate_up_proj), _record(orig.down_proj)
-    assert stored_record_fits(experts, "gate_up_proj", up)  # [4, 48, 32]: K a multiple of 16
-    assert not stored_record_fits(experts, "down_proj", down)  # [4, 32, 24]: rows padded per expert
-    assert not stored_record_fits(experts, "down_proj", up)  # another shape
+    def fits(module, attr, rec):
+        return stored_record_fits(module, attr, rec.codec, rec.dtype, rec.shape)
+
+    assert fits(experts, "gate_up_proj", up)  # [4, 48, 32]: K a multiple of 16
+    assert not fits(experts, "down_proj", down)  # [4, 32, 24]: rows padded per expert
+    assert not fits(experts, "down_proj", up)  # another shape
     assert up.info["escape_fraction"] > 0  # the escapes are re-indexed per expert
     load_expert_record(experts, "gate_up_proj", up, "cpu", name="gate_up_proj")
     compress_expert_param(experts, "down_proj", orig.down_proj.detach())
@@ -215,7 +218,7 @@ def test_stored_fixed_record_taken_as_stored():
     assert experts.gate_up_proj_packed.numel() == other.gate_up_proj_packed.numel()
     # gpt-oss multiplies x @ P[e]: its experts are P[e].T, not rows of the record
     oss = dense_model("gpt_oss").model.layers[0].mlp.experts
-    assert not stored_record_fits(oss, "gate_up_proj", _record(oss.gate_up_proj))
+    assert not fits(oss, "gate_up_proj", _record(oss.gate_up_proj))
 
 
 def test_corrupt_stored_record_raises_and_leaves_the_module_dense():

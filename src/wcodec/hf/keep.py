@@ -251,13 +251,14 @@ def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Te
 
     if value.dtype != torch.bfloat16:
         return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
-    record = _stored(state, key, value.device) if key is not None else None
+    entry = state.reader.entry(key) if key is not None else None
     try:
         with _device_scope(value):
-            if record is not None and ex.stored_record_fits(module, attr, record):
-                ex.load_expert_record(module, attr, record, value.device, exact=exact, name=key)
+            if entry is not None and ex.stored_record_fits(module, attr, entry["codec"], entry["dtype"],
+                                                           entry["shape"]):
+                ex.load_expert_record(module, attr, _stored(state, key, value.device), value.device, exact=exact,
+                                      name=key)
             else:
-                del record
                 ex.compress_expert_param(module, attr, materialize(value), exact=exact)
     except ex.ExpertsKeptDenseError as e:
         return str(e)

@@ -131,13 +131,14 @@ def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor, exa
              offsets, bases, (E, d1, d2), exact)
 
 
-def stored_record_fits(module: nn.Module, attr: str, record) -> bool:
-    """Whether :func:`load_expert_record` takes ``record`` (an EncodedTensor) as stored for
-    ``module.<attr>``: codec "fixed" bfloat16 of the parameter's [E, N, K] shape, a module that
-    is not transposed, K a multiple of 16 (each expert's rows are then the record's bytes)."""
+def stored_record_fits(module: nn.Module, attr: str, codec: str, dtype: str, shape) -> bool:
+    """Whether :func:`load_expert_record` takes a stored record of ``codec``, ``dtype`` (the
+    file's dtype string) and ``shape`` as it is for ``module.<attr>``: codec "fixed" "BF16" of
+    the parameter's [E, N, K] shape, a module that is not transposed, K a multiple of 16 (each
+    expert's rows are then the record's bytes). Reads only the record's header fields."""
     p = _dense_param(module, attr)
-    shape = tuple(record.shape)
-    return (record.codec == "fixed" and record.dtype == "BF16" and len(shape) == 3 and is_expert_param(module, attr)
+    shape = tuple(shape)
+    return (codec == "fixed" and dtype == "BF16" and len(shape) == 3 and is_expert_param(module, attr)
             and not module.is_transposed and p is not None and tuple(p.shape) == shape and shape[2] % 16 == 0)
 
 
@@ -156,7 +157,7 @@ def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool
     from ..errors import WcodecError
     from ..gpu.loader import upload
 
-    if not stored_record_fits(module, attr, record):
+    if not stored_record_fits(module, attr, record.codec, record.dtype, record.shape):
         raise ExpertsKeptDenseError(f"{name or attr}: the stored record is not a codec fixed [E, N, K] bfloat16 "
                                     "record of the parameter's shape with K a multiple of 16")
     E, N, K = record.shape
