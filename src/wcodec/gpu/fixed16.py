@@ -123,10 +123,12 @@ def _m2_bytes(n: int, k: int) -> int:
 def pack(fw: Fixed16Weight) -> torch.Tensor:
     """fw in one uint8 tensor on its device: the m2 plane (16-byte aligned), then
     ``wcodec.gpu.fixed.pack`` of the shared planes."""
-    head = torch.zeros(_m2_bytes(fw.N, fw.K), dtype=torch.uint8, device=fw.device)
+    off, p = _m2_bytes(fw.N, fw.K), fw.planes
+    out = torch.zeros(off + fx.packed_size(fw.N, fw.K, p.ecol.numel()), dtype=torch.uint8, device=fw.device)
     if fw.m2.numel():
-        head[:fw.m2.numel() * 4] = fw.m2.contiguous().reshape(-1).view(torch.uint8)
-    return torch.cat([head, fx.pack(fw.planes)])
+        out[:fw.m2.numel() * 4] = fw.m2.contiguous().reshape(-1).view(torch.uint8)
+    fx.pack_parts(out[off:], (p.lo, p.nib, p.eptr, p.ecol, p.eval, p.erow), fw.N, fw.K)
+    return out
 
 
 def unpack(packed: torch.Tensor, base: int, n: int, k: int) -> Fixed16Weight:
