@@ -61,6 +61,12 @@ WGMMA_MAX_M = 128
 #: weights (0.2 % escapes): 3.48-3.82x cuBLAS against Gaussian's (0.03 %) 1.93-2.37x; by the
 #: linear growth between the two, it falls behind decode + cuBLAS from 0.05-0.1 % escapes
 WGMMA_MAX_ESCAPES = 5e-4
+#: bf16 x of WS_MIN_M < M <= WS_MAX_M rows on an sm_90 GPU runs the warp-specialised kernel
+#: (fixed_ws: decoder warps fill shared buffers, a consumer warpgroup multiplies them by wgmma,
+#: all rows of x in one block), before the wgmma kernel's and LARGE_M's rules. Not routed until
+#: measured on the H100 (benchmarks/experiments/ws_kernel.py): WS_MAX_M = 0
+WS_MIN_M = 32
+WS_MAX_M = 0
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -429,14 +435,16 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
-    if kind.startswith(("mma", "wgmma")):  # "mma16" .. "mma128", "wgmma64" .. "wgmma256": never interpreted
-        if kind not in _TUNED:
+    if kind.startswith(("mma", "wgmma", "ws")):  # "mma16" .. "mma128", "wgmma64" .. "wgmma256", "ws32" .. "ws256"
+        if kind not in _TUNED:  # (never interpreted)
             import triton
             if kind.startswith("mma"):
                 from .fixed_mma import configs, fixed_mma_kernel as fn
+            elif kind.startswith("ws"):
+                from .fixed_ws import configs, fixed_ws_kernel as fn
             else:
                 from .fixed_wgmma import configs, fixed_wgmma_kernel as fn
-            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgma"))), key=["N", "K", "MB", "SPLIT"],
+            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgmas"))), key=["N", "K", "MB", "SPLIT"],
                                            cache_results=True)(fn)
         return _TUNED[kind], {}
     from . import fixed_kernels as fk
@@ -616,7 +624,27 @@ def _runs_wgmma(x2: torch.Tensor) -> bool:
     return WGMMA_MIN_M < x2.shape[0] <= WGMMA_MAX_M and _wgmma_ready(x2)
 
 
-def _gluon_available(hopper: bool = False) -> bool:
+_WS_OK: dict = {}
+
+
+def _ws_ready(x: torch.Tensor) -> bool:
+    """Whether :func:`linear` of x may run the warp-specialised kernel (:mod:`wcodec.gpu.fixed_ws`):
+    as :func:`_wgmma_ready`, plus a Gluon with ``warp_specialize`` and mbarriers, and no failure
+    of that kernel earlier in this process."""
+    if not _wgmma_ready(x):
+        return False
+    i = _cuda_index(x.device)
+    if i not in _WS_OK:
+        _WS_OK[i] = _gluon_available(hopper=True, ws=True)
+    return _WS_OK[i]
+
+
+def _runs_ws(x2: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs the warp-specialised kernel for the tensor-core path of x2 [M, K]."""
+    return WS_MIN_M < x2.shape[0] <= WS_MAX_M and _ws_ready(x2)
+
+
+def _gluon_available(hopper: bool = False, ws: bool = False) -> bool:
     try:
         import inspect
 
@@ -624,25 +652,27 @@ def _gluon_available(hopper: bool = False) -> bool:
         from triton.experimental.gluon.language.nvidia import ampere
         if hopper:
             from triton.experimental.gluon.language.nvidia import hopper as h
-            return all(hasattr(h, f) for f in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared"))
+            return all(hasattr(h, f) for f in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared")) \
+                and (not ws or hasattr(gl, "warp_specialize") and hasattr(h, "mbarrier"))
         return hasattr(ampere, "mma_v2") and "assert_trivial" in inspect.signature(gl.convert_layout).parameters
     except Exception:  # no Gluon, or one without a piece the kernel uses: the Triton kernel runs
         return False
 
 
-def _mma_failed(err: Exception, wgmma: bool = False) -> None:
-    """The mma (``wgmma``: the wgmma) kernel failed at its first launch: warn once, use the Triton kernel."""
+def _mma_failed(err: Exception, family: str = "mma") -> None:
+    """The Gluon kernel ``family`` ("mma", "wgmma", "ws") failed at its first launch: warn once,
+    use the next kernel (ws: the wgmma kernel or the Triton kernel; the others: the Triton kernel)."""
     import warnings
-    ok = _WGMMA_OK if wgmma else _MMA_OK
+    ok = {"mma": _MMA_OK, "wgmma": _WGMMA_OK, "ws": _WS_OK}[family]
     for i in list(ok) or [torch.cuda.current_device()]:
         ok[i] = False
-    warnings.warn(f"wcodec: the fused {'wgmma' if wgmma else 'mma'} kernel failed on this GPU/Triton ({type(err).__name__}: "
-                  f"{str(err)[:300]}); using the Triton kernel instead", RuntimeWarning, stacklevel=3)
+    warnings.warn(f"wcodec: the fused {family} kernel failed on this GPU/Triton ({type(err).__name__}: "
+                  f"{str(err)[:300]}); using another kernel instead", RuntimeWarning, stacklevel=3)
 
 
 def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
     """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
-    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WGMMA_MAX_M and WGMMA_MAX_ESCAPES); without
+    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WS_MAX_M, WGMMA_MAX_M and WGMMA_MAX_ESCAPES); without
     x, as for activations that cannot take the mma kernels; without fw, as for a weight of few
     escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
@@ -650,7 +680,8 @@ def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = No
         return "gemv"
     wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x) \
         and (fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
-    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or wgmma else "decode"
+    ws = x is not None and WS_MIN_M < M <= WS_MAX_M and _ws_ready(x)
+    return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or ws or wgmma else "decode"
 
 
 def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
@@ -709,7 +740,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
     elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)
-              or _runs_wgmma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, wgmma=True)):
+              or _runs_ws(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, "ws")
+              or _runs_wgmma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, "wgmma")):
         _linear_tiled(x2, fw, args, key, b, y, split, record)
     return y.reshape(*lead, fw.N)
 
@@ -741,16 +773,17 @@ def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, rec
         _reduce(ws, b, y, split, b is not y, record, recorded)
 
 
-def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record, wgmma: bool = False) -> bool:
-    """y = x2 @ W.T (+ bias) by the Gluon mma kernel (``wgmma``: the Hopper wgmma kernel) and,
-    for split > 1, the split-K sum; False (nothing launched) when the kernel fails at its first
-    launch (see _mma_failed)."""
+def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record, family: str = "mma") -> bool:
+    """y = x2 @ W.T (+ bias) by the Gluon kernel ``family`` ("mma"; "wgmma": the Hopper wgmma
+    kernel; "ws": the warp-specialised one) and, for split > 1, the split-K sum; False (nothing
+    launched) when the kernel fails at its first launch (see _mma_failed)."""
     M = x2.shape[0]
-    kind = f"wgmma{max(64, _pow2(M))}" if wgmma else _mma_kind(M)
+    wgmma = family != "mma"
+    kind = {"mma": _mma_kind(M), "wgmma": f"wgmma{max(64, _pow2(M))}", "ws": f"ws{max(32, _pow2(M))}"}[family]
     mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
     if split is None:
         split = _shipped_split(kind, fw.N, fw.K, mb, x2.device) \
-            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if wgmma else 0)
+            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if family == "wgmma" else 0, ws=family == "ws")
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
     grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
@@ -761,7 +794,7 @@ def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, recor
     except Exception as err:
         if (kind, key) in _BEST:
             raise  # it ran before: not a compile failure
-        _mma_failed(err, wgmma)
+        _mma_failed(err, family)
         return False
     if split > 1:
         _reduce(ws, b, y, split, b is not y, record, recorded)
@@ -789,7 +822,7 @@ MIN_SPLIT_COLS = 1024
 MMA_MIN_SPLIT_COLS = 512
 
 
-def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0) -> int:
+def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws: bool = False) -> int:
     """K slices for the tiled kernels (``SPLIT``): with few output tiles (e.g. M = 16 on a
     4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row of W and
     the GPU waits on memory latency; slicing K doubles the programs until there are two per SM
@@ -800,7 +833,9 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0) ->
     rule picked the fastest split of 1, 2, 4, 8 on all 9 weights of benchmarks/experiments/mma_kernel.py
     --sweep at M = 16 (benchmarks/RESULTS.md)."""
     sms = _sm_count(device)
-    if mma:
+    if ws:  # the warp-specialised kernel: tiles of 64 rows of W, one program an SM (registers)
+        tiles, programs, cols = _cdiv(N, 64), sms, MMA_MIN_SPLIT_COLS
+    elif mma:
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, _mma_rows(M)), 3 * sms // 2, MMA_MIN_SPLIT_COLS
     elif wide:  # one row block of ``wide`` rows: tiles of 64 rows of W
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, wide), 2 * sms, MIN_SPLIT_COLS

@@ -1,0 +1,109 @@
+"""The warp-specialised wgmma kernel (wcodec.gpu.fixed_ws). On any machine with a Triton whose
+Gluon has warp_specialize and the Hopper ops: it compiles for sm_90 to asynchronous wgmma with
+mbarrier hand-offs between the partitions and per-partition register counts. On an sm_90 GPU
+(WCODEC_GPU_TESTS_ON_DEVICE=1; Gluon does not run under the interpreter): its outputs match an
+fp32 reference and the Triton kernel's for escapes, bias, odd shapes, strided x, every block
+height, split and tile config; the routing gives it WS_MIN_M < M <= WS_MAX_M rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed for the fixed-rate kernels")
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
+
+from wcodec.gpu import fixed as fx  # noqa: E402
+
+from .test_fixed_mma import case, check_kernel, rel  # noqa: E402
+
+ON_GPU = os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available() \
+    and torch.cuda.get_device_capability()[0] == 9
+ws_ok = pytest.mark.skipif(not fx._gluon_available(hopper=True, ws=True),
+                           reason=f"triton {triton.__version__}'s Gluon lacks warp_specialize or the Hopper ops")
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
+
+#: ahead-of-time compile for sm_90 (no GPU needed), in a fresh process (the interpreter the CPU
+#: tests use patches triton.language in place)
+_COMPILE = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from wcodec.gpu.fixed_ws import _WS_LIST, configs, fixed_ws_kernel
+ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
+            erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
+ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
+cfg = configs(64)[0]
+consts = {"STAGES": 3, "DW": 4, "DREGS": 128, "WS_LIST": _WS_LIST, **cfg.kwargs, "HAS_BIAS": True}
+sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
+names = list(sig)
+attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
+k = triton.compile(GluonASTSource(fixed_ws_kernel, signature=sig, constexprs=consts, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
+ptx = k.asm["ptx"]
+print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": ptx.count("wgmma.wait_group.sync.aligned 1"),
+                              "setmaxnreg": ptx.count("setmaxnreg"), "mbar_wait": ptx.count("mbarrier.try_wait"),
+                              "mbar_arrive": ptx.count("mbarrier.arrive")}))
+"""
+
+
+@ws_ok
+def test_compiles_to_warp_specialised_async_wgmma():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and line, run.stderr[-3000:]
+    got = json.loads(line[0][7:])
+    # one product in flight while the next buffer fills; the partitions hand buffers over by
+    # mbarriers and take their own register counts
+    assert got["wgmma"] > 0 and got["wait1"] > 0, got
+    assert got["setmaxnreg"] > 0 and got["mbar_wait"] > 0 and got["mbar_arrive"] > 0, got
+
+
+@gpu
+@ws_ok
+@pytest.mark.parametrize("N,K,M", [(1000, 4104, 40), (777, 520, 33), (96, 64, 64), (300, 1032, 100),
+                                   (4096, 1024, 128), (520, 2048, 256), (130, 264, 250), (64, 4096, 17)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    monkeypatch.setattr(fx, "WS_MIN_M", 16)
+    monkeypatch.setattr(fx, "WS_MAX_M", 256)
+    monkeypatch.setattr(fx, "MMA_MAX_M", 16)
+    fw, x, b, ref = case(N, K, M, bias)
+    assert fx._runs_ws(x) and fx.pick_kind(M, x) == "mm"
+    check_kernel(fw, x, b, ref, f"ws{max(32, 1 << (M - 1).bit_length())}", monkeypatch)
+
+
+@gpu
+@ws_ok
+def test_routing_gives_it_its_rows():
+    x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
+    assert not fx._runs_ws(x[:fx.WS_MIN_M]) and fx._runs_ws(x[:fx.WS_MIN_M + 1])
+    assert fx._runs_ws(x[:fx.WS_MAX_M]) and (fx.WS_MAX_M == 256 or not fx._runs_ws(x[:fx.WS_MAX_M + 1]))
+    assert fx.pick_kind(fx.WS_MAX_M, x) == "mm"
+
+
+@gpu
+@ws_ok
+@pytest.mark.parametrize("bm", [32, 64, 128, 256])
+def test_every_config_matches_reference(bm, monkeypatch):
+    """Each tile config the autotuner may pick, rows and K slices ending inside a tile, escapes
+    and bias, at 1 and 3 K slices; every element of y written."""
+    from wcodec.gpu.fixed_ws import configs
+    monkeypatch.setattr(fx, "WS_MIN_M", 16)
+    monkeypatch.setattr(fx, "WS_MAX_M", 256)
+    monkeypatch.setattr(fx, "MMA_MAX_M", 16)
+    fw, x, b, ref = case(300, 1032, bm - 3, True)
+    M = x.shape[0]
+    for cfg in configs(bm):
+        for split in (1, 3):
+            fx._BEST[(f"ws{bm}", (fw.N, fw.K, 1 << (M - 1).bit_length(), x.dtype, b.dtype, split))] = cfg
+            y = fx.linear(x, fw, b, split=split)
+            assert not torch.isnan(y).any() and rel(y, ref) < 5e-3, (cfg, split)
