@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="0,1")
     ap.add_argument("--route", action="store_true", help="also time fixed.linear (the current route)")
     ap.add_argument("--heavy", action="store_true", help="Student-t weights too")
+    ap.add_argument("--once", action="store_true", help="one call of each config, no timing (for ncu)")
     a = ap.parse_args(argv)
     t0 = time.time()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -70,8 +71,9 @@ def main(argv=None) -> int:
                     finally:
                         fx.WS_MAX_M = ws_max
                 best = None
-                for ci in map(int, a.configs.split(",")):
-                    cfg = configs(max(32, fx._pow2(M)))[ci]
+                cfgs = configs(max(32, fx._pow2(M)))
+                for ci in (int(c) for c in a.configs.split(",") if int(c) < len(cfgs)):
+                    cfg = cfgs[ci]
                     for split in map(int, a.splits.split(",")):
                         y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                         wsb = torch.empty((split, M, N), dtype=torch.float32, device="cuda") if split > 1 else y
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
                             torch.cuda.synchronize()
                         except Exception as e:  # report and go on: a config may not compile on this Triton
                             print("FAIL", ci, split, type(e).__name__, str(e)[:2000], flush=True)
+                            continue
+                        if a.once:
                             continue
                         e = rel(y, ref)
                         ok = e < 5e-3 and not torch.isnan(y).any()

@@ -40,7 +40,8 @@ ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(64)[0]
-consts = {"STAGES": 3, "DW": 4, "DREGS": 128, "WS_LIST": _WS_LIST, **cfg.kwargs, "HAS_BIAS": True}
+consts = {"STAGES": 3, "DW": 4, "DREGS": 128, "EPI": 0, "WST": 4, "XL": 1, "WS_LIST": _WS_LIST, **cfg.kwargs,
+          "HAS_BIAS": True}
 sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
 names = list(sig)
 attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}

@@ -96,10 +96,11 @@ def _escapes(acc, x_ptr, stride_xm, M, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, n
 
 
 @gluon.jit
-def _esc_rows(eptr_ptr, n0, N, split, eL: gl.constexpr, BN: gl.constexpr):
-    """CSR range of the escapes of rows n0 .. n0+BN-1 (one row a thread column of eL), the
-    first moved on by this K slice's index: slice s takes escapes s, s + SPLIT, ... of a row."""
-    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, eL))
+def _esc_rows(eptr_ptr, n0, N, split, eL: gl.constexpr, BN: gl.constexpr, T: gl.constexpr = False):
+    """CSR range of the escapes of rows n0 .. n0+BN-1 (one row a thread column of eL; T: a
+    thread row of eL, for an accumulator of y.T), the first moved on by this K slice's index:
+    slice s takes escapes s, s + SPLIT, ... of a row."""
+    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1 if T else 0, eL))
     return gl.load(eptr_ptr + gl.minimum(on, N)) + split, gl.load(eptr_ptr + gl.minimum(on + 1, N))
 
 
@@ -111,34 +112,42 @@ def _esc_load(ecol_ptr, eval_ptr, e, end):
 
 
 @gluon.jit
-def _esc_fma(acc, xrow, xmask, col, v, em, base):
-    """acc[m, n] += x[m, col[n]] * (value[n] - placeholder[n]) in fp32 where em[n]."""
+def _esc_fma(acc, xrow, xmask, col, v, em, base, T: gl.constexpr = False):
+    """acc[m, n] += x[m, col[n]] * (value[n] - placeholder[n]) in fp32 where em[n] (T: acc[n, m],
+    xrow and xmask [1, BM])."""
     v = v & 0xFFFF
     ph = (v & 0x80FF) | ((base + 7) << 8)
     d = gl.where(em, (v << 16).to(gl.float32, bitcast=True) - (ph << 16).to(gl.float32, bitcast=True), 0.0)
-    xv = gl.load(xrow + col[None, :], mask=xmask & em[None, :], other=0.0).to(gl.float32)
-    return acc + xv * d[None, :]
+    if T:
+        acc += gl.load(xrow + col[:, None], mask=xmask & em[:, None], other=0.0).to(gl.float32) * d[:, None]
+    else:
+        acc += gl.load(xrow + col[None, :], mask=xmask & em[None, :], other=0.0).to(gl.float32) * d[None, :]
+    return acc
 
 
 @gluon.jit
 def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end, SPLIT, c0, v0, c1, v1, c2, v2,
-                 c3, v3, eL: gl.constexpr, BM: gl.constexpr):
+                 c3, v3, eL: gl.constexpr, BM: gl.constexpr, T: gl.constexpr = False):
     """acc (layout eL: each thread holds rows of one output column n) += the escapes of each row n
     with CUDA-core FMAs: every thread walks its own row's CSR list, off the tensor cores and with
     no one-hot blocks. The first four escapes of each row (c0, v0 .. c3, v3) were loaded before
     the main loop, so their latency hid behind it; rows with more take them two at a time, the
-    next two's columns and values loaded while these two multiply."""
-    om = gl.arange(0, BM, layout=gl.SliceLayout(1, eL))[:, None]
+    next two's columns and values loaded while these two multiply. T: acc is y.T's tile [BN, BM]
+    (eL any layout of it: the wgmma accumulator's own, no conversion)."""
+    if T:
+        om = gl.arange(0, BM, layout=gl.SliceLayout(0, eL))[None, :]
+    else:
+        om = gl.arange(0, BM, layout=gl.SliceLayout(1, eL))[:, None]
     xrow = x_ptr + om.to(gl.int64) * stride_xm
     xmask = om < M
-    acc = _esc_fma(acc, xrow, xmask, c0, v0, start < end, base)
-    acc = _esc_fma(acc, xrow, xmask, c1, v1, start + SPLIT < end, base)
+    acc = _esc_fma(acc, xrow, xmask, c0, v0, start < end, base, T)
+    acc = _esc_fma(acc, xrow, xmask, c1, v1, start + SPLIT < end, base, T)
     most = gl.max(end - start, axis=0)
     for j in range(2 * SPLIT, most, 2 * SPLIT):
         c0, v0 = _esc_load(ecol_ptr, eval_ptr, start + j + 2 * SPLIT, end)
         c1, v1 = _esc_load(ecol_ptr, eval_ptr, start + j + 3 * SPLIT, end)
-        acc = _esc_fma(acc, xrow, xmask, c2, v2, start + j < end, base)
-        acc = _esc_fma(acc, xrow, xmask, c3, v3, start + j + SPLIT < end, base)
+        acc = _esc_fma(acc, xrow, xmask, c2, v2, start + j < end, base, T)
+        acc = _esc_fma(acc, xrow, xmask, c3, v3, start + j + SPLIT < end, base, T)
         c2 = c0
         v2 = v0
         c3 = c1
@@ -148,10 +157,15 @@ def _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, start, end,
 
 @gluon.jit
 def _store(acc, b_ptr, y_ptr, ws_ptr, m0, n0, M, N, stride_ym, split, SPLIT, L: gl.constexpr, BM: gl.constexpr,
-           BN: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """acc [BM, BN] (layout L) -> y rows m0.., columns n0.. (bias added), or ws[split] for SPLIT > 1."""
-    om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, L))[:, None]
-    on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L))[None, :]
+           BN: gl.constexpr, HAS_BIAS: gl.constexpr, T: gl.constexpr = False):
+    """acc [BM, BN] (layout L; T: [BN, BM], y.T's tile) -> y rows m0.., columns n0.. (bias
+    added), or ws[split] for SPLIT > 1."""
+    if T:
+        om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, L))[None, :]
+        on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, L))[:, None]
+    else:
+        om = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, L))[:, None]
+        on = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L))[None, :]
     ym = (om < M) & (on < N)
     if SPLIT == 1:
         if HAS_BIAS:
@@ -175,9 +189,27 @@ def _w_copies(nib_s, lo_s, nib_ptr, lo_ptr, roff, rmask, gi, g0, g_hi):
     buffers nib_s, lo_s (cp.async, one commit group): each thread copies the words it decodes."""
     g = g0 + gi
     m = rmask & (g < g_hi)
-    cp.async_copy_global_to_shared(nib_s, nib_ptr + roff + g, mask=m)
-    cp.async_copy_global_to_shared(lo_s, lo_ptr + roff + g, mask=m)
+    _cp(nib_s, nib_ptr + roff + g, m)
+    _cp(lo_s, lo_ptr + roff + g, m)
     cp.commit_group()
+
+
+# cp.async into shared memory is ``async_load`` in Triton 3.7+, ``async_copy_global_to_shared``
+# before. Chosen here, not by a constexpr branch: Triton hashes every function a kernel's source
+# names, in either branch, and a name missing from the installed Triton fails that hash (seen on
+# Triton 3.6 with ``async_load``)
+if hasattr(cp, "async_load"):
+    @gluon.jit
+    def _cp(smem, ptrs, mask):
+        """Start a cp.async copy of ``ptrs`` (where ``mask``) into ``smem``, each thread its own
+        elements (no commit)."""
+        cp.async_load(smem, ptrs, mask=mask)
+else:
+    @gluon.jit
+    def _cp(smem, ptrs, mask):
+        """Start a cp.async copy of ``ptrs`` (where ``mask``) into ``smem``, each thread its own
+        elements (no commit)."""
+        cp.async_copy_global_to_shared(smem, ptrs, mask=mask)
 
 
 @gluon.jit

@@ -27,23 +27,49 @@ import inspect
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .fixed_mma import _esc_load, _esc_rows, _escapes_fma, _store, _w_loads, _x_loads, _x_tile
+from .fixed_mma import _cp, _esc_load, _esc_rows, _escapes_fma, _store, _w_copies, _x_tile
 from .fixed_wgmma import _decode_rows
 
 #: Triton 3.6+ takes ``warp_specialize([(fn, args), ...], warps, regs)``; 3.5 took the default
 #: partition's args and function, then the workers' (the kernel is compiled for the one installed)
 _WS_LIST = "functions_and_args" in inspect.signature(gl.warp_specialize).parameters
+# the CTA (here: partition) barrier is ``gl.barrier`` in Triton 3.7+, ``gl.thread_barrier`` before;
+# chosen here, not in a constexpr branch (see fixed_mma._cp)
+if hasattr(gl, "barrier"):
+    @gluon.jit
+    def _barrier():
+        gl.barrier()
+else:
+    @gluon.jit
+    def _barrier():
+        gl.thread_barrier()
 
 
 @gluon.jit
-def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, ready, empty, stride_xm, M, N, K, G, base, n0, g_lo, g_hi,
-             BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, DW: gl.constexpr):
-    """Producer: for each K step of BG groups, W's decoded tile and x's tile into buffer i % STAGES
-    (after its ``empty`` barrier), then ``ready``. Loads run one step ahead in registers."""
+def _x_copy(x_s, xrow, xk, xmask, g0, K):
+    """Start copying x's columns of groups g0 .. g0 + BG - 1 into x_s (cp.async, one commit group)."""
+    cols = 8 * g0 + xk
+    _cp(x_s, xrow + cols, xmask & (cols < K))
+    cp.commit_group()
+
+
+@gluon.jit
+def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base, n0, g_lo,
+             g_hi, BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr):
+    """Producer: for each K step i of BG groups, W's decoded tile and x's tile into buffer
+    i % STAGES, then ``ready``. Nothing waits in registers: W's words come through WST shared
+    buffers by cp.async, WST - 1 steps ahead (each thread copies and reads back its own words),
+    x's tile by cp.async straight into the buffer of step i + XL once the consumer released it
+    (XL <= STAGES - 2: the consumer releases a buffer when it takes the step after).
+    Why: with the words loaded one step ahead in registers, each step waited a global load's
+    latency (H100, 4096x4096, M = 32: 28 us, 2x cuBLAS), and a [256, 64] x tile with its
+    prefetch took 128 registers a thread (10x cuBLAS at 256 rows)."""
     STAGES: gl.constexpr = w_s.shape[0]
+    WST: gl.constexpr = nib_s.shape[0]
     TG: gl.constexpr = BG if BG < 32 else 32
     wL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TG, TG], [DW, 1], [1, 0])
     xL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TG, TG], [DW, 1], [1, 0])
@@ -53,37 +79,53 @@ def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, ready, empty, stride_xm, M, N, K,
     rmask = rows < N
     xk, xrow, xmask = _x_tile(x_ptr, stride_xm, M, xL, BM, BG)
     base4 = (base * 0x01010101).to(gl.uint32)
-    nw, lo = _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g_lo, g_hi)
-    xt = _x_loads(xrow, xk, xmask, g_lo, K)
+    # commit groups in issue order: x_0 .. x_{XL-1}, w_0 .. w_{WST-2}, then per step i: x_{i+XL},
+    # w_{i+WST-1}. x_i has 2 XL + 1 groups after it when step i needs it (XL + WST at i = 0), w_i
+    # 2 WST - 2 (WST at i = 0): waiting until at most min(2 XL + 1, WST) are pending covers both
+    PENDING: gl.constexpr = min(2 * XL + 1, WST)
+    for st in gl.static_range(XL):  # fresh buffers
+        _x_copy(x_s.index(st), xrow, xk, xmask, g_lo + st * BG, K)
+    for st in gl.static_range(WST - 1):
+        _w_copies(nib_s.index(st), lo_s.index(st), nib_ptr, lo_ptr, roff, rmask, gi, g_lo + st * BG, g_hi)
     i = 0
     for g0 in range(g_lo, g_hi, BG):
-        nw_next, lo_next = _w_loads(nib_ptr, lo_ptr, roff, rmask, gi, g0 + BG, g_hi)
-        xt_next = _x_loads(xrow, xk, xmask, g0 + BG, K)
-        w = _decode_rows(nw, lo, base4)
         s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # a fresh barrier passes phase 1
-        w_s.index(s).store(w)
-        x_s.index(s).store(xt)
+        # step i + XL's buffer, once the consumer released it: it did so on taking step
+        # i + XL + 1 - STAGES <= i - 1, which this loop already handed over
+        nxt = (i + XL) % STAGES
+        mbarrier.wait(empty.index(nxt), (((i + XL) // STAGES) & 1) ^ 1)  # a fresh barrier passes phase 1
+        _x_copy(x_s.index(nxt), xrow, xk, xmask, g0 + XL * BG, K)  # past the slice: masked by K, or never read
+        # into the words buffer step i - 1 read (this thread's own words: read, so free)
+        _w_copies(nib_s.index((i + WST - 1) % WST), lo_s.index((i + WST - 1) % WST), nib_ptr, lo_ptr, roff, rmask,
+                  gi, g0 + (WST - 1) * BG, g_hi)
+        cp.wait_group(PENDING)  # x_i and w_i are in
+        nw = nib_s.index(i % WST).load(wL)
+        lo = lo_s.index(i % WST).load(wL)
+        w_s.index(s).store(_decode_rows(nw, lo, base4))  # its buffer was waited for a step ago
         fence_async_shared()  # generic-proxy stores before wgmma's async-proxy reads
+        _barrier()  # every decoder thread's stores and copies are in before the arrive
         mbarrier.arrive(ready.index(s), count=1)
-        nw = nw_next
-        lo = lo_next
-        xt = xt_next
         i += 1
+    cp.wait_group(0)  # the copies started past the last step
 
 
 @gluon.jit
-def _consumer(w_s, x_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr, stride_xm, stride_ym,
-              M, N, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr,
-              HAS_BIAS: gl.constexpr):
-    """Default partition (one warpgroup): wgmma over the buffers as they become ready, then the
-    escapes and the store."""
+def _consumer(w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr, stride_xm,
+              stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr,
+              BG: gl.constexpr, HAS_BIAS: gl.constexpr, EPI: gl.constexpr):
+    """Default partition (one or two warpgroups): wgmma over the buffers as they become ready,
+    then the escapes and the store: in the accumulator's own layout (EPI = 0), or (EPI > 0)
+    through the shared buffer c_s [BN, BM] in column blocks of EPI rows of x, each thread one row
+    of W. Why the blocks: the escapes gather x[m, col] for every m a thread holds, and at 128-256
+    rows of x the accumulator's layout holds 64-128 of them (one pointer each): ptxas spilled
+    0.4-2 KB a thread there."""
     NW: gl.constexpr = gl.num_warps()
     STAGES: gl.constexpr = w_s.shape[0]
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
-    TM: gl.constexpr = 32 * NW // BN
-    eL: gl.constexpr = gl.BlockedLayout([BM // TM, 1], [TM, 32 // TM], [1, NW], [0, 1])
-    e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN)  # first escapes: loaded now, used at the end
+    TC: gl.constexpr = 32 * NW // BN  # threads per row of W in the column blocks
+    cL: gl.constexpr = gl.BlockedLayout([1, max(1, EPI // TC)], [32 // TC, TC], [NW, 1], [0, 1])
+    eL: gl.constexpr = cL if EPI > 0 else acc_l
+    e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN, True)  # first escapes: loaded now, used at the end
     c0, v0 = _esc_load(ecol_ptr, eval_ptr, e_start, e_end)
     c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
     c2, v2 = _esc_load(ecol_ptr, eval_ptr, e_start + 2 * SPLIT, e_end)
@@ -99,22 +141,34 @@ def _consumer(w_s, x_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-    acc = _escapes_fma(gl.convert_layout(gl.permute(acc, (1, 0)), eL), x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base,
-                       e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, eL, BM)
-    _store(acc, b_ptr, y_ptr, ws_ptr, 0, n0, M, N, stride_ym, split, SPLIT, eL, BM, BN, HAS_BIAS)
+    if EPI > 0:
+        c_s.store(acc)
+        _barrier()
+        for j in gl.static_range(BM // EPI):
+            part = c_s.slice(j * EPI, EPI, dim=1).load(cL)
+            part = _escapes_fma(part, x_ptr + j * EPI * stride_xm, stride_xm, M - j * EPI, ecol_ptr, eval_ptr, base,
+                                e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, cL, EPI, True)
+            _store(part, b_ptr, y_ptr, ws_ptr, j * EPI, n0, M, N, stride_ym, split, SPLIT, cL, EPI, BN, HAS_BIAS, True)
+    else:
+        acc = _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, e_start, e_end, SPLIT, c0, v0, c1, v1,
+                           c2, v2, c3, v3, acc_l, BM, True)
+        _store(acc, b_ptr, y_ptr, ws_ptr, 0, n0, M, N, stride_ym, split, SPLIT, acc_l, BM, BN, HAS_BIAS, True)
 
 
 @gluon.jit
 def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,
-                    STAGES: gl.constexpr = 3, DW: gl.constexpr = 4, DREGS: gl.constexpr = 128,
+                    STAGES: gl.constexpr = 3, DW: gl.constexpr = 4, DREGS: gl.constexpr = 128, EPI: gl.constexpr = 0,
+                    WST: gl.constexpr = 4, XL: gl.constexpr = 1,
                     WS_LIST: gl.constexpr = _WS_LIST):
     """y[M, N] = x[M, K] @ W.T (+ bias), x bf16 of M <= BM rows (BM 16-256, a power of two), on
     an sm_90 GPU. Program (n tile of BN = 64 rows of W, K slice): grid (cdiv(N, BN), SPLIT);
     SPLIT > 1 writes fp32 partial sums to ws[split, M, N] for ``splitk_reduce_kernel`` (escapes
     dealt among the slices). num_warps 4 (the consumer warpgroup) + DW decoder warps with DREGS
-    registers each; STAGES shared buffers of W's decoded tile and x's tile. MB: autotuning key only."""
+    registers each; STAGES shared buffers of W's decoded tile and x's tile; EPI: the epilogue's
+    column blocks (0: none; see ``_consumer``); WST: shared buffers of W's words (>= 3); XL: x's
+    tiles are copied XL steps ahead (1 <= XL <= STAGES - 2). MB: autotuning key only."""
     SW: gl.constexpr = 128 if BG >= 8 else 16 * BG
     sL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=SW, element_bitwidth=16, rank=2)
     n0 = gl.program_id(0) * BN
@@ -126,31 +180,49 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
     x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 8 * BG], sL)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    wsL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    nib_s = gl.allocate_shared_memory(gl.int32, [WST, BN, BG], wsL)
+    lo_s = gl.allocate_shared_memory(gl.int64, [WST, BN, BG], wsL)
+    if EPI > 0:
+        c_s = gl.allocate_shared_memory(gl.float32, [BN, BM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    else:
+        c_s = w_s  # not used
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
     # the argument tuples are written in the calls: a tuple assigned to a name first would turn
     # its constexprs into tensors
     if WS_LIST:
-        gl.warp_specialize([(_consumer, (w_s, x_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
+        gl.warp_specialize([(_consumer, (w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
                                          ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM,
-                                         BN, BG, HAS_BIAS)),
-                            (_decoder, (lo_ptr, nib_ptr, x_ptr, w_s, x_s, ready, empty, stride_xm, M, N, K, G, base,
-                                        n0, g_lo, g_hi, BM, BN, BG, DW))], [DW], [DREGS])
+                                         BN, BG, HAS_BIAS, EPI)),
+                            (_decoder, (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
+                                        n0, g_lo, g_hi, BM, BN, BG, DW, XL))], [DW],
+                           [DREGS])
     else:
-        gl.warp_specialize((w_s, x_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr,
-                            stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, HAS_BIAS),
+        gl.warp_specialize((w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr,
+                            stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, HAS_BIAS, EPI),
                            _consumer,
-                           (lo_ptr, nib_ptr, x_ptr, w_s, x_s, ready, empty, stride_xm, M, N, K, G, base, n0, g_lo,
-                            g_hi, BM, BN, BG, DW), [_decoder], [DW], [DREGS])
+                           (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
+                            n0, g_lo, g_hi, BM, BN, BG, DW, XL), [_decoder], [DW], [DREGS])
 
 
 def configs(bm: int) -> list:
-    """Autotuning configs for ``bm`` rows of x (32, 64, 128, 256): BN 64 rows of W (one wgmma
-    row block) x 8*BG columns a K step, STAGES buffers, DW decoder warps."""
-    C = lambda **kw: triton.Config(kw, num_warps=4, num_stages=1)  # noqa: E731
-    out = [C(BM=bm, BN=64, BG=8, STAGES=3, DW=4), C(BM=bm, BN=64, BG=8, STAGES=4, DW=8, DREGS=96),
-           C(BM=bm, BN=64, BG=16, STAGES=2, DW=4)]
+    """Autotuning configs for ``bm`` rows of x (32, 64, 128, 256): BN rows of W (64 a consumer
+    warpgroup: num_warps 4 or 8) x 8*BG columns a K step, STAGES buffers, DW decoder warps with
+    DREGS registers each."""
+    C = lambda nw=4, **kw: triton.Config(dict(BM=bm, **kw), num_warps=nw, num_stages=1)  # noqa: E731
+    epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
+    st = 3 if bm > 128 else 4  # shared memory: 227 KB a block
+    out = [C(BN=64, BG=8, STAGES=3, DW=4, EPI=epi), C(BN=64, BG=8, STAGES=st, DW=8, DREGS=96, EPI=epi),
+           C(8, BN=128, BG=8, STAGES=3, DW=4, DREGS=96, EPI=epi if bm <= 128 else 0),
+           C(BN=64, BG=8, STAGES=st, DW=8, DREGS=96, EPI=epi, WST=6)]
+    if bm <= 128:  # 16 warps cap registers at 128 a thread: too few for a 64x256 accumulator (ptxas)
+        out += [C(8, BN=128, BG=8, STAGES=4 if bm <= 64 else 3, DW=8, DREGS=80, EPI=epi),
+                C(BN=64, BG=16, STAGES=3, DW=8, DREGS=96, EPI=epi),
+                # x two steps ahead
+                C(BN=64, BG=16 if bm <= 64 else 8, STAGES=4, DW=8, DREGS=96, EPI=epi, XL=2),
+                C(BN=64, BG=8, STAGES=4, DW=8, DREGS=96, EPI=epi, XL=2, WST=6)]
     return out
 
 
