@@ -7,7 +7,8 @@ so serving never autotunes. Needs a CUDA GPU.
         [--ms 1,2,4,8,16,32,64,128,256] [--out DIR] [--write]
 
 For every weight shape [N, K] and activation row count M (one per M bucket the kernels are
-keyed by) it runs each kernel that can take M: GEMV (M <= 2), the Gluon mma kernel (3-64 rows),
+keyed by) it runs each kernel that can take M: GEMV (M <= 2), the Gluon mma kernel (3-64 rows), the
+warp-specialised kernel (17-256 rows, sm_90),
 the wide Triton tiled kernel (33-256 rows), decode + cuBLAS (M >= 64). Each is autotuned by
 Triton at the split-K count of ``fixed.split_k``; the chosen tile is then timed at every split
 (1, 2, 4, 8 with >= 512 columns a slice) as ``benchmarks/fused_matmul.py`` times (CUDA graphs,
@@ -35,11 +36,13 @@ SHAPES = "4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,1024x4096"
 SPLITS = (1, 2, 4, 8)
 
 
-def paths(M: int, mma: bool, wgmma: bool, only: str = "") -> list[str]:
+def paths(M: int, mma: bool, wgmma: bool, only: str = "", ws: bool = False) -> list[str]:
     """The kernels that can serve M rows (bf16 x); ``only``: those named (comma-separated)."""
     out = ["gemv"] if M <= 2 else []
     if mma and 3 <= M <= 64:
         out.append("mma")
+    if ws and 16 < M <= 256:
+        out.append("ws")
     if wgmma and 32 < M <= 256:
         out.append("wgmma")
     if 32 < M <= 256:
@@ -51,15 +54,16 @@ def paths(M: int, mma: bool, wgmma: bool, only: str = "") -> list[str]:
 
 def run_path(fx, path: str, x, fw, split):
     """fx.linear(x, fw) through ``path`` at ``split`` K slices (None: the kernel's rule)."""
-    saved = fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M
+    saved = fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M, fx.WS_MIN_M, fx.WS_MAX_M
     try:
         fx.MMA_MAX_M = 256 if path == "mma" else 0
-        fx.MMA_ENABLED = path in ("mma", "wgmma")
+        fx.MMA_ENABLED = path in ("mma", "wgmma", "ws")
         fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = (32, 256) if path == "wgmma" else (32, 0)
+        fx.WS_MIN_M, fx.WS_MAX_M = (16, 256) if path == "ws" else (16, 0)
         kind = {"gemv": "gemv", "decode": "decode"}.get(path, "mm")
         return fx.linear(x, fw, kind=kind, split=split)
     finally:
-        fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M = saved
+        fx.MMA_MAX_M, fx.MMA_ENABLED, fx.WGMMA_MIN_M, fx.WGMMA_MAX_M, fx.WS_MIN_M, fx.WS_MAX_M = saved
 
 
 def merged(path: str, entries: list) -> list:
@@ -90,7 +94,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--ms", default="1,2,4,8,16,32,64,128,256")
-    ap.add_argument("--paths", default="", help="only these kernels (gemv,mma,wgmma,wide,decode)")
+    ap.add_argument("--paths", default="", help="only these kernels (gemv,mma,ws,wgmma,wide,decode)")
     ap.add_argument("--merge", default="", help="a configs file whose entries of other kernels and buckets are kept")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--write", action="store_true", help="also write the file into src/wcodec/gpu/configs/")
@@ -118,7 +122,7 @@ def main() -> int:
             x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ w.float().T
             row = dict(N=N, K=K, M=M, cublas=graph_time(torch, [lambda w_=w_: F.linear(x, w_) for w_ in ws] * rep) * 1e6)
-            for path in paths(M, fx._mma_ready(x), fx._wgmma_ready(x), a.paths):
+            for path in paths(M, fx._mma_ready(x), fx._wgmma_ready(x), a.paths, fx._ws_ready(x)):
                 before = set(fx._BEST)
                 run_path(fx, path, x, fws[0], None)  # tunes at the rule's split
                 new = [k for k in fx._BEST if k not in before]
@@ -143,15 +147,17 @@ def main() -> int:
                 row[path + "_splits"] = {s: round(t, 2) for s, t in times.items()}
                 entries.append(dict(kind=kind, mb=key[2], N=N, K=K, split=best, us=round(times[best], 2),
                                     cublas_us=round(row["cublas"], 2),
-                                    config=dict(kwargs=cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)))
+                                    config=dict(kwargs=cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                                                **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}))))
             rows.append(row)
             print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}),
                   f"{time.time() - t0:.0f} s", flush=True)
         del ws, fws
         torch.cuda.empty_cache()
         save(a, arch, merged(a.merge, entries), rows)  # after every shape: a run cut short keeps what it measured
-    print("\n| W [N x K] | M | cuBLAS us | gemv | mma (split) | wgmma (split) | wide (split) | decode |  (time / cuBLAS)")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| W [N x K] | M | cuBLAS us | gemv | mma (split) | ws (split) | wgmma (split) | wide (split) | decode |"
+          "  (time / cuBLAS)")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         def cell(p):
             if p not in r:
@@ -159,7 +165,7 @@ def main() -> int:
             sp = r.get(p + "_splits")
             s = f" ({min(sp, key=sp.get)})" if sp and p != "gemv" else ""
             return f"{r[p] / r['cublas']:.3f}{s}"
-        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('wgmma')} | {cell('wide')} | "
+        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('ws')} | {cell('wgmma')} | {cell('wide')} | "
               f"{cell('decode')} |")
     return 0
 

@@ -32,7 +32,8 @@ def call(x, f, cfg, split, y, ws):
     kw = dict(cfg.kwargs)
     fixed_ws_kernel[(fx._cdiv(f.N, kw["BN"]), split)](
         x, f.lo, f.nib, f.eptr, f.ecol, f.eval, f.erow, y, y, ws, M, f.N, K, f.kpad // 8, x.stride(0), y.stride(0),
-        f.base, kw["BM"], split, HAS_BIAS=False, num_warps=cfg.num_warps, **kw)
+        f.base, kw["BM"], split, HAS_BIAS=False, num_warps=cfg.num_warps,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **kw)
     if split > 1:
         fx._reduce(ws, y, y, split, False, None, 0)
 
@@ -91,6 +92,7 @@ def main(argv=None) -> int:
                         r[f"c{ci}s{split}"] = round(t, 2) if ok else f"BAD {e:.3g}"
                         if ok and (best is None or t < best[0]):
                             best = (t, f"c{ci}s{split}")
+                            r["ws_kwargs"] = dict(cfg.kwargs, num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
                 if best:
                     r["ws"], r["ws_cfg"] = best
                     r["ws/cublas"] = best[0] / r["cublas"]

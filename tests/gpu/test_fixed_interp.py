@@ -187,10 +187,13 @@ def test_wide_rows_only_for_bf16_of_33_to_256_rows():
     assert fx._wide_rows(x[:100].float()) == 0 and fx._wide_rows(x[:100].half()) == 0
 
 
-def test_wgmma_rows_only_for_weights_of_few_escapes(monkeypatch):
-    """65-128 rows go to the wgmma kernel where it runs, unless the weight's escapes exceed
-    WGMMA_MAX_ESCAPES of its values: then decode + cuBLAS (escapes cost the wgmma kernel per row)."""
+@pytest.mark.parametrize("ws", [False, True])
+def test_wgmma_rows_only_for_weights_of_few_escapes(ws, monkeypatch):
+    """65-128 rows go to the warp-specialised kernel (ws) or the wgmma kernel where they run,
+    unless the weight's escapes exceed WGMMA_MAX_ESCAPES of its values: then decode + cuBLAS
+    (both add escapes after their main loop, per row); 33-64 rows take any weight."""
     monkeypatch.setattr(fx, "_wgmma_ready", lambda x: True)
+    monkeypatch.setattr(fx, "_ws_ready", lambda x: ws)
     monkeypatch.setattr(fx, "_mma_ready", lambda x: True)
     x = torch.zeros(100, 64, dtype=torch.bfloat16)
     few = fx.encode_weight(weight(200, 64, zeros=1))
@@ -199,3 +202,4 @@ def test_wgmma_rows_only_for_weights_of_few_escapes(monkeypatch):
     assert fx.pick_kind(100, x, few) == "mm" and fx.pick_kind(100, x) == "mm"
     assert fx.pick_kind(100, x, many) == "decode"
     assert fx.pick_kind(fx.WGMMA_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WGMMA_MIN_M, x, many) == "mm"
+    assert fx.pick_kind(fx.WS_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WS_ANY_MAX_M, x, many) == "mm"

@@ -77,6 +77,7 @@ def test_compiles_to_async_wgmma_without_spills():
                                    (4096, 1024, 128), (520, 2048, 256), (130, 264, 250)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    monkeypatch.setattr(fx, "WS_MAX_M", 0)  # the warp-specialised kernel comes first where it runs
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
     monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
     monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)  # the test weights are rich in escapes
@@ -87,7 +88,8 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
 
 @gpu
 @hopper
-def test_routing_gives_it_65_to_128_rows():
+def test_routing_gives_it_65_to_128_rows(monkeypatch):
+    monkeypatch.setattr(fx, "WS_MAX_M", 0)  # where the warp-specialised kernel does not run
     x = torch.zeros(256, 64, dtype=torch.bfloat16, device="cuda")
     assert not fx._runs_wgmma(x[:fx.WGMMA_MIN_M]) and fx._runs_wgmma(x[:fx.WGMMA_MIN_M + 1])
     assert fx._runs_wgmma(x[:fx.WGMMA_MAX_M]) and not fx._runs_wgmma(x[:fx.WGMMA_MAX_M + 1])
@@ -103,6 +105,7 @@ def test_every_config_matches_reference(bm, monkeypatch):
     from wcodec.gpu.fixed_wgmma import configs
 
     from .test_fixed_mma import rel
+    monkeypatch.setattr(fx, "WS_MAX_M", 0)
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 256)
     monkeypatch.setattr(fx, "WGMMA_MIN_M", 32)
     monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)  # the test weights are rich in escapes

@@ -31,17 +31,17 @@ gpu = pytest.mark.skipif(not ON_GPU, reason="needs an sm_90 GPU (WCODEC_GPU_TEST
 #: ahead-of-time compile for sm_90 (no GPU needed), in a fresh process (the interpreter the CPU
 #: tests use patches triton.language in place)
 _COMPILE = """
-import json, sys
+import inspect, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-from wcodec.gpu.fixed_ws import _WS_LIST, configs, fixed_ws_kernel
+from wcodec.gpu.fixed_ws import configs, fixed_ws_kernel
 ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(64)[0]
-consts = {"STAGES": 3, "DW": 4, "DREGS": 128, "EPI": 0, "WST": 4, "XL": 1, "WS_LIST": _WS_LIST, **cfg.kwargs,
-          "HAS_BIAS": True}
+params = inspect.signature(fixed_ws_kernel.fn).parameters.values()
+consts = {**{p.name: p.default for p in params if p.default is not p.empty}, **cfg.kwargs, "HAS_BIAS": True}
 sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
 names = list(sig)
 attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}

@@ -63,10 +63,20 @@ WGMMA_MAX_M = 128
 WGMMA_MAX_ESCAPES = 5e-4
 #: bf16 x of WS_MIN_M < M <= WS_MAX_M rows on an sm_90 GPU runs the warp-specialised kernel
 #: (fixed_ws: decoder warps fill shared buffers, a consumer warpgroup multiplies them by wgmma,
-#: all rows of x in one block), before the wgmma kernel's and LARGE_M's rules. Not routed until
-#: measured on the H100 (benchmarks/experiments/ws_kernel.py): WS_MAX_M = 0
+#: all rows of x in one block), before the wgmma kernel (its fallback) and LARGE_M's rule; above
+#: WS_ANY_MAX_M rows only for weights of at most WGMMA_MAX_ESCAPES escapes (its escapes are
+#: added after the main loop). H100, 2026-11-26 (benchmarks/experiments/ws_kernel.py; 4096x4096,
+#: 11008x4096, 4096x11008, 14336x4096), time / cuBLAS against the route before it: M = 64 1.44 /
+#: 1.55 / 1.26 / 1.39x (wide tiled kernel 1.70 / 1.45 / 1.54 / 1.51x), M = 128 1.90 / 2.07 / 1.74
+#: / 1.81x (wgmma 2.35 / 2.31 / 2.04 / 1.92x); Student-t at M = 64 2.35 / 2.68x (3.52 / 2.97x),
+#: at 128 3.74 / 4.04x against decode + cuBLAS's 2.42 / 2.55x; M = 32 ties the mma kernel
+#: (1.26 / 1.30 / 1.08 / 1.18x against 1.51 / 1.30 / 1.09 / 1.12x), which keeps it; M = 256
+#: 2.6-3.3x against decode + cuBLAS's 1.9-2.4x
 WS_MIN_M = 32
-WS_MAX_M = 0
+WS_MAX_M = 128
+WS_ANY_MAX_M = 64
+#: WCODEC_WS=0 keeps those rows off the warp-specialised kernel (for comparisons)
+WS_ENABLED = os.environ.get("WCODEC_WS", "1") != "0"
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -519,7 +529,8 @@ def _shipped_config(kind: str, key: tuple, fn, device):
         return None
     import triton
     c = e["config"]
-    return triton.Config(dict(c["kwargs"]), num_warps=c["num_warps"], num_stages=c["num_stages"])
+    return triton.Config(dict(c["kwargs"]), num_warps=c["num_warps"], num_stages=c["num_stages"],
+                         maxnreg=c.get("maxnreg"))
 
 
 def _shipped_split(kind: str, n: int, k: int, mb: int, device) -> int | None:
@@ -630,8 +641,8 @@ _WS_OK: dict = {}
 def _ws_ready(x: torch.Tensor) -> bool:
     """Whether :func:`linear` of x may run the warp-specialised kernel (:mod:`wcodec.gpu.fixed_ws`):
     as :func:`_wgmma_ready`, plus a Gluon with ``warp_specialize`` and mbarriers, and no failure
-    of that kernel earlier in this process."""
-    if not _wgmma_ready(x):
+    of that kernel earlier in this process, not WCODEC_WS=0."""
+    if not (WS_ENABLED and _wgmma_ready(x)):
         return False
     i = _cuda_index(x.device)
     if i not in _WS_OK:
@@ -672,7 +683,8 @@ def _mma_failed(err: Exception, family: str = "mma") -> None:
 
 def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
     """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
-    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WS_MAX_M, WGMMA_MAX_M and WGMMA_MAX_ESCAPES); without
+    GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WS_MAX_M, WS_ANY_MAX_M, WGMMA_MAX_M and
+    WGMMA_MAX_ESCAPES); without
     x, as for activations that cannot take the mma kernels; without fw, as for a weight of few
     escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
@@ -680,7 +692,8 @@ def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = No
         return "gemv"
     wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x) \
         and (fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
-    ws = x is not None and WS_MIN_M < M <= WS_MAX_M and _ws_ready(x)
+    ws = x is not None and WS_MIN_M < M <= WS_MAX_M and _ws_ready(x) \
+        and (M <= WS_ANY_MAX_M or fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
     return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or ws or wgmma else "decode"
 
 
@@ -834,8 +847,8 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws
     --sweep at M = 16 (benchmarks/RESULTS.md)."""
     sms = _sm_count(device)
     if ws:  # the warp-specialised kernel: tiles of 64 rows of W, one program an SM (registers)
-        tiles, programs, cols = _cdiv(N, 64), sms, MMA_MIN_SPLIT_COLS
-    elif mma:
+        return _ws_split(N, K, sms)
+    if mma:
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, _mma_rows(M)), 3 * sms // 2, MMA_MIN_SPLIT_COLS
     elif wide:  # one row block of ``wide`` rows: tiles of 64 rows of W
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, wide), 2 * sms, MIN_SPLIT_COLS
@@ -846,6 +859,18 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws
     while s < MAX_SPLIT and tiles * s < programs and K // (2 * s) >= cols:
         s *= 2
     return s
+
+
+def _ws_split(N: int, K: int, sms: int) -> int:
+    """K slices for the warp-specialised kernel (one program an SM, tiles of 64 rows of W): the
+    count of 1, 2, 4, 8 (at least MMA_MIN_SPLIT_COLS columns a slice) with the least modelled
+    time, waves x (columns a slice + MMA_MIN_SPLIT_COLS for a program's fixed cost: pipeline fill,
+    epilogue, its share of the split-K sum). H100, 2026-11-26, M = 32-128: it picks the fastest
+    of 1, 2, 4 as measured in all 12 cells (2 on 4096x4096, 11008x4096, 4096x11008; 1 on 14336x4096)."""
+    tiles = _cdiv(N, 64)
+    cost = {s: _cdiv(tiles * s, sms) * (K / s + MMA_MIN_SPLIT_COLS)
+            for s in (1, 2, 4, 8) if s == 1 or K // s >= MMA_MIN_SPLIT_COLS}
+    return min(cost, key=lambda s: (cost[s], s))
 
 
 _SMS: dict = {}
@@ -960,4 +985,4 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "linear",
            "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS",
-           "GEMV_MAX_M", "LARGE_M"]
+           "GEMV_MAX_M", "LARGE_M", "WS_MIN_M", "WS_MAX_M", "WS_ANY_MAX_M"]

@@ -43,6 +43,18 @@ def _decode_rows(nw, lo, base4):
 
 
 @gluon.jit
+def _tile_rows(x_ptr, stride_xm, m_left, n0, N, G, base, wL: gl.constexpr, xL: gl.constexpr, BM: gl.constexpr,
+               BN: gl.constexpr, BG: gl.constexpr):
+    """Group offsets [1, BG] and row offsets [BN, 1] of W's words (layout wL, rows n0..), their row
+    mask; x's column offsets, row pointers and row mask (layout xL, ``_x_tile``); base4, the
+    exponent base in each byte for ``_pairs``."""
+    gi = gl.arange(0, BG, layout=gl.SliceLayout(0, wL))[None, :]
+    rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, wL))[:, None]
+    xk, xrow, xmask = _x_tile(x_ptr, stride_xm, m_left, xL, BM, BG)
+    return gi, rows.to(gl.int64) * G, rows < N, xk, xrow, xmask, (base * 0x01010101).to(gl.uint32)
+
+
+@gluon.jit
 def fixed_wgmma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                        M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                        BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,
@@ -64,12 +76,7 @@ def fixed_wgmma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, ero
     xL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TX, TX], [NW, 1], [1, 0])
     sL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     split, m0, n0, x_ptr, m_left = _program(x_ptr, stride_xm, M, BM, BN)
-    gi = gl.arange(0, BG, layout=gl.SliceLayout(0, wL))[None, :]
-    rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, wL))[:, None]
-    roff = rows.to(gl.int64) * G
-    rmask = rows < N
-    xk, xrow, xmask = _x_tile(x_ptr, stride_xm, m_left, xL, BM, BG)
-    base4 = (base * 0x01010101).to(gl.uint32)
+    gi, roff, rmask, xk, xrow, xmask, base4 = _tile_rows(x_ptr, stride_xm, m_left, n0, N, G, base, wL, xL, BM, BN, BG)
     g_len = gl.cdiv(gl.cdiv(G, SPLIT), BG) * BG
     g_lo = split * g_len
     g_hi = gl.minimum(G, g_lo + g_len)

@@ -31,8 +31,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .fixed_mma import _cp, _esc_load, _esc_rows, _escapes_fma, _store, _w_copies, _x_tile
-from .fixed_wgmma import _decode_rows
+from .fixed_mma import _cp, _esc_load, _esc_rows, _escapes_fma, _store, _w_copies
+from .fixed_wgmma import _decode_rows, _tile_rows
 
 #: Triton 3.6+ takes ``warp_specialize([(fn, args), ...], warps, regs)``; 3.5 took the default
 #: partition's args and function, then the workers' (the kernel is compiled for the one installed)
@@ -59,7 +59,8 @@ def _x_copy(x_s, xrow, xk, xmask, g0, K):
 
 @gluon.jit
 def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base, n0, g_lo,
-             g_hi, BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr):
+             g_hi, BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr,
+             VG: gl.constexpr):
     """Producer: for each K step i of BG groups, W's decoded tile and x's tile into buffer
     i % STAGES, then ``ready``. Nothing waits in registers: W's words come through WST shared
     buffers by cp.async, WST - 1 steps ahead (each thread copies and reads back its own words),
@@ -70,15 +71,13 @@ def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride
     prefetch took 128 registers a thread (10x cuBLAS at 256 rows)."""
     STAGES: gl.constexpr = w_s.shape[0]
     WST: gl.constexpr = nib_s.shape[0]
-    TG: gl.constexpr = BG if BG < 32 else 32
-    wL: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TG, TG], [DW, 1], [1, 0])
-    xL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TG, TG], [DW, 1], [1, 0])
-    gi = gl.arange(0, BG, layout=gl.SliceLayout(0, wL))[None, :]
-    rows = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, wL))[:, None]
-    roff = rows.to(gl.int64) * G
-    rmask = rows < N
-    xk, xrow, xmask = _x_tile(x_ptr, stride_xm, M, xL, BM, BG)
-    base4 = (base * 0x01010101).to(gl.uint32)
+    # words [BN, BG]: a thread copies and decodes VG consecutive groups of a row (VG = 4: 16-byte
+    # cp.async of the nibble words, two of the low bytes; VG = 1: one 4- and one 8-byte copy a group)
+    TG: gl.constexpr = min(BG // VG, 32)
+    wL: gl.constexpr = gl.BlockedLayout([1, VG], [32 // TG, TG], [DW, 1], [1, 0])
+    TX: gl.constexpr = min(BG, 32)
+    xL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TX, TX], [DW, 1], [1, 0])
+    gi, roff, rmask, xk, xrow, xmask, base4 = _tile_rows(x_ptr, stride_xm, M, n0, N, G, base, wL, xL, BM, BN, BG)
     # commit groups in issue order: x_0 .. x_{XL-1}, w_0 .. w_{WST-2}, then per step i: x_{i+XL},
     # w_{i+WST-1}. x_i has 2 XL + 1 groups after it when step i needs it (XL + WST at i = 0), w_i
     # 2 WST - 2 (WST at i = 0): waiting until at most min(2 XL + 1, WST) are pending covers both
@@ -160,7 +159,7 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,
                     STAGES: gl.constexpr = 3, DW: gl.constexpr = 4, DREGS: gl.constexpr = 128, EPI: gl.constexpr = 0,
-                    WST: gl.constexpr = 4, XL: gl.constexpr = 1,
+                    WST: gl.constexpr = 4, XL: gl.constexpr = 1, VG: gl.constexpr = 1,
                     WS_LIST: gl.constexpr = _WS_LIST):
     """y[M, N] = x[M, K] @ W.T (+ bias), x bf16 of M <= BM rows (BM 16-256, a power of two), on
     an sm_90 GPU. Program (n tile of BN = 64 rows of W, K slice): grid (cdiv(N, BN), SPLIT);
@@ -168,7 +167,8 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
     dealt among the slices). num_warps 4 (the consumer warpgroup) + DW decoder warps with DREGS
     registers each; STAGES shared buffers of W's decoded tile and x's tile; EPI: the epilogue's
     column blocks (0: none; see ``_consumer``); WST: shared buffers of W's words (>= 3); XL: x's
-    tiles are copied XL steps ahead (1 <= XL <= STAGES - 2). MB: autotuning key only."""
+    tiles are copied XL steps ahead (1 <= XL <= STAGES - 2); VG: consecutive groups a decoder
+    thread copies and decodes. MB: autotuning key only."""
     SW: gl.constexpr = 128 if BG >= 8 else 16 * BG
     sL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=SW, element_bitwidth=16, rank=2)
     n0 = gl.program_id(0) * BN
@@ -197,32 +197,31 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
                                          ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM,
                                          BN, BG, HAS_BIAS, EPI)),
                             (_decoder, (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
-                                        n0, g_lo, g_hi, BM, BN, BG, DW, XL))], [DW],
+                                        n0, g_lo, g_hi, BM, BN, BG, DW, XL, VG))], [DW],
                            [DREGS])
     else:
         gl.warp_specialize((w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr,
                             stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, HAS_BIAS, EPI),
                            _consumer,
                            (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
-                            n0, g_lo, g_hi, BM, BN, BG, DW, XL), [_decoder], [DW], [DREGS])
+                            n0, g_lo, g_hi, BM, BN, BG, DW, XL, VG), [_decoder], [DW],
+                           [DREGS])
 
 
 def configs(bm: int) -> list:
-    """Autotuning configs for ``bm`` rows of x (32, 64, 128, 256): BN rows of W (64 a consumer
-    warpgroup: num_warps 4 or 8) x 8*BG columns a K step, STAGES buffers, DW decoder warps with
-    DREGS registers each."""
-    C = lambda nw=4, **kw: triton.Config(dict(BM=bm, **kw), num_warps=nw, num_stages=1)  # noqa: E731
+    """Autotuning configs for ``bm`` rows of x (32, 64, 128, 256): 64 rows of W (one consumer
+    warpgroup) x 128 columns a K step (BG 16), 8 decoder warps, 3-4 buffers. H100, 2026-11-26
+    (benchmarks/experiments/ws_kernel.py, four Llama shapes, M = 32-128): these four took every
+    cell; BN = 128 with two consumer warpgroups, 4 decoder warps, 64-column steps, deeper word
+    buffers (WST 6) and two programs an SM (128 registers) were 5-60 % slower. 256 rows (not
+    routed: decode + cuBLAS is faster there) get one config that fits shared memory."""
+    C = lambda **kw: triton.Config(dict(BM=bm, BN=64, DW=8, DREGS=96, **kw), num_warps=4, num_stages=1)  # noqa: E731
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
-    st = 3 if bm > 128 else 4  # shared memory: 227 KB a block
-    out = [C(BN=64, BG=8, STAGES=3, DW=4, EPI=epi), C(BN=64, BG=8, STAGES=st, DW=8, DREGS=96, EPI=epi),
-           C(8, BN=128, BG=8, STAGES=3, DW=4, DREGS=96, EPI=epi if bm <= 128 else 0),
-           C(BN=64, BG=8, STAGES=st, DW=8, DREGS=96, EPI=epi, WST=6)]
-    if bm <= 128:  # 16 warps cap registers at 128 a thread: too few for a 64x256 accumulator (ptxas)
-        out += [C(8, BN=128, BG=8, STAGES=4 if bm <= 64 else 3, DW=8, DREGS=80, EPI=epi),
-                C(BN=64, BG=16, STAGES=3, DW=8, DREGS=96, EPI=epi),
-                # x two steps ahead
-                C(BN=64, BG=16 if bm <= 64 else 8, STAGES=4, DW=8, DREGS=96, EPI=epi, XL=2),
-                C(BN=64, BG=8, STAGES=4, DW=8, DREGS=96, EPI=epi, XL=2, WST=6)]
+    if bm > 128:
+        return [C(BG=8, STAGES=3, EPI=epi)]
+    out = [C(BG=16, STAGES=3, EPI=epi), C(BG=16, STAGES=3, EPI=epi, VG=4)]
+    if bm <= 64:  # x two steps ahead (shared memory: 4 buffers)
+        out += [C(BG=16, STAGES=4, XL=2), C(BG=16, STAGES=4, XL=2, VG=4)]
     return out
 
 
