@@ -29,23 +29,31 @@ hopper = pytest.mark.skipif(not fx._gluon_available(hopper=True),
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
 
 #: ahead-of-time compile for sm_90 (no GPU needed), in a fresh process (the interpreter the CPU
-#: tests use patches triton.language in place)
-_COMPILE = """
-import json, os, re, subprocess, sys, tempfile
+#: tests use patches triton.language in place): ``compile_sm90(kernel, consts, num_warps)`` for
+#: the code run after it, which prints RESULT and a JSON dict
+_COMPILE_HEAD = """
+import inspect, json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
-from wcodec.gpu.fixed_wgmma import configs, fixed_wgmma_kernel
 ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
             erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
 ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
+def compile_sm90(kernel, consts, num_warps):
+    params = inspect.signature(kernel.fn).parameters.values()
+    consts = {**{p.name: p.default for p in params if p.default is not p.empty}, **consts}
+    sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
+    return triton.compile(GluonASTSource(kernel, signature=sig, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+"""
+
+_COMPILE = """
+from wcodec.gpu.fixed_wgmma import configs, fixed_wgmma_kernel
 cfg = configs(64)[0]
-consts = {"XPF": True, "STAGES": 0, **cfg.kwargs, "HAS_BIAS": True}
-sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
-names = list(sig)
-attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
-k = triton.compile(GluonASTSource(fixed_wgmma_kernel, signature=sig, constexprs=consts, attrs=attrs),
-                   target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
+k = compile_sm90(fixed_wgmma_kernel, {"XPF": True, "STAGES": 0, **cfg.kwargs, "HAS_BIAS": True}, cfg.num_warps)
 ptx = k.asm["ptx"]
 f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
 f.write(k.asm["cubin"])
@@ -58,14 +66,20 @@ print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": pt
 """
 
 
-@hopper
-def test_compiles_to_async_wgmma_without_spills():
+def compiled_report(code: str) -> dict:
+    """The RESULT dict printed by ``code`` run after _COMPILE_HEAD in a fresh process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", _COMPILE_HEAD + code], env=env, capture_output=True, text=True,
+                         timeout=600)
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert run.returncode == 0 and line, run.stderr[-3000:]
-    got = json.loads(line[0][7:])
+    return json.loads(line[0][7:])
+
+
+@hopper
+def test_compiles_to_async_wgmma_without_spills():
+    got = compiled_report(_COMPILE)
     # one K step in flight while the next is decoded; W and x tiles stored 16 bytes a thread
     assert got["wgmma"] > 0 and got["wait1"] > 0 and got["st_v4"] > 0, got
     assert got["stack"] in (0, None), got

@@ -7,12 +7,6 @@ height, split and tile config; the routing gives it WS_MIN_M < M <= WS_MAX_M row
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed for the fixed-rate kernels")
@@ -21,33 +15,15 @@ triton = pytest.importorskip("triton", reason="triton is not installed (pip inst
 from wcodec.gpu import fixed as fx  # noqa: E402
 
 from .test_fixed_mma import case, check_kernel, rel  # noqa: E402
+from .test_fixed_wgmma import compiled_report, gpu  # noqa: E402
 
-ON_GPU = os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available() \
-    and torch.cuda.get_device_capability()[0] == 9
 ws_ok = pytest.mark.skipif(not fx._gluon_available(hopper=True, ws=True),
                            reason=f"triton {triton.__version__}'s Gluon lacks warp_specialize or the Hopper ops")
-gpu = pytest.mark.skipif(not ON_GPU, reason="needs an sm_90 GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
 
-#: ahead-of-time compile for sm_90 (no GPU needed), in a fresh process (the interpreter the CPU
-#: tests use patches triton.language in place)
 _COMPILE = """
-import inspect, json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
 from wcodec.gpu.fixed_ws import configs, fixed_ws_kernel
-ptrs = dict(x_ptr="*bf16", lo_ptr="*i64", nib_ptr="*i32", eptr_ptr="*i32", ecol_ptr="*i32", eval_ptr="*i32",
-            erow_ptr="*i64", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32")
-ints = dict.fromkeys("M N K G stride_xm stride_ym base MB SPLIT".split(), "i32")
 cfg = configs(64)[0]
-params = inspect.signature(fixed_ws_kernel.fn).parameters.values()
-consts = {**{p.name: p.default for p in params if p.default is not p.empty}, **cfg.kwargs, "HAS_BIAS": True}
-sig = {**ptrs, **ints, **dict.fromkeys(consts, "constexpr")}
-names = list(sig)
-attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
-k = triton.compile(GluonASTSource(fixed_ws_kernel, signature=sig, constexprs=consts, attrs=attrs),
-                   target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.num_warps})
-ptx = k.asm["ptx"]
+ptx = compile_sm90(fixed_ws_kernel, {**cfg.kwargs, "HAS_BIAS": True}, cfg.num_warps).asm["ptx"]
 print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": ptx.count("wgmma.wait_group.sync.aligned 1"),
                               "setmaxnreg": ptx.count("setmaxnreg"), "mbar_wait": ptx.count("mbarrier.try_wait"),
                               "mbar_arrive": ptx.count("mbarrier.arrive")}))
@@ -56,12 +32,7 @@ print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": pt
 
 @ws_ok
 def test_compiles_to_warp_specialised_async_wgmma():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(fx.__file__).parents[2]), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600)
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert run.returncode == 0 and line, run.stderr[-3000:]
-    got = json.loads(line[0][7:])
+    got = compiled_report(_COMPILE)
     # one product in flight while the next buffer fills; the partitions hand buffers over by
     # mbarriers and take their own register counts
     assert got["wgmma"] > 0 and got["wait1"] > 0, got
