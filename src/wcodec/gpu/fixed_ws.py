@@ -58,9 +58,9 @@ def _x_copy(x_s, xrow, xk, xmask, g0, K):
 
 
 @gluon.jit
-def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base, n0, g_lo,
-             g_hi, BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr,
-             VG: gl.constexpr):
+def _decoder(lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready, empty, esc_bar,
+             stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr,
+             BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr, VG: gl.constexpr, EW: gl.constexpr):
     """Producer: for each K step i of BG groups, W's decoded tile and x's tile into buffer
     i % STAGES, then ``ready``. Nothing waits in registers: W's words come through WST shared
     buffers by cp.async, WST - 1 steps ahead (each thread copies and reads back its own words),
@@ -68,7 +68,8 @@ def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride
     (XL <= STAGES - 2: the consumer releases a buffer when it takes the step after).
     Why: with the words loaded one step ahead in registers, each step waited a global load's
     latency (H100, 4096x4096, M = 32: 28 us, 2x cuBLAS), and a [256, 64] x tile with its
-    prefetch took 128 registers a thread (10x cuBLAS at 256 rows)."""
+    prefetch took 128 registers a thread (10x cuBLAS at 256 rows). The workers share one
+    signature (``_escaper``'s): Triton 3.5's warp_specialize passes one argument tuple to all."""
     STAGES: gl.constexpr = w_s.shape[0]
     WST: gl.constexpr = nib_s.shape[0]
     # words [BN, BG]: a thread copies and decodes VG consecutive groups of a row (VG = 4: 16-byte
@@ -109,22 +110,50 @@ def _decoder(lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride
 
 
 @gluon.jit
-def _consumer(w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr, stride_xm,
-              stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr,
-              BG: gl.constexpr, HAS_BIAS: gl.constexpr, EPI: gl.constexpr):
+def _escaper(lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready, empty, esc_bar,
+             stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr,
+             BG: gl.constexpr, DW: gl.constexpr, XL: gl.constexpr, VG: gl.constexpr, EW: gl.constexpr):
+    """Escape partition (EW warps): this K slice's share of the escapes of rows n0 .. n0+BN-1,
+    sum x[m, col] * (value - placeholder) into e_s [BN, BM] fp32 (y.T's tile), column blocks of
+    16 rows of x at a time (few registers), then ``esc_bar``. It runs while the decoder and the
+    consumer stream the K slice, so heavy-tailed weights (Student t: 0.2 % escapes, ~8 a row of
+    4096) add their escapes off the critical path; the consumer only adds e_s at the end."""
+    EC: gl.constexpr = 16
+    TC: gl.constexpr = 32 * EW // BN
+    eL: gl.constexpr = gl.BlockedLayout([1, max(1, EC // TC)], [32 // TC, TC], [EW, 1], [0, 1])
+    e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN, True)
+    for j in gl.static_range(BM // EC):
+        c0, v0 = _esc_load(ecol_ptr, eval_ptr, e_start, e_end)
+        c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
+        c2, v2 = _esc_load(ecol_ptr, eval_ptr, e_start + 2 * SPLIT, e_end)
+        c3, v3 = _esc_load(ecol_ptr, eval_ptr, e_start + 3 * SPLIT, e_end)
+        part = _escapes_fma(gl.zeros([BN, EC], gl.float32, eL), x_ptr + j * EC * stride_xm, stride_xm, M - j * EC,
+                            ecol_ptr, eval_ptr, base, e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, eL, EC,
+                            True)
+        e_s.slice(j * EC, EC, dim=1).store(part)
+    _barrier()  # every thread's block is in before the arrive
+    mbarrier.arrive(esc_bar, count=1)
+
+
+@gluon.jit
+def _consumer(w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr,
+              stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM: gl.constexpr, BN: gl.constexpr,
+              BG: gl.constexpr, HAS_BIAS: gl.constexpr, EPI: gl.constexpr, EW: gl.constexpr):
     """Default partition (one or two warpgroups): wgmma over the buffers as they become ready,
     then the escapes and the store: in the accumulator's own layout (EPI = 0), or (EPI > 0)
     through the shared buffer c_s [BN, BM] in column blocks of EPI rows of x, each thread one row
     of W. Why the blocks: the escapes gather x[m, col] for every m a thread holds, and at 128-256
     rows of x the accumulator's layout holds 64-128 of them (one pointer each): ptxas spilled
-    0.4-2 KB a thread there."""
+    0.4-2 KB a thread there. EW > 0: the escapes come summed in e_s from the escape partition
+    (``_escaper``), added once ``esc_bar`` completes."""
     NW: gl.constexpr = gl.num_warps()
     STAGES: gl.constexpr = w_s.shape[0]
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
     TC: gl.constexpr = 32 * NW // BN  # threads per row of W in the column blocks
     cL: gl.constexpr = gl.BlockedLayout([1, max(1, EPI // TC)], [32 // TC, TC], [NW, 1], [0, 1])
     eL: gl.constexpr = cL if EPI > 0 else acc_l
-    e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN, True)  # first escapes: loaded now, used at the end
+    # first escapes: loaded now, used at the end (EW > 0: not used; the loads cost little)
+    e_start, e_end = _esc_rows(eptr_ptr, n0, N, split, eL, BN, True)
     c0, v0 = _esc_load(ecol_ptr, eval_ptr, e_start, e_end)
     c1, v1 = _esc_load(ecol_ptr, eval_ptr, e_start + SPLIT, e_end)
     c2, v2 = _esc_load(ecol_ptr, eval_ptr, e_start + 2 * SPLIT, e_end)
@@ -140,17 +169,25 @@ def _consumer(w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, 
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
         i += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+    if EW > 0:
+        mbarrier.wait(esc_bar, 0)
     if EPI > 0:
         c_s.store(acc)
         _barrier()
         for j in gl.static_range(BM // EPI):
             part = c_s.slice(j * EPI, EPI, dim=1).load(cL)
-            part = _escapes_fma(part, x_ptr + j * EPI * stride_xm, stride_xm, M - j * EPI, ecol_ptr, eval_ptr, base,
-                                e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, cL, EPI, True)
+            if EW > 0:
+                part += e_s.slice(j * EPI, EPI, dim=1).load(cL)
+            else:
+                part = _escapes_fma(part, x_ptr + j * EPI * stride_xm, stride_xm, M - j * EPI, ecol_ptr, eval_ptr,
+                                    base, e_start, e_end, SPLIT, c0, v0, c1, v1, c2, v2, c3, v3, cL, EPI, True)
             _store(part, b_ptr, y_ptr, ws_ptr, j * EPI, n0, M, N, stride_ym, split, SPLIT, cL, EPI, BN, HAS_BIAS, True)
     else:
-        acc = _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, e_start, e_end, SPLIT, c0, v0, c1, v1,
-                           c2, v2, c3, v3, acc_l, BM, True)
+        if EW > 0:
+            acc += e_s.load(acc_l)
+        else:
+            acc = _escapes_fma(acc, x_ptr, stride_xm, M, ecol_ptr, eval_ptr, base, e_start, e_end, SPLIT, c0, v0, c1,
+                               v1, c2, v2, c3, v3, acc_l, BM, True)
         _store(acc, b_ptr, y_ptr, ws_ptr, 0, n0, M, N, stride_ym, split, SPLIT, acc_l, BM, BN, HAS_BIAS, True)
 
 
@@ -159,7 +196,8 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,
                     STAGES: gl.constexpr = 3, DW: gl.constexpr = 4, DREGS: gl.constexpr = 128, EPI: gl.constexpr = 0,
-                    WST: gl.constexpr = 4, XL: gl.constexpr = 1, VG: gl.constexpr = 1,
+                    WST: gl.constexpr = 4, XL: gl.constexpr = 1, VG: gl.constexpr = 1, EW: gl.constexpr = 0,
+                    EREGS: gl.constexpr = 96,
                     WS_LIST: gl.constexpr = _WS_LIST):
     """y[M, N] = x[M, K] @ W.T (+ bias), x bf16 of M <= BM rows (BM 16-256, a power of two), on
     an sm_90 GPU. Program (n tile of BN = 64 rows of W, K slice): grid (cdiv(N, BN), SPLIT);
@@ -168,7 +206,8 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
     registers each; STAGES shared buffers of W's decoded tile and x's tile; EPI: the epilogue's
     column blocks (0: none; see ``_consumer``); WST: shared buffers of W's words (>= 3); XL: x's
     tiles are copied XL steps ahead (1 <= XL <= STAGES - 2); VG: consecutive groups a decoder
-    thread copies and decodes. MB: autotuning key only."""
+    thread copies and decodes; EW: warps of an escape partition with EREGS registers (0: the
+    consumer adds the escapes after its loop). MB: autotuning key only."""
     SW: gl.constexpr = 128 if BG >= 8 else 16 * BG
     sL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=SW, element_bitwidth=16, rank=2)
     n0 = gl.program_id(0) * BN
@@ -187,25 +226,48 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
         c_s = gl.allocate_shared_memory(gl.float32, [BN, BM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     else:
         c_s = w_s  # not used
+    if EW > 0:
+        e_s = gl.allocate_shared_memory(gl.float32, [BN, BM], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    else:
+        e_s = w_s  # not used
+    esc_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(esc_bar, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
     # the argument tuples are written in the calls: a tuple assigned to a name first would turn
     # its constexprs into tensors
-    if WS_LIST:
-        gl.warp_specialize([(_consumer, (w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
-                                         ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM,
-                                         BN, BG, HAS_BIAS, EPI)),
-                            (_decoder, (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
-                                        n0, g_lo, g_hi, BM, BN, BG, DW, XL, VG))], [DW],
-                           [DREGS])
+    if WS_LIST and EW > 0:
+        gl.warp_specialize([(_consumer, (w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr,
+                                         b_ptr, y_ptr, ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo,
+                                         g_hi, BM, BN, BG, HAS_BIAS, EPI, EW)),
+                            (_decoder, (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s,
+                                        e_s, ready, empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT,
+                                        g_lo, g_hi, BM, BN, BG, DW, XL, VG, EW)),
+                            (_escaper, (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s,
+                                        e_s, ready, empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT,
+                                        g_lo, g_hi, BM, BN, BG, DW, XL, VG, EW))], [DW, EW], [DREGS, EREGS])
+    elif WS_LIST:
+        gl.warp_specialize([(_consumer, (w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr,
+                                         b_ptr, y_ptr, ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo,
+                                         g_hi, BM, BN, BG, HAS_BIAS, EPI, EW)),
+                            (_decoder, (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s,
+                                        e_s, ready, empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT,
+                                        g_lo, g_hi, BM, BN, BG, DW, XL, VG, EW))], [DW], [DREGS])
+    elif EW > 0:
+        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
+                            ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
+                            HAS_BIAS, EPI, EW), _consumer,
+                           (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready,
+                            empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, DW,
+                            XL, VG, EW), [_decoder, _escaper], [DW, EW], [DREGS, EREGS])
     else:
-        gl.warp_specialize((w_s, x_s, c_s, ready, empty, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr, ws_ptr,
-                            stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, HAS_BIAS, EPI),
-                           _consumer,
-                           (lo_ptr, nib_ptr, x_ptr, w_s, x_s, nib_s, lo_s, ready, empty, stride_xm, M, N, K, G, base,
-                            n0, g_lo, g_hi, BM, BN, BG, DW, XL, VG), [_decoder], [DW],
-                           [DREGS])
+        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
+                            ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
+                            HAS_BIAS, EPI, EW), _consumer,
+                           (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready,
+                            empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, DW,
+                            XL, VG, EW), [_decoder], [DW], [DREGS])
 
 
 def configs(bm: int) -> list:
@@ -215,13 +277,17 @@ def configs(bm: int) -> list:
     cell; BN = 128 with two consumer warpgroups, 4 decoder warps, 64-column steps, deeper word
     buffers (WST 6) and two programs an SM (128 registers) were 5-60 % slower. 256 rows (not
     routed: decode + cuBLAS is faster there) get one config that fits shared memory."""
-    C = lambda **kw: triton.Config(dict(BM=bm, BN=64, DW=8, DREGS=96, **kw), num_warps=4, num_stages=1)  # noqa: E731
+    C = lambda **kw: triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)  # noqa: E731
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
     if bm > 128:
         return [C(BG=8, STAGES=3, EPI=epi)]
     out = [C(BG=16, STAGES=3, EPI=epi), C(BG=16, STAGES=3, EPI=epi, VG=4)]
     if bm <= 64:  # x two steps ahead (shared memory: 4 buffers)
         out += [C(BG=16, STAGES=4, XL=2), C(BG=16, STAGES=4, XL=2, VG=4)]
+    # an escape partition of 4 warps
+    out += [C(BG=16 if bm <= 64 else 8, STAGES=3, EPI=epi, EW=4)]
+    if bm <= 64:
+        out += [C(BG=16, STAGES=4, XL=2, VG=4, EW=4, DREGS=88, EREGS=88)]
     return out
 
 
