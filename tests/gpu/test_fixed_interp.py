@@ -203,3 +203,4 @@ def test_wgmma_rows_only_for_weights_of_few_escapes(ws, monkeypatch):
     assert fx.pick_kind(100, x, many) == "decode"
     assert fx.pick_kind(fx.WGMMA_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WGMMA_MIN_M, x, many) == "mm"
     assert fx.pick_kind(fx.WS_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WS_ANY_MAX_M, x, many) == "mm"
+    assert not fx._ws_fits(x[:, :40]) and fx._ws_fits(x)  # K % 16 != 0: not the ws kernel

@@ -651,8 +651,16 @@ def _ws_ready(x: torch.Tensor) -> bool:
 
 
 def _runs_ws(x2: torch.Tensor) -> bool:
-    """Whether :func:`linear` runs the warp-specialised kernel for the tensor-core path of x2 [M, K]."""
-    return WS_MIN_M < x2.shape[0] <= WS_MAX_M and _ws_ready(x2)
+    """Whether :func:`linear` runs the warp-specialised kernel for the tensor-core path of x2 [M, K]
+    (rows of x 16-element aligned: see _ws_fits)."""
+    return WS_MIN_M < x2.shape[0] <= WS_MAX_M and _ws_fits(x2) and x2.stride(0) % 16 == 0 and _ws_ready(x2)
+
+
+def _ws_fits(x: torch.Tensor) -> bool:
+    """K a multiple of 16: the kernel copies x's tiles by cp.async, 16 bytes a copy where Triton
+    knows K and x's row stride are multiples of 16 (it specialises on that), else 2 bytes, which
+    cp.async cannot do (compile error, seen with K = 4104)."""
+    return x.shape[-1] % 16 == 0
 
 
 def _gluon_available(hopper: bool = False, ws: bool = False) -> bool:
@@ -692,7 +700,7 @@ def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = No
         return "gemv"
     wgmma = x is not None and WGMMA_MIN_M < M <= WGMMA_MAX_M and _wgmma_ready(x) \
         and (fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
-    ws = x is not None and WS_MIN_M < M <= WS_MAX_M and _ws_ready(x) \
+    ws = x is not None and WS_MIN_M < M <= WS_MAX_M and _ws_fits(x) and _ws_ready(x) \
         and (M <= WS_ANY_MAX_M or fw is None or fw.ecol.numel() <= WGMMA_MAX_ESCAPES * fw.N * fw.K)
     return "mm" if M < LARGE_M or (mma and M <= MMA_MAX_M) or ws or wgmma else "decode"
 
