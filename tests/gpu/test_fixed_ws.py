@@ -45,6 +45,7 @@ def test_compiles_to_warp_specialised_async_wgmma():
                                    (4096, 1024, 128), (520, 2048, 256), (130, 272, 250), (64, 4096, 17)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
+    monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)  # the test weights are rich in escapes
     monkeypatch.setattr(fx, "WS_MIN_M", 16)
     monkeypatch.setattr(fx, "WS_MAX_M", 256)
     monkeypatch.setattr(fx, "MMA_MAX_M", 16)
@@ -70,6 +71,7 @@ def test_every_config_matches_reference(bm, monkeypatch):
     """Each tile config the autotuner may pick, rows and K slices ending inside a tile, escapes
     and bias, at 1 and 3 K slices; every element of y written."""
     from wcodec.gpu.fixed_ws import configs
+    monkeypatch.setattr(fx, "WGMMA_MAX_ESCAPES", 1.0)
     monkeypatch.setattr(fx, "WS_MIN_M", 16)
     monkeypatch.setattr(fx, "WS_MAX_M", 256)
     monkeypatch.setattr(fx, "MMA_MAX_M", 16)
