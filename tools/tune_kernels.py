@@ -165,7 +165,8 @@ def main() -> int:
             sp = r.get(p + "_splits")
             s = f" ({min(sp, key=sp.get)})" if sp and p != "gemv" else ""
             return f"{r[p] / r['cublas']:.3f}{s}"
-        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('ws')} | {cell('wgmma')} | {cell('wide')} | "
+        print(f"| {r['N']}x{r['K']} | {r['M']} | {r['cublas']:.1f} | {cell('gemv')} | {cell('mma')} | {cell('ws')} | "
+              f"{cell('wgmma')} | {cell('wide')} | "
               f"{cell('decode')} |")
     return 0
 

@@ -1,7 +1,8 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
 in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
-:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, the Hopper wgmma kernel in
-:mod:`wcodec.gpu.fixed_wgmma`, not routed today; torch ops on the CPU). Tile configs come from
+:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, on sm_90 the warp-specialised
+kernel in :mod:`wcodec.gpu.fixed_ws` for 33-128 rows and the Hopper wgmma kernel in
+:mod:`wcodec.gpu.fixed_wgmma` as its fallback; torch ops on the CPU). Tile configs come from
 the files shipped per GPU architecture (:mod:`wcodec.gpu.shipped`), else from Triton's autotuner.
 
 ``FixedWeight`` holds one [N, K] bf16 weight in codec "fixed" (``wcodec.codecs.fixed``) as
@@ -26,7 +27,7 @@ from ..errors import UnsupportedError
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
 #: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
 #: GEMM below LARGE_M; from LARGE_M on, W is decoded once into a scratch and multiplied by cuBLAS
-#: (on sm_90, up to WGMMA_MAX_M rows the wgmma kernel first).
+#: (on sm_90, up to WS_MAX_M rows the warp-specialised kernel first, the wgmma kernel its fallback).
 #: H200, 2026-11-26, tools/tune_kernels.py over six Llama shapes, time / cuBLAS: at M = 64 the
 #: wide tiled kernel 1.81-2.06x (1024x4096: 1.83x, the mma kernel 1.48x), the mma kernel
 #: 2.16-2.56x, decode + cuBLAS 2.18-2.82x; at M = 128 decode + cuBLAS 1.74-2.84x, the wide
@@ -692,9 +693,8 @@ def _mma_failed(err: Exception, family: str = "mma") -> None:
 def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
     """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
     GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WS_MAX_M, WS_ANY_MAX_M, WGMMA_MAX_M and
-    WGMMA_MAX_ESCAPES); without
-    x, as for activations that cannot take the mma kernels; without fw, as for a weight of few
-    escapes. This is the one place that routes by M."""
+    WGMMA_MAX_ESCAPES); without x, as for activations that cannot take the mma kernels; without
+    fw, as for a weight of few escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
         return "gemv"
@@ -715,8 +715,10 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
     it fails to compile; bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton
-    kernel takes all its rows in one block; on sm_90, bf16 x of WGMMA_MIN_M < M <= WGMMA_MAX_M
-    rows the wgmma kernel of :mod:`wcodec.gpu.fixed_wgmma`), decode + cuBLAS from LARGE_M rows (``kind``
+    kernel takes all its rows in one block; on sm_90, bf16 x of WS_MIN_M < M <= WS_MAX_M rows
+    with K a multiple of 16 the warp-specialised kernel of :mod:`wcodec.gpu.fixed_ws`, else of
+    WGMMA_MIN_M < M <= WGMMA_MAX_M rows the wgmma kernel of :mod:`wcodec.gpu.fixed_wgmma`),
+    decode + cuBLAS from LARGE_M rows (``kind``
     forces one of KINDS); tile configs come from the files shipped for the GPU's architecture
     (:mod:`wcodec.gpu.shipped`), else Triton autotunes once per shape and M bucket;
     elsewhere W is decoded with torch ops and multiplied by ``F.linear``. Raises ValueError when

@@ -1,23 +1,27 @@
 """The fixed-rate tile decoded by producer warps into shared memory and multiplied by a consumer
-warpgroup's ``wgmma`` (warp specialisation; 17-256 rows of bf16 x; Gluon, sm_90).
+warpgroup's ``wgmma`` (warp specialisation; 17-256 rows of bf16 x; Gluon, sm_90). Routed for
+33-128 rows (``fixed.WS_MIN_M``, ``WS_MAX_M``).
 
 Why: the single-role kernels (:mod:`wcodec.gpu.fixed_mma`, :mod:`wcodec.gpu.fixed_wgmma`) run
 load, decode and MMA in series in every warp; with 111-255 registers a thread they keep 8-16 warps
 per SM, and half the warps' cycles wait on global loads (H100 ncu, benchmarks/HISTORY.md). Here
 the roles are split (``gl.warp_specialize``):
 
-- the decoder partition (DW warps, few registers each: no accumulator) loads W's words and x's
-  columns a K step ahead in registers, decodes the words with the SWAR steps of
-  ``fixed_kernels._pairs`` and stores the bf16 tile and x's tile into one of STAGES shared
-  buffers, then arrives on that buffer's ``ready`` barrier;
+- the decoder partition (DW warps, no accumulator) streams W's words through WST shared buffers
+  by cp.async, WST - 1 steps ahead, and x's tiles by cp.async into the consumer's buffers, XL
+  steps ahead; it decodes the words with the SWAR steps of ``fixed_kernels._pairs``, stores the
+  bf16 tile into one of STAGES buffers and arrives on its ``ready`` barrier;
 - the default partition (one warpgroup) waits on ``ready``, issues ``wgmma`` asynchronously and
   releases a buffer (``empty`` barrier) once the product that read it is done; after the loop it
-  adds the escapes with CUDA-core FMAs (``fixed_mma._escapes_fma``, their first four loaded before
-  the loop) and stores y (or the K slice's fp32 partial sum).
+  adds the escapes and stores y (or the K slice's fp32 partial sum);
+- optionally (EW > 0) an escape partition sums the slice's escapes, x[m, col] * (value -
+  placeholder), into shared memory while the main loop runs; the consumer adds that block.
 
-The product is computed swapped (y.T = W x.T): W's tile is wgmma's A operand ([BN, 8*BG], 64 rows
-of W per instruction) and x's tile the B operand ([8*BG, BM], BM = all rows of x, 16-256), so each W
-tile is decoded once per program for all rows of x. Layout of the weights: docs/CODEC_LAYOUT.md.
+The product is computed swapped (y.T = W x.T): W's tile is wgmma's A operand ([64, 8*BG]) and x's
+tile the B operand ([8*BG, BM], BM = all rows of x, 32-256), so each W tile is decoded once per
+program for all rows of x. H100, 2026-11-26 (benchmarks/RESULTS.md, fourth round): 1.21-1.56x
+cuBLAS at 64 rows, 1.59-2.15x at 128 (the route before: 1.44-1.70x, 1.92-2.37x). Layout of the
+weights: docs/CODEC_LAYOUT.md.
 """
 
 from __future__ import annotations
@@ -255,15 +259,15 @@ def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_p
                                         e_s, ready, empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT,
                                         g_lo, g_hi, BM, BN, BG, DW, XL, VG, EW))], [DW], [DREGS])
     elif EW > 0:
-        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
-                            ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
+        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr,
+                            y_ptr, ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
                             HAS_BIAS, EPI, EW), _consumer,
                            (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready,
                             empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, DW,
                             XL, VG, EW), [_decoder, _escaper], [DW, EW], [DREGS, EREGS])
     else:
-        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr, y_ptr,
-                            ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
+        gl.warp_specialize((w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, b_ptr,
+                            y_ptr, ws_ptr, stride_xm, stride_ym, M, N, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG,
                             HAS_BIAS, EPI, EW), _consumer,
                            (lo_ptr, nib_ptr, x_ptr, ecol_ptr, eval_ptr, eptr_ptr, w_s, x_s, nib_s, lo_s, e_s, ready,
                             empty, esc_bar, stride_xm, M, N, K, G, base, n0, split, SPLIT, g_lo, g_hi, BM, BN, BG, DW,
@@ -277,7 +281,8 @@ def configs(bm: int) -> list:
     cell; BN = 128 with two consumer warpgroups, 4 decoder warps, 64-column steps, deeper word
     buffers (WST 6) and two programs an SM (128 registers) were 5-60 % slower. 256 rows (not
     routed: decode + cuBLAS is faster there) get one config that fits shared memory."""
-    C = lambda **kw: triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)  # noqa: E731
+    def C(**kw):
+        return triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
     if bm > 128:
         return [C(BG=8, STAGES=3, EPI=epi)]
