@@ -47,6 +47,10 @@ class FixedExperts:
     def device(self) -> torch.device:
         return self.lo.device
 
+    @property
+    def kpad(self) -> int:
+        return 8 * self.lo.shape[1]
+
 
 def stack_experts(weights) -> FixedExperts:
     """A list of E FixedWeights of one shape [N, K], on one device -> FixedExperts (copies; the
@@ -97,6 +101,7 @@ GEMV_MAX_SLOTS = 4
 #: (rows of W, groups of 8 columns) per program of the GEMV: H100, Mixtral-shaped, 1 token, us
 #: per experts forward 4x64 236.1, 8x32 238.7, 16x32 241.6, 4x128 242.9, 8x64 260.1
 GEMV_TILE = (4, 64)
+PREFILL_TILE = None
 
 
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -136,11 +141,14 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
             y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
         return y
     BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
+    warps, stages, prefetch, swap = 4, 3, False, False
+    if PREFILL_TILE is not None and not fx._interpreting():
+        BM, BN, BI, warps, stages, prefetch, swap = PREFILL_TILE
     grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
                                   experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
                                   y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
-                                  num_warps=4)
+                                  PREFETCH=prefetch, SWAP=swap, num_warps=warps, num_stages=stages)
     return y
 
 
