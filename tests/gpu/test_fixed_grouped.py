@@ -53,11 +53,16 @@ def rel(y, ref):
     return float(np.linalg.norm(y.double().cpu().numpy() - ref) / np.linalg.norm(ref))
 
 
-@pytest.mark.parametrize("triton_path", [True, False])
+@pytest.mark.parametrize("triton_path,prefill", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
-def test_grouped_matches_each_expert(monkeypatch, triton_path, dtype, tol):
+def test_grouped_matches_each_expert(monkeypatch, triton_path, prefill, dtype, tol):
+    """The tiled kernel as a batch's decode step runs it, and as a prompt does (``prefill``: the
+    prefill launch, with the W words of the next tile prefetched and the swapped dot)."""
     if triton_path:
         monkeypatch.setenv("WCODEC_FIXED_TRITON", "1")
+    if prefill:
+        monkeypatch.setattr(fg, "PREFILL_SLOTS", 0)
+        assert fg.PREFILL_TILE[5:] == (True, True)
     E, N, K, T = 3, 24, 40, 9
     ws = experts(E, N, K)
     before = [w.clone() for w in ws]

@@ -101,7 +101,16 @@ GEMV_MAX_SLOTS = 4
 #: (rows of W, groups of 8 columns) per program of the GEMV: H100, Mixtral-shaped, 1 token, us
 #: per experts forward 4x64 236.1, 8x32 238.7, 16x32 241.6, 4x128 242.9, 8x64 260.1
 GEMV_TILE = (4, 64)
-PREFILL_TILE = None
+#: launches of the tiled kernel, (BM, BN, BI, num_warps, num_stages, PREFETCH, SWAP): TILE for
+#: up to PREFILL_SLOTS routed slots per expert on average (decode steps of a batch), PREFILL_TILE
+#: above (a prompt: ~128 slots per expert at 512 tokens, Mixtral's top-2 of 8, all in one row
+#: block, so each W tile is decoded once). H100, Mixtral-shaped experts block, 512 tokens, us per
+#: forward (tools/prefill_chunks.py, 2026-11-26): 64x64x16 w4 3011-3037 (the former rule),
+#: 128x64x16 w8 2882, + prefetch 2718-2724, 128x64x16 w4 + prefetch + swap 2628; 256-row blocks
+#: 3259-7445, 128x128 tiles 3065-3690 (bf16 grouped_mm 1447-1462)
+TILE = (16, 64, 16, 4, 3, False, False)
+PREFILL_TILE = (128, 64, 16, 4, 3, True, True)
+PREFILL_SLOTS = 64
 
 
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -140,10 +149,9 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
             experts.eval, experts.bases, y, x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0),
             y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
         return y
-    BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
-    warps, stages, prefetch, swap = 4, 3, False, False
-    if PREFILL_TILE is not None and not fx._interpreting():
-        BM, BN, BI, warps, stages, prefetch, swap = PREFILL_TILE
+    BM, BN, BI, warps, stages, prefetch, swap = TILE if S <= PREFILL_SLOTS * experts.E else PREFILL_TILE
+    if fx._interpreting():  # small tiles, the same code paths (prefetch, swap)
+        BM, BN, BI = 16, 16, 2
     grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
                                   experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
