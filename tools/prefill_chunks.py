@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from fused_matmul import graph_time, weight_copies  # noqa: E402
+from moe_kernels import E, H, I, TOP, sorted_routing as routing  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
 from wcodec.gpu import fixed_grouped as fg  # noqa: E402
@@ -132,15 +133,6 @@ def _carved(fn, c):
         torch._C._set_sm_carveout_experimental(None)
 
 
-E, H, I, TOP = 8, 4096, 14336, 2
-
-
-def routing(idx):
-    ids = idx.reshape(-1)
-    ids_g, perm = torch.sort(ids, stable=True)
-    counts = torch.histc(ids_g.int(), bins=E, min=0, max=E - 1).to(torch.int64)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=ids.device), counts.cumsum(0)])
-    return perm // TOP, offsets, perm
 
 
 def combine(x, y, order, perm, wts):
