@@ -165,19 +165,13 @@ def moe_fused(x, idx, wts, gu, down, tiles):
     return combine(x, y, order, perm, wts)
 
 
-def decode_all(ex, out, split_gate=False):
-    """All experts of a stack into out [E, N, kpad] in one launch."""
-    fx.decode_launch(out, ex, 0, 0, ex.N, groups=ex.E, group_rows=ex.N, bases=ex.bases)
-    return out
-
-
 def moe_decode_all(x, idx, wts, gu, down, scratch):
     order, offsets, perm = routing(idx)
     offs = offsets[1:].to(torch.int32)
-    a = decode_all(gu, scratch[0])
+    a = fg.decode_experts(gu, scratch[0])
     h = torch._grouped_mm(x[order], a.transpose(-2, -1), offs=offs)
     gate, up = h.chunk(2, dim=-1)
-    b = decode_all(down, scratch[1])
+    b = fg.decode_experts(down, scratch[1])
     y = torch._grouped_mm(F.silu(gate) * up, b.transpose(-2, -1), offs=offs)
     return combine(x, y, order, perm, wts)
 
@@ -210,8 +204,7 @@ def moe_chunked(x, idx, wts, gu, down, n_gu, n_dn):
 
 
 #: (BM, BN, BI, warps, stages, prefetch) of the fused grouped kernel
-TILES = [(64, 64, 16, 4, 3, 0, 0), (128, 64, 16, 4, 3, 1, 1), (128, 64, 16, 4, 3, 0, 1), (128, 64, 32, 4, 3, 1, 1),
-         (128, 64, 16, 4, 4, 1, 1), (128, 64, 16, 4, 2, 1, 1), (128, 32, 16, 4, 3, 1, 1), (128, 64, 8, 4, 3, 1, 1)]
+TILES = [(128, 64, 16, 4, 2, 1, 1), (64, 64, 16, 4, 3, 1, 1), (128, 64, 16, 8, 3, 1, 0)]
 
 
 def moe(tokens, rows, t0):
@@ -221,8 +214,8 @@ def moe(tokens, rows, t0):
     gu = fg.stack_experts([fx.encode_weight(w_gu[e]) for e in range(E)])
     down = fg.stack_experts([fx.encode_weight(w_dn[e]) for e in range(E)])
     scratch = (torch.empty_like(w_gu), torch.empty_like(w_dn))
-    assert torch.equal(decode_all(gu, scratch[0]).view(torch.int16), w_gu.view(torch.int16))
-    assert torch.equal(decode_all(down, scratch[1]).view(torch.int16), w_dn.view(torch.int16))
+    assert torch.equal(fg.decode_experts(gu, scratch[0]).view(torch.int16), w_gu.view(torch.int16))
+    assert torch.equal(fg.decode_experts(down, scratch[1]).view(torch.int16), w_dn.view(torch.int16))
     for T in tokens:
         x = torch.randn(T, H, device="cuda", generator=g).to(torch.bfloat16)
         logits = torch.randn(T, E, device="cuda", generator=g)
@@ -234,7 +227,7 @@ def moe(tokens, rows, t0):
                     "decode all + grouped_mm": lambda: moe_decode_all(x, idx, wts, gu, down, scratch)}
         for tile in TILES:
             variants["fused %dx%dx%d w%d s%d p%d swap%d" % tile] = lambda t=tile: moe_fused(x, idx, wts, gu, down, t)
-        for n_gu, n_dn in ((1024, 512),):
+        for n_gu, n_dn in ():
             variants[f"chunk {n_gu}/{n_dn}"] = lambda a=n_gu, b=n_dn: moe_chunked(x, idx, wts, gu, down, a, b)
         r = dict(tokens=T)
         for name, fn in variants.items():

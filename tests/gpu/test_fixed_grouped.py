@@ -132,8 +132,8 @@ def test_empty_experts_and_bad_input(monkeypatch):
 
 
 def test_one_decode_launch_over_stacked_experts(monkeypatch):
-    """fixed.decode_launch over the stack: every expert at its own window in one launch, and
-    the same row range of each expert's two halves (gate and up of a gate_up projection) side
+    """fixed.decode_launch over the stack (fixed_grouped.decode_experts): every expert at its own
+    window in one launch, and the same row range of each expert's two halves (gate and up of a gate_up projection) side
     by side, bit-exact with escapes."""
     monkeypatch.setenv("WCODEC_FIXED_TRITON", "1")
     E, N, K = 3, 24, 40
@@ -141,8 +141,12 @@ def test_one_decode_launch_over_stacked_experts(monkeypatch):
     ex = fg.stack_experts([fx.encode_weight(w) for w in ws])
     assert ex.kpad > K and ex.ecol.numel() >= E * N
     out = torch.full((E, N, ex.kpad), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    fx.decode_launch(out, ex, 0, 0, N, groups=E, group_rows=N, bases=ex.bases)
-    assert torch.equal(out[:, :, :K].view(torch.int16), torch.stack(ws).view(torch.int16))
+    got = fg.decode_experts(ex, out)
+    assert got.data_ptr() == out.data_ptr() and got.shape == (E, N, K)
+    assert torch.equal(got.view(torch.int16), torch.stack(ws).view(torch.int16))
+    assert torch.equal(fg.decode_experts(ex).view(torch.int16), torch.stack(ws).view(torch.int16))
+    with pytest.raises(InvalidInputError, match="contiguous bfloat16"):
+        fg.decode_experts(ex, out[:, :, :K])
     half, r0, n = N // 2, 3, 5  # rows r0..r0+n of each half of each expert
     out = torch.full((E, 2 * n, ex.kpad), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     fx.decode_launch(out, ex, 0, r0, n, groups=2 * E, group_rows=half, bases=ex.bases.repeat_interleave(2))

@@ -73,6 +73,29 @@ def stack_experts(weights) -> FixedExperts:
                         len(weights), N, K)
 
 
+def decode_experts(experts: FixedExperts, out: torch.Tensor | None = None) -> torch.Tensor:
+    """All E experts, bit-exact: [E, N, K] bfloat16 on their device, in one launch on CUDA (or the
+    Triton interpreter with WCODEC_FIXED_TRITON=1; each expert at its own window), else each
+    expert by the host decoder. out: a contiguous [E, N, kpad] bfloat16 buffer to decode into
+    (e.g. a scratch reused call after call; the result is then a view of it), or None. Raises
+    InvalidInputError for an ``out`` of another shape, dtype or device."""
+    E, N, K = experts.E, experts.N, experts.K
+    shape = (E, N, experts.kpad)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.bfloat16, device=experts.device)
+    elif tuple(out.shape) != shape or out.dtype != torch.bfloat16 or not out.is_contiguous() \
+            or out.device != experts.device:
+        raise InvalidInputError(f"decode_experts: out must be a contiguous bfloat16 {shape} tensor on "
+                                f"{experts.device}, got {out.dtype} {tuple(out.shape)} on {out.device}")
+    if not fx._use_triton(experts.lo) or E * N * K == 0 or experts.kpad > fx.PATCH_MAX_COLS:
+        for e, w in enumerate(experts.weights):
+            out[e, :, :K] = fx.decode(w)
+    else:
+        fx.decode_launch(out, experts, 0, 0, N, groups=E, group_rows=N, bases=experts.bases,
+                         patch=experts.ecol.numel() > 0)
+    return out[:, :, :K]
+
+
 def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """expert_ids [T, k] (top-k experts of each token) -> (order, offsets, choice): the token of
     each routed slot sorted by expert (tokens ascending within an expert; each token at most
@@ -152,7 +175,7 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     BM, BN, BI, warps, stages, prefetch, swap = TILE if S <= PREFILL_SLOTS * experts.E else PREFILL_TILE
     if fx._interpreting():  # small tiles, the same code paths (prefetch, swap)
         BM, BN, BI = 16, 16, 2
-    grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
+    grid = (fx._cdiv(S, BM), fx._cdiv(N, BN), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
                                   experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
                                   y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
@@ -160,4 +183,4 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     return y
 
 
-__all__ = ["FixedExperts", "stack_experts", "route", "grouped_linear"]
+__all__ = ["FixedExperts", "stack_experts", "decode_experts", "route", "grouped_linear"]

@@ -349,15 +349,16 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
                             BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
                             DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T for the routed slots s of expert e = program axis 2
-    (offsets[e] <= s < offsets[e+1]); axis 0: BN columns of y, axis 1: BM slots of that expert
-    (programs past its count do nothing). W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
+    (offsets[e] <= s < offsets[e+1]); axis 0: BM slots of that expert (programs past its count do
+    nothing), axis 1: BN columns of y; the row blocks of one W tile are launched side by side, so
+    an expert's second block (more than BM slots) reads the tile's words from the L2. W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
     (``fixed_grouped.stack_experts``), window bases[e], escapes in the stacked CSR. PREFETCH,
     SWAP: see ``_dot_tiles``."""
     e = tl.program_id(2)
     s_end = tl.load(offs_ptr + e + 1)
-    s0 = tl.load(offs_ptr + e) + tl.program_id(1) * BM
+    s0 = tl.load(offs_ptr + e) + tl.program_id(0) * BM
     if s0 < s_end:
-        n0 = tl.program_id(0) * BN
+        n0 = tl.program_id(1) * BN
         r0 = e.to(tl.int64) * N  # first stacked row of expert e
         r_end = r0 + N
         base = tl.load(bases_ptr + e)
