@@ -153,3 +153,33 @@ def test_one_decode_launch_over_stacked_experts(monkeypatch):
     for e, w in enumerate(ws):
         want = torch.cat([w[r0:r0 + n], w[half + r0:half + r0 + n]])
         assert torch.equal(out[e, :, :K].view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="torch._grouped_mm's route needs an sm_90+ GPU (WCODEC_GPU_TESTS_ON_DEVICE=1)")
+def test_long_prompt_decodes_the_experts_for_grouped_mm(monkeypatch):
+    """More than DECODE_SLOTS slots per expert: the experts decoded in one launch, then
+    torch._grouped_mm; the same function as the tiled kernel (bf16 sums in another order)."""
+    E, N, K, T = 4, 48, 64, 300
+    ws = experts(E, N, K, seed=6)
+    ex = fg.stack_experts([fx.encode_weight(w) for w in ws])
+    g = torch.Generator().manual_seed(7)
+    ids = torch.stack([torch.randperm(E, generator=g)[:2] for _ in range(T)]).to(DEVICE)
+    order, offsets, _ = fg.route(ids, E)
+    x = torch.randn(T, K, generator=g).to(torch.bfloat16).to(DEVICE)
+    monkeypatch.setattr(fg, "DECODE_SLOTS", 8)
+    calls, real = [], fg.decode_experts
+
+    def counting(ex_, out=None):
+        calls.append(1)
+        return real(ex_, out)
+
+    monkeypatch.setattr(fg, "decode_experts", counting)
+    y = fg.grouped_linear(x, ex, order, offsets)
+    assert calls and y.shape == (2 * T, N) and y.dtype == torch.bfloat16
+    ref = reference(x, ws, order, offsets)
+    assert rel(y, ref) < 1e-2
+    monkeypatch.setattr(fg, "DECODE_SLOTS", 1 << 30)
+    assert rel(fg.grouped_linear(x, ex, order, offsets), ref) < 1e-2
+

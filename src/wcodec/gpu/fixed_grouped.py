@@ -134,6 +134,14 @@ GEMV_TILE = (4, 64)
 TILE = (16, 64, 16, 4, 3, False, False)
 PREFILL_TILE = (128, 64, 16, 4, 3, True, True)
 PREFILL_SLOTS = 64
+#: above this many routed slots per expert on average (a long prompt: the tiled kernel decodes
+#: each W tile once per block of 128 slots), bf16 x on CUDA takes all experts decoded into a bf16
+#: scratch in one launch (``decode_experts``; transient: the dense experts' size) and
+#: ``torch._grouped_mm``. H100, Mixtral-shaped experts block, us per forward (tools/prefill_chunks.py,
+#: 2026-11-26): 512 tokens (128 slots per expert) tiled 2585, decode + grouped_mm 3156; 2048 tokens
+#: (512 per expert) 8877 against 4660 (bf16 grouped_mm 3136); 192 sits between the two, where
+#: the tiled kernel's cost (~linear in blocks per expert) meets the decode's
+DECODE_SLOTS = 192
 
 
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -143,7 +151,9 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     [0, T); offsets: int [E+1], non-decreasing from 0 to S. Returns [S, N] in x's dtype,
     accumulated in float32. On CUDA (or the Triton interpreter with WCODEC_FIXED_TRITON=1) one
     launch covers all experts, no host synchronisation (the grid is sized by S): a GEMV per slot
-    for S <= GEMV_MAX_SLOTS, else tensor-core tiles per expert; elsewhere each
+    for S <= GEMV_MAX_SLOTS, else tensor-core tiles per expert; above DECODE_SLOTS slots per
+    expert (bf16 x on an sm_90+ GPU) all experts are decoded into a bf16 scratch of the dense
+    experts' size, freed on return, and multiplied by ``torch._grouped_mm``; elsewhere each
     expert is decoded and multiplied with torch ops. Raises InvalidInputError for shapes that
     do not fit (indices themselves are not checked on the GPU path: that would synchronise)."""
     if x.dim() != 2 or x.shape[1] != experts.K:
@@ -152,6 +162,9 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
         raise InvalidInputError(f"grouped_linear: order must be 1-D and offsets [{experts.E + 1}], got "
                                 f"{tuple(order.shape)} and {tuple(offsets.shape)}")
     S, N = order.numel(), experts.N
+    if S > DECODE_SLOTS * experts.E and N and _grouped_mm_ready(x, experts):
+        w = decode_experts(experts)
+        return torch._grouped_mm(x[order], w.transpose(-2, -1), offs=offsets[1:].to(torch.int32))
     y = torch.empty((S, N), dtype=x.dtype, device=x.device)
     if S == 0 or N == 0:
         return y
@@ -181,6 +194,13 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
                                   y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
                                   PREFETCH=prefetch, SWAP=swap, num_warps=warps, num_stages=stages)
     return y
+
+
+def _grouped_mm_ready(x: torch.Tensor, experts: FixedExperts) -> bool:
+    """Whether ``torch._grouped_mm`` takes x and the decoded experts: bf16 on an sm_90+ GPU (its
+    CUTLASS kernels), rows of 16-byte multiples, a torch that has it."""
+    return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
+            and torch.cuda.get_device_capability(x.device)[0] >= 9 and experts.K % 8 == 0 and experts.N % 8 == 0)
 
 
 __all__ = ["FixedExperts", "stack_experts", "decode_experts", "route", "grouped_linear"]
