@@ -15,7 +15,9 @@ MoE variants (us per experts forward, 8 experts, top-2, hidden 4096, intermediat
 bf16 ``torch._grouped_mm`` (transformers' grouped_mm path), our fused grouped kernel with
 several tiles, all experts decoded in one launch per projection + grouped_mm, and chunks of
 rows of every expert decoded into an L2-sized scratch + grouped_mm per chunk.
-Every output is checked against a reference first. Prints one table last; JSON to DIR.
+Every output is checked against a reference first. Prints one line per shape or token count last
+(times and ratios); JSON to DIR. Outcome (H100, 2026-11-26): benchmarks/RESULTS.md, "Prefill sizes"
+and "MoE experts block"; HISTORY.md, "Prefill on compressed weights".
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ def moe_chunked(x, idx, wts, gu, down, n_gu, n_dn):
 
 
 #: (BM, BN, BI, warps, stages, prefetch) of the fused grouped kernel
-TILES = [(128, 64, 16, 4, 2, 1, 1), (64, 64, 16, 4, 3, 1, 1), (128, 64, 16, 8, 3, 1, 0)]
+TILES = [(64, 64, 16, 4, 3, 0, 0), (128, 64, 16, 8, 3, 0, 0), (128, 64, 16, 8, 3, 1, 0), (128, 64, 16, 4, 3, 1, 1),
+         (128, 64, 16, 4, 2, 1, 1), (128, 64, 16, 4, 3, 0, 1), (128, 128, 8, 8, 3, 1, 1), (256, 64, 16, 8, 3, 1, 1)]
 
 
 def moe(tokens, rows, t0):
@@ -227,7 +230,7 @@ def moe(tokens, rows, t0):
                     "decode all + grouped_mm": lambda: moe_decode_all(x, idx, wts, gu, down, scratch)}
         for tile in TILES:
             variants["fused %dx%dx%d w%d s%d p%d swap%d" % tile] = lambda t=tile: moe_fused(x, idx, wts, gu, down, t)
-        for n_gu, n_dn in ():
+        for n_gu, n_dn in ((128, 64), (256, 128), (512, 256), (1024, 512)):
             variants[f"chunk {n_gu}/{n_dn}"] = lambda a=n_gu, b=n_dn: moe_chunked(x, idx, wts, gu, down, a, b)
         r = dict(tokens=T)
         for name, fn in variants.items():

@@ -956,6 +956,6 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
     return gx.reshape(*lead, fw.K)
 
 
-__all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "linear",
-           "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS",
+__all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "decode_rows",
+           "decode_launch", "linear", "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS",
            "GEMV_MAX_M", "LARGE_M"]
