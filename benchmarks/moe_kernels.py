@@ -7,8 +7,9 @@ top-2), at decode batches and a prefill (issue 28). Needs a CUDA GPU.
 One experts forward = gate_up (E x [28672, 4096]), SiLU(gate) * up, down (E x [4096, 14336]),
 the routing weights and the sum over each token's experts. Variants: transformers'
 ``MixtralExperts`` in bf16 under each registered experts implementation (eager, batched_mm,
-grouped_mm); ours: the grouped fused kernel for both projections (``grouped``), and each
-expert's weight decoded into a bf16 scratch then ``torch._grouped_mm`` (``decode+grouped_mm``).
+grouped_mm); ours: the grouped fused kernel for both projections (``grouped``), and all
+experts decoded into a bf16 scratch in one launch (``fixed_grouped.decode_experts``) then
+``torch._grouped_mm`` (``decode+grouped_mm``).
 Routing is random top-2 (fixed seed), the same for all. Times: median per forward of a CUDA
 graph replaying 5 forwards (``fused_matmul.graph_time``: one layer is 2.8 GB, far past the L2);
 transformers' eager implementation (a host sync per expert: not capturable) by the median of
@@ -63,9 +64,7 @@ def ours_decode_grouped(x, idx, wts, gu, down, scratch):
     offs = offsets[1:].to(torch.int32)
 
     def mm(inp, ex, buf):
-        for e, w in enumerate(ex.weights):
-            buf[e].copy_(fx.decode(w))
-        return torch._grouped_mm(inp, buf.transpose(-2, -1), offs=offs)
+        return torch._grouped_mm(inp, fg.decode_experts(ex, buf).transpose(-2, -1), offs=offs)
 
     gate_up = mm(x[order], gu, scratch[0])
     gate, up = gate_up.chunk(2, dim=-1)

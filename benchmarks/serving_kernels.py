@@ -60,9 +60,9 @@ def decode_sweep(fw, fws, rep):
     res = {"shipped": moved / graph_time(torch, [lambda f=f: fx.decode(f) for f in fws] * rep) / 1e9}
     for bn, bi, nw in ((16, 32, 4), (32, 32, 4), (16, 64, 4), (32, 64, 8), (64, 32, 8), (8, 128, 4), (64, 64, 8)):
         def call(f, o, bn=bn, bi=bi, nw=nw):
-            fixed_decode_kernel[(fx._cdiv(G, bi), fx._cdiv(f.N, bn))](f.lo, f.nib, o, f.N, G, f.base, f.eptr, f.ecol,
-                                                                       f.eval, f.erow, BN=bn, BI=bi, PATCH=True,
-                                                                       num_warps=nw)
+            fixed_decode_kernel[(fx._cdiv(G, bi), fx._cdiv(f.N, bn), 1)](f.lo, f.nib, o, G, f.base, f.eptr, f.ecol,
+                                                                          f.eval, f.erow, f.eptr, 0, f.N, 0, BN=bn,
+                                                                          BI=bi, PATCH=True, num_warps=nw)
         outs[0].fill_(-1)
         call(fw, outs[0])
         got = outs[0][:, :fw.K].clone()

@@ -65,9 +65,10 @@ def decode():
     from triton.compiler import ASTSource
 
     from wcodec.gpu.fixed_kernels import fixed_decode_kernel
-    sig = {"lo_ptr": "*i64", "nib_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "G": "i32", "base": "i32",
-           "eptr_ptr": "*i32", "ecol_ptr": "*i32", "eval_ptr": "*i32", "erow_ptr": "*i64"}
-    consts = dict(BN=16, BI=64, EB=64, PATCH=False)
+    sig = {"lo_ptr": "*i64", "nib_ptr": "*i32", "out_ptr": "*bf16", "G": "i32", "base": "i32",
+           "eptr_ptr": "*i32", "ecol_ptr": "*i32", "eval_ptr": "*i32", "erow_ptr": "*i64", "bases_ptr": "*i32",
+           "row0": "i32", "rows": "i32", "group_rows": "i32"}
+    consts = dict(BN=16, BI=64, EB=64, PATCH=False, BASES=False)
     sig.update(dict.fromkeys(consts, "constexpr"))
     return _compile(ASTSource(fixed_decode_kernel, sig, consts, attrs=_attrs(list(sig))), 4)
 

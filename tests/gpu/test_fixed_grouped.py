@@ -53,11 +53,16 @@ def rel(y, ref):
     return float(np.linalg.norm(y.double().cpu().numpy() - ref) / np.linalg.norm(ref))
 
 
-@pytest.mark.parametrize("triton_path", [True, False])
+@pytest.mark.parametrize("triton_path,prefill", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
-def test_grouped_matches_each_expert(monkeypatch, triton_path, dtype, tol):
+def test_grouped_matches_each_expert(monkeypatch, triton_path, prefill, dtype, tol):
+    """The tiled kernel as a batch's decode step runs it, and as a prompt does (``prefill``: the
+    prefill launch, with the W words of the next tile prefetched and the swapped dot)."""
     if triton_path:
         monkeypatch.setenv("WCODEC_FIXED_TRITON", "1")
+    if prefill:
+        monkeypatch.setattr(fg, "PREFILL_SLOTS", 0)
+        assert fg.PREFILL_TILE[5:] == (True, True)
     E, N, K, T = 3, 24, 40, 9
     ws = experts(E, N, K)
     before = [w.clone() for w in ws]
@@ -124,3 +129,57 @@ def test_empty_experts_and_bad_input(monkeypatch):
         fg.stack_experts([])
     with pytest.raises(InvalidInputError, match=r"\[0, 3\)"):
         fg.route(torch.tensor([[3]]), 3)
+
+
+def test_one_decode_launch_over_stacked_experts(monkeypatch):
+    """fixed.decode_launch over the stack (fixed_grouped.decode_experts): every expert at its own
+    window in one launch, and the same row range of each expert's two halves (gate and up of a gate_up projection) side
+    by side, bit-exact with escapes."""
+    monkeypatch.setenv("WCODEC_FIXED_TRITON", "1")
+    E, N, K = 3, 24, 40
+    ws = experts(E, N, K, seed=5)
+    ex = fg.stack_experts([fx.encode_weight(w) for w in ws])
+    assert ex.kpad > K and ex.ecol.numel() >= E * N
+    out = torch.full((E, N, ex.kpad), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    got = fg.decode_experts(ex, out)
+    assert got.data_ptr() == out.data_ptr() and got.shape == (E, N, K)
+    assert torch.equal(got.view(torch.int16), torch.stack(ws).view(torch.int16))
+    assert torch.equal(fg.decode_experts(ex).view(torch.int16), torch.stack(ws).view(torch.int16))
+    with pytest.raises(InvalidInputError, match="contiguous bfloat16"):
+        fg.decode_experts(ex, out[:, :, :K])
+    half, r0, n = N // 2, 3, 5  # rows r0..r0+n of each half of each expert
+    out = torch.full((E, 2 * n, ex.kpad), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    fx.decode_launch(out, ex, 0, r0, n, groups=2 * E, group_rows=half, bases=ex.bases.repeat_interleave(2))
+    for e, w in enumerate(ws):
+        want = torch.cat([w[r0:r0 + n], w[half + r0:half + r0 + n]])
+        assert torch.equal(out[e, :, :K].view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="torch._grouped_mm's route needs an sm_90+ GPU (WCODEC_GPU_TESTS_ON_DEVICE=1)")
+def test_long_prompt_decodes_the_experts_for_grouped_mm(monkeypatch):
+    """More than DECODE_SLOTS slots per expert: the experts decoded in one launch, then
+    torch._grouped_mm; the same function as the tiled kernel (bf16 sums in another order)."""
+    E, N, K, T = 4, 48, 64, 300
+    ws = experts(E, N, K, seed=6)
+    ex = fg.stack_experts([fx.encode_weight(w) for w in ws])
+    g = torch.Generator().manual_seed(7)
+    ids = torch.stack([torch.randperm(E, generator=g)[:2] for _ in range(T)]).to(DEVICE)
+    order, offsets, _ = fg.route(ids, E)
+    x = torch.randn(T, K, generator=g).to(torch.bfloat16).to(DEVICE)
+    monkeypatch.setattr(fg, "DECODE_SLOTS", 8)
+    calls, real = [], fg.decode_experts
+
+    def counting(ex_, out=None):
+        calls.append(1)
+        return real(ex_, out)
+
+    monkeypatch.setattr(fg, "decode_experts", counting)
+    y = fg.grouped_linear(x, ex, order, offsets)
+    assert calls and y.shape == (2 * T, N) and y.dtype == torch.bfloat16
+    ref = reference(x, ws, order, offsets)
+    assert rel(y, ref) < 1e-2
+    monkeypatch.setattr(fg, "DECODE_SLOTS", 1 << 30)
+    assert rel(fg.grouped_linear(x, ex, order, offsets), ref) < 1e-2
+

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is needed for the fixed-rate 
 pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 
 from wcodec.codecs import fixed as F  # noqa: E402
-from wcodec.errors import CorruptDataError  # noqa: E402
+from wcodec.errors import CorruptDataError, InvalidInputError  # noqa: E402
 from wcodec.gpu import fixed as fx  # noqa: E402
 
 DEVICE = "cuda" if os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" else "cpu"
@@ -204,3 +204,30 @@ def test_wgmma_rows_only_for_weights_of_few_escapes(ws, monkeypatch):
     assert fx.pick_kind(fx.WGMMA_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WGMMA_MIN_M, x, many) == "mm"
     assert fx.pick_kind(fx.WS_MAX_M + 1, x, few) == "decode" and fx.pick_kind(fx.WS_ANY_MAX_M, x, many) == "mm"
     assert not fx._ws_fits(x[:, :40]) and fx._ws_fits(x)  # K % 16 != 0: not the ws kernel
+
+
+def test_decode_rows_into_a_reused_scratch():
+    """Row ranges decoded chunk after chunk into one scratch (fixed.decode_rows) are bit-exact:
+    escapes of the range only, every row block and column tile, K below kpad; bad ranges and
+    buffers raise."""
+    w = weight(45, 70, seed=5, specials=True, zeros=200)
+    fw = fx.encode_weight(w)
+    assert fw.kpad > fw.K and fw.ecol.numel() > 100
+    buf = torch.full((20 * fw.kpad,), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    before = [t.clone() for t in fw.tensors().values()]
+    for r0 in range(0, 45, 20):
+        n = min(20, 45 - r0)
+        got = fx.decode_rows(fw, r0, n, buf)
+        assert got.shape == (n, 70) and got.data_ptr() == buf.data_ptr()
+        assert torch.equal(got.view(torch.int16), w[r0:r0 + n].view(torch.int16))
+    assert torch.equal(fx.decode_rows(fw, 44, 1).view(torch.int16), w[44:].view(torch.int16))
+    assert fx.decode_rows(fw, 7, 0).shape == (0, 70)
+    assert all(torch.equal(a, b) for a, b in zip(before, fw.tensors().values()))
+    with pytest.raises(InvalidInputError, match="within"):
+        fx.decode_rows(fw, 40, 6)
+    with pytest.raises(InvalidInputError, match="within"):
+        fx.decode_rows(fw, -1, 2)
+    with pytest.raises(InvalidInputError, match="contiguous bfloat16"):
+        fx.decode_rows(fw, 0, 21, buf)
+    with pytest.raises(InvalidInputError, match="contiguous bfloat16"):
+        fx.decode_rows(fw, 0, 2, buf.float())

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..codecs.fixed import ESCAPE_D, choose_base, decode_bits, nibble_order, padded_cols
-from ..errors import UnsupportedError
+from ..errors import InvalidInputError, UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
 #: benchmarks/serving_kernels.py): CUDA-core FMAs up to GEMV_MAX_M; the tiled fused tensor-core
@@ -348,19 +348,52 @@ def decode(fw: FixedWeight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] bfloat16 on fw's device."""
     if not _use_triton(fw.lo) or fw.N * fw.K == 0:
         return _decode_host(fw)
-    from .fixed_kernels import fixed_decode_kernel, fixed_escape_patch_kernel
-    G = fw.kpad // 8
+    from .fixed_kernels import fixed_escape_patch_kernel
     out = torch.empty((fw.N, fw.kpad), dtype=torch.bfloat16, device=fw.device)
-    # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
-    BN, BI = (16, 64) if not _interpreting() else (16, 32)
     E = fw.ecol.numel()
     patch = 0 < E and fw.kpad <= PATCH_MAX_COLS  # escapes written by the decode's own programs
-    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(fw.N, BN))](fw.lo, fw.nib, out, fw.N, G, fw.base, fw.eptr, fw.ecol,
-                                                          fw.eval, fw.erow, BN=BN, BI=BI, PATCH=patch, num_warps=4)
+    decode_launch(out, fw, fw.base, 0, fw.N, patch=patch)
     if E and not patch:  # long rows (a 3-D record's): one launch, no index tensors built per call
         fixed_escape_patch_kernel[(_cdiv(E, 1024),)](fw.erow, fw.ecol, fw.eval, out.view(torch.int16), E, fw.kpad,
                                                      BLOCK=1024, num_warps=4)
     return out if fw.K == fw.kpad else out[:, :fw.K].contiguous()
+
+
+def decode_rows(fw: FixedWeight, row0: int, rows: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows row0 .. row0+rows-1 of W, bit-exact: a [rows, K] bfloat16 view of ``out`` (a
+    contiguous bfloat16 buffer of at least rows * kpad elements on fw's device, e.g. a scratch
+    reused chunk after chunk; None: a new one); rows are kpad elements apart. Raises
+    InvalidInputError (a ValueError) for a range outside [0, N) or an ``out`` that does not fit."""
+    if not (0 <= row0 and 0 <= rows and row0 + rows <= fw.N):
+        raise InvalidInputError(f"rows {row0} .. {row0 + rows} are not within the weight's {fw.N}")
+    if out is None:
+        out = torch.empty(rows * fw.kpad, dtype=torch.bfloat16, device=fw.device)
+    if out.dtype != torch.bfloat16 or not out.is_contiguous() or out.numel() < rows * fw.kpad \
+            or out.device != fw.device:
+        raise InvalidInputError(f"out must be a contiguous bfloat16 buffer of >= {rows * fw.kpad} elements on {fw.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+    w = out.reshape(-1)[:rows * fw.kpad].view(rows, fw.kpad)
+    if not _use_triton(fw.lo) or rows * fw.K == 0 or fw.kpad > PATCH_MAX_COLS:
+        w[:, :fw.K] = decode(fw)[row0:row0 + rows]  # the host decoder, or rows too long to patch per tile
+    else:
+        decode_launch(w, fw, fw.base, row0, rows, patch=fw.ecol.numel() > 0)
+    return w[:, :fw.K]
+
+
+def decode_launch(out: torch.Tensor, fw, base: int, row0: int, rows: int, groups: int = 1, group_rows: int = 0,
+                  bases: torch.Tensor | None = None, patch: bool = True) -> None:
+    """One launch of ``fixed_kernels.fixed_decode_kernel``: rows ``g * group_rows + row0 ..
+    + rows - 1`` of ``fw``'s layout (a FixedWeight, or anything with its lo, nib, eptr, ecol,
+    eval, erow, kpad: the stacked experts) for each group g < ``groups`` into out[g * rows + r,
+    :kpad] (contiguous bf16), window ``base`` or bases[g] (int32 [groups]); ``patch``: the
+    escapes written by the same programs (rows of at most PATCH_MAX_COLS columns)."""
+    from .fixed_kernels import fixed_decode_kernel
+    G = fw.kpad // 8
+    # H100, 11008x4096: tiles of 16 x 512 columns move 2.77 TB/s (read + written), 16 x 256 2.70
+    BN, BI = (16, 64) if not _interpreting() else (16, 32)
+    fixed_decode_kernel[(_cdiv(G, BI), _cdiv(rows, BN), groups)](
+        fw.lo, fw.nib, out, G, base, fw.eptr, fw.ecol, fw.eval, fw.erow, fw.eptr if bases is None else bases,
+        row0, rows, group_rows, BN=BN, BI=BI, PATCH=patch, BASES=bases is not None, num_warps=4)
 
 
 def embedding(idx: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
@@ -993,6 +1026,6 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
     return gx.reshape(*lead, fw.K)
 
 
-__all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "linear",
-           "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays", "KINDS",
-           "GEMV_MAX_M", "LARGE_M", "WS_MIN_M", "WS_MAX_M", "WS_ANY_MAX_M"]
+__all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "decode_rows",
+           "decode_launch", "linear", "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays",
+           "KINDS", "GEMV_MAX_M", "LARGE_M", "WS_MIN_M", "WS_MAX_M", "WS_ANY_MAX_M"]

@@ -47,6 +47,10 @@ class FixedExperts:
     def device(self) -> torch.device:
         return self.lo.device
 
+    @property
+    def kpad(self) -> int:
+        return 8 * self.lo.shape[1]
+
 
 def stack_experts(weights) -> FixedExperts:
     """A list of E FixedWeights of one shape [N, K], on one device -> FixedExperts (copies; the
@@ -67,6 +71,29 @@ def stack_experts(weights) -> FixedExperts:
                         torch.cat([w.ecol for w in weights]), torch.cat([w.eval for w in weights]), erow,
                         torch.tensor([w.base for w in weights], dtype=torch.int32, device=dev), weights,
                         len(weights), N, K)
+
+
+def decode_experts(experts: FixedExperts, out: torch.Tensor | None = None) -> torch.Tensor:
+    """All E experts, bit-exact: [E, N, K] bfloat16 on their device, in one launch on CUDA (or the
+    Triton interpreter with WCODEC_FIXED_TRITON=1; each expert at its own window), else each
+    expert by the host decoder. out: a contiguous [E, N, kpad] bfloat16 buffer to decode into
+    (e.g. a scratch reused call after call; the result is then a view of it), or None. Raises
+    InvalidInputError for an ``out`` of another shape, dtype or device."""
+    E, N, K = experts.E, experts.N, experts.K
+    shape = (E, N, experts.kpad)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.bfloat16, device=experts.device)
+    elif tuple(out.shape) != shape or out.dtype != torch.bfloat16 or not out.is_contiguous() \
+            or out.device != experts.device:
+        raise InvalidInputError(f"decode_experts: out must be a contiguous bfloat16 {shape} tensor on "
+                                f"{experts.device}, got {out.dtype} {tuple(out.shape)} on {out.device}")
+    if not fx._use_triton(experts.lo) or E * N * K == 0 or experts.kpad > fx.PATCH_MAX_COLS:
+        for e, w in enumerate(experts.weights):
+            out[e, :, :K] = fx.decode(w)
+    else:
+        fx.decode_launch(out, experts, 0, 0, N, groups=E, group_rows=N, bases=experts.bases,
+                         patch=experts.ecol.numel() > 0)
+    return out[:, :, :K]
 
 
 def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -97,6 +124,24 @@ GEMV_MAX_SLOTS = 4
 #: (rows of W, groups of 8 columns) per program of the GEMV: H100, Mixtral-shaped, 1 token, us
 #: per experts forward 4x64 236.1, 8x32 238.7, 16x32 241.6, 4x128 242.9, 8x64 260.1
 GEMV_TILE = (4, 64)
+#: launches of the tiled kernel, (BM, BN, BI, num_warps, num_stages, PREFETCH, SWAP): TILE for
+#: up to PREFILL_SLOTS routed slots per expert on average (decode steps of a batch), PREFILL_TILE
+#: above (a prompt: ~128 slots per expert at 512 tokens, Mixtral's top-2 of 8, all in one row
+#: block, so each W tile is decoded once). H100, Mixtral-shaped experts block, 512 tokens, us per
+#: forward (tools/prefill_chunks.py, 2026-11-26): 64x64x16 w4 3011-3037 (the former rule),
+#: 128x64x16 w8 2882, + prefetch 2718-2724, 128x64x16 w4 + prefetch + swap 2628; 256-row blocks
+#: 3259-7445, 128x128 tiles 3065-3690 (bf16 grouped_mm 1447-1462)
+TILE = (16, 64, 16, 4, 3, False, False)
+PREFILL_TILE = (128, 64, 16, 4, 3, True, True)
+PREFILL_SLOTS = 64
+#: above this many routed slots per expert on average (a long prompt: the tiled kernel decodes
+#: each W tile once per block of 128 slots), bf16 x on CUDA takes all experts decoded into a bf16
+#: scratch in one launch (``decode_experts``; transient: the dense experts' size) and
+#: ``torch._grouped_mm``. H100, Mixtral-shaped experts block, us per forward (tools/prefill_chunks.py,
+#: 2026-11-26): 512 tokens (128 slots per expert) tiled 2585, decode + grouped_mm 3156; 2048 tokens
+#: (512 per expert) 8877 against 4660 (bf16 grouped_mm 3136); 192 sits between the two, where
+#: the tiled kernel's cost (~linear in blocks per expert) meets the decode's
+DECODE_SLOTS = 192
 
 
 def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -106,7 +151,9 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     [0, T); offsets: int [E+1], non-decreasing from 0 to S. Returns [S, N] in x's dtype,
     accumulated in float32. On CUDA (or the Triton interpreter with WCODEC_FIXED_TRITON=1) one
     launch covers all experts, no host synchronisation (the grid is sized by S): a GEMV per slot
-    for S <= GEMV_MAX_SLOTS, else tensor-core tiles per expert; elsewhere each
+    for S <= GEMV_MAX_SLOTS, else tensor-core tiles per expert; above DECODE_SLOTS slots per
+    expert (bf16 x on an sm_90+ GPU) all experts are decoded into a bf16 scratch of the dense
+    experts' size, freed on return, and multiplied by ``torch._grouped_mm``; elsewhere each
     expert is decoded and multiplied with torch ops. Raises InvalidInputError for shapes that
     do not fit (indices themselves are not checked on the GPU path: that would synchronise)."""
     if x.dim() != 2 or x.shape[1] != experts.K:
@@ -115,6 +162,9 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
         raise InvalidInputError(f"grouped_linear: order must be 1-D and offsets [{experts.E + 1}], got "
                                 f"{tuple(order.shape)} and {tuple(offsets.shape)}")
     S, N = order.numel(), experts.N
+    if S > DECODE_SLOTS * experts.E and N and _grouped_mm_ready(x, experts):
+        w = decode_experts(experts)
+        return torch._grouped_mm(x[order], w.transpose(-2, -1), offs=offsets[1:].to(torch.int32))
     y = torch.empty((S, N), dtype=x.dtype, device=x.device)
     if S == 0 or N == 0:
         return y
@@ -135,13 +185,22 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
             experts.eval, experts.bases, y, x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0),
             y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
         return y
-    BM, BN, BI = (16, 16, 2) if fx._interpreting() else (16 if S <= 64 * experts.E else 64, 64, 16)
-    grid = (fx._cdiv(N, BN), fx._cdiv(S, BM), experts.E)
+    BM, BN, BI, warps, stages, prefetch, swap = TILE if S <= PREFILL_SLOTS * experts.E else PREFILL_TILE
+    if fx._interpreting():  # small tiles, the same code paths (prefetch, swap)
+        BM, BN, BI = 16, 16, 2
+    grid = (fx._cdiv(S, BM), fx._cdiv(N, BN), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
                                   experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
                                   y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
-                                  num_warps=4)
+                                  PREFETCH=prefetch, SWAP=swap, num_warps=warps, num_stages=stages)
     return y
 
 
-__all__ = ["FixedExperts", "stack_experts", "route", "grouped_linear"]
+def _grouped_mm_ready(x: torch.Tensor, experts: FixedExperts) -> bool:
+    """Whether ``torch._grouped_mm`` takes x and the decoded experts: bf16 on an sm_90+ GPU (its
+    CUTLASS kernels), rows of 16-byte multiples, a torch that has it."""
+    return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
+            and torch.cuda.get_device_capability(x.device)[0] >= 9 and experts.K % 8 == 0 and experts.N % 8 == 0)
+
+
+__all__ = ["FixedExperts", "stack_experts", "decode_experts", "route", "grouped_linear"]

@@ -65,19 +65,33 @@ def _f32_hi(e):
 
 
 @triton.jit
-def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
-    """Load the words of groups gi [1, BI] of rows [BN, 1]; returns the 4 pair words (``_pairs``).
-    lo_ptr: int64 words (8 low bytes = one group), nib_ptr: int32 words (8 nibbles)."""
+def _load_words(lo_ptr, nib_ptr, rows, gi, N, G):
+    """The raw words of groups gi [1, BI] of rows [BN, 1]: (nibble words u32, low-byte words u64),
+    zeros outside the weight. lo_ptr: int64 words (8 low bytes = one group), nib_ptr: int32
+    words (8 nibbles)."""
     m = (rows < N) & (gi < G)
     r64 = rows.to(tl.int64)
     gi = tl.max_contiguous(tl.multiple_of(gi, (1, 4)), (1, 4))
     # weights are read once per call: stream them past L1/L2 (evict_first) to keep x cached
     nw = tl.load(nib_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
     lo = tl.load(lo_ptr + r64 * G + gi, mask=m, other=0, eviction_policy="evict_first").to(tl.uint64, bitcast=True)
+    return nw, lo
+
+
+@triton.jit
+def _word_pairs(nw, lo, base):
+    """Raw words (``_load_words``) -> the 4 pair words of each group (``_pairs``)."""
     lo0 = (lo & 0xFFFFFFFF).to(tl.uint32)
     lo1 = (lo >> 32).to(tl.uint32)
     base4 = (base * 0x01010101).to(tl.uint32)
     return _pairs(nw, lo0, lo1, base4)
+
+
+@triton.jit
+def _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base):
+    """Load the words of groups gi [1, BI] of rows [BN, 1]; returns the 4 pair words (``_pairs``)."""
+    nw, lo = _load_words(lo_ptr, nib_ptr, rows, gi, N, G)
+    return _word_pairs(nw, lo, base)
 
 
 @triton.jit
@@ -89,29 +103,58 @@ def _natural_pairs(e02_0, e13_0, e02_1, e13_1):
 
 
 @triton.jit
+def _words_tile(nw, lo, base, BN: tl.constexpr, BI: tl.constexpr):
+    """Raw words of a [BN, BI] block of groups -> the W tile in natural column order: [BN, 8*BI] bf16."""
+    w0, w1, w2, w3 = _word_pairs(nw, lo, base)
+    words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BN, 4 * BI))
+    halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
+    return tl.reshape(halves, (BN, 8 * BI)).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI: tl.constexpr):
     """The W tile of rows [BN, 1] and columns 8*g0 .. 8*(g0+BI) in natural order: [BN, 8*BI] bf16."""
-    gi = g0 + tl.arange(0, BI)[None, :]
-    w0, w1, w2, w3 = _load_group(lo_ptr, nib_ptr, rows, gi, N, G, base)
-    words = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], 4 * BI))
-    halves = tl.join((words & 0xFFFF).to(tl.uint16), (words >> 16).to(tl.uint16))
-    return tl.reshape(halves, (rows.shape[0], 8 * BI)).to(tl.bfloat16, bitcast=True)
+    nw, lo = _load_words(lo_ptr, nib_ptr, rows, g0 + tl.arange(0, BI)[None, :], N, G)
+    return _words_tile(nw, lo, base, rows.shape[0], BI)
+
+
+@triton.jit
+def _dot_step(acc, wt, xrow, xm, g0, K, BI: tl.constexpr, DOT: tl.constexpr, SWAP: tl.constexpr):
+    """acc plus x tile @ wt.T ([BM, BN]), or with SWAP wt @ x tile.T ([BN, BM]: W's rows are the
+    instruction's M, the decoded tile may stay in registers as its A operand)."""
+    cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
+    xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
+    if DOT == 0:
+        xt = xt.to(tl.bfloat16)
+    else:
+        xt = xt.to(tl.float32)
+        wt = wt.to(tl.float32)
+    if SWAP:
+        return tl.dot(wt, tl.trans(xt), acc)
+    else:
+        return tl.dot(xt, tl.trans(wt), acc)
 
 
 @triton.jit
 def _dot_tiles(acc, lo_ptr, nib_ptr, rows, n_rows, base, xrow, xm, g_start, g_stop, G, K,
-               BI: tl.constexpr, DOT: tl.constexpr):
-    """acc [BM, BN] fp32 plus x @ W.T over the column groups g_start..g_stop (step BI): W's rows
-    [BN, 1] (below n_rows) decoded tile by tile, each tile once for all BM rows of x (xrow: their
-    row pointers [BM, 1], xm: their mask); DOT 0 multiplies in bf16, else in fp32."""
-    for g0 in range(g_start, g_stop, BI):
-        wt = _tile(lo_ptr, nib_ptr, rows, g0, n_rows, G, base, BI)
-        cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
-        xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
-        if DOT == 0:
-            acc = tl.dot(xt.to(tl.bfloat16), tl.trans(wt), acc)
-        else:
-            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc)
+               BI: tl.constexpr, DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False):
+    """acc [BM, BN] fp32 (SWAP: [BN, BM], see _dot_step) plus x @ W.T over the column groups
+    g_start..g_stop (step BI): W's rows [BN, 1] (below n_rows) decoded tile by tile, each tile
+    once for all BM rows of x (xrow: their row pointers [BM, 1], xm: their mask); DOT 0
+    multiplies in bf16, else in fp32. PREFETCH: the raw words of tile i+1 are loaded before
+    tile i is decoded and multiplied (their latency behind that work: Triton's pipeliner does
+    not stage loads that reach the dot through the decode arithmetic)."""
+    if PREFETCH:
+        gi = tl.arange(0, BI)[None, :]
+        nw, lo = _load_words(lo_ptr, nib_ptr, rows, g_start + gi, n_rows, G)
+        for g0 in range(g_start, g_stop, BI):
+            nw_next, lo_next = _load_words(lo_ptr, nib_ptr, rows, g0 + BI + gi, n_rows, G)
+            acc = _dot_step(acc, _words_tile(nw, lo, base, rows.shape[0], BI), xrow, xm, g0, K, BI, DOT, SWAP)
+            nw, lo = nw_next, lo_next
+    else:
+        for g0 in range(g_start, g_stop, BI):
+            acc = _dot_step(acc, _tile(lo_ptr, nib_ptr, rows, g0, n_rows, G, base, BI), xrow, xm, g0, K, BI, DOT,
+                            SWAP)
     return acc
 
 
@@ -286,16 +329,8 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
     g_len = tl.cdiv(tl.cdiv(G, SPLIT), BI) * BI
     g_lo = split * g_len
     if SWAP:
-        acc_t = tl.zeros((BN, BM), tl.float32)
-        for g0 in range(g_lo, tl.minimum(G, g_lo + g_len), BI):
-            wt = _tile(lo_ptr, nib_ptr, rows, g0, N, G, base, BI)
-            cols = 8 * g0 + tl.arange(0, 8 * BI)[None, :]
-            xt = tl.load(xrow + cols, mask=xm & (cols < K), other=0.0)
-            if DOT == 0:
-                acc_t = tl.dot(wt, tl.trans(xt.to(tl.bfloat16)), acc_t)
-            else:
-                acc_t = tl.dot(wt.to(tl.float32), tl.trans(xt.to(tl.float32)), acc_t)
-        acc = tl.trans(acc_t)
+        acc = tl.trans(_dot_tiles(tl.zeros((BN, BM), tl.float32), lo_ptr, nib_ptr, rows, N, base, xrow, xm,
+                                  g_lo, tl.minimum(G, g_lo + g_len), G, K, BI, DOT, SWAP=True))
     else:
         acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, N, base, xrow, xm,
                          g_lo, tl.minimum(G, g_lo + g_len), G, K, BI, DOT)
@@ -312,16 +347,18 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
 def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, bases_ptr,
                             y_ptr, N, K, G, stride_xm, stride_ym,
                             BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
-                            DOT: tl.constexpr):
+                            DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T for the routed slots s of expert e = program axis 2
-    (offsets[e] <= s < offsets[e+1]); axis 0: BN columns of y, axis 1: BM slots of that expert
-    (programs past its count do nothing). W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
-    (``fixed_grouped.stack_experts``), window bases[e], escapes in the stacked CSR."""
+    (offsets[e] <= s < offsets[e+1]); axis 0: BM slots of that expert (programs past its count do
+    nothing), axis 1: BN columns of y; the row blocks of one W tile are launched side by side, so
+    an expert's second block (more than BM slots) reads the tile's words from the L2. W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
+    (``fixed_grouped.stack_experts``), window bases[e], escapes in the stacked CSR. PREFETCH,
+    SWAP: see ``_dot_tiles``."""
     e = tl.program_id(2)
     s_end = tl.load(offs_ptr + e + 1)
-    s0 = tl.load(offs_ptr + e) + tl.program_id(1) * BM
+    s0 = tl.load(offs_ptr + e) + tl.program_id(0) * BM
     if s0 < s_end:
-        n0 = tl.program_id(0) * BN
+        n0 = tl.program_id(1) * BN
         r0 = e.to(tl.int64) * N  # first stacked row of expert e
         r_end = r0 + N
         base = tl.load(bases_ptr + e)
@@ -331,8 +368,12 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
         xm = sm[:, None]
         xrow = x_ptr + tok[:, None].to(tl.int64) * stride_xm
         rows = r0 + n0 + tl.arange(0, BN)[:, None]
-        acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
-                         0, G, G, K, BI, DOT)
+        if SWAP:
+            acc = tl.trans(_dot_tiles(tl.zeros((BN, BM), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
+                                      0, G, G, K, BI, DOT, PREFETCH, SWAP))
+        else:
+            acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
+                             0, G, G, K, BI, DOT, PREFETCH)
         acc = _escapes(acc, x_ptr, tok, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, r0 + n0, r_end, base, BN, EB,
                        True)
         _store_y(acc, y_ptr, y_ptr, slots, n0, s_end, N, stride_ym, BN, False)
@@ -410,30 +451,42 @@ def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_g
 
 
 @triton.jit
-def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, N, G, base, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr,
-                        BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr = 64, PATCH: tl.constexpr = False):
-    """Decode to out[N, kpad] bf16. PATCH: each program then writes the escapes of its tile
+def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, G, base, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, bases_ptr,
+                        row0, rows, group_rows,
+                        BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr = 64, PATCH: tl.constexpr = False,
+                        BASES: tl.constexpr = False):
+    """Decode rows ``group * group_rows + row0 + r`` (r < rows) of the layout, for each group =
+    program axis 2, to out[group * rows + r, :kpad] bf16 (kpad = 8*G). One group with row0 = 0
+    and rows = N decodes a whole weight; a row range (``rows`` from ``row0``) decodes a chunk of
+    it into a small scratch (``fixed.decode_rows``); groups of ``group_rows`` rows take the same
+    range of each expert of a stacked experts layout (``fixed_grouped``), whose window base is
+    bases[group] (BASES), else ``base``. PATCH: each program then writes the escapes of its tile
     (its rows' CSR lists, those in its columns) over the placeholders, after a barrier that
     orders them behind the tile's stores; else escapes hold their placeholder and the caller
     patches them (``fixed_escape_patch_kernel``: one launch more, 2-4 us on the H100). Every
     program scans all escapes of its rows, so PATCH is for rows of ordinary width. Grid (column
-    groups, row blocks): axis 0 takes 2^31 - 1 programs, so a record of long rows (a 3-D experts
-    tensor [E, N, K] stored as E rows) fits; axes 1 and 2 stop at 65535."""
+    groups, row blocks, groups): axis 0 takes 2^31 - 1 programs, so a record of long rows (a 3-D
+    experts tensor [E, N, K] stored as E rows) fits; axes 1 and 2 stop at 65535."""
     pid_g = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows = pid_n * BN + tl.arange(0, BN)[:, None]
-    wt = _tile(lo_ptr, nib_ptr, rows, pid_g * BI, N, G, base, BI)
+    grp = tl.program_id(2)
+    if BASES:
+        base = tl.load(bases_ptr + grp)
+    src0 = grp.to(tl.int64) * group_rows + row0  # source row of local row 0
+    local = pid_n * BN + tl.arange(0, BN)[:, None]
+    wt = _tile(lo_ptr, nib_ptr, src0 + local, pid_g * BI, src0 + rows, G, base, BI)
     cols = pid_g * 8 * BI + tl.arange(0, 8 * BI)[None, :]
-    tl.store(out_ptr + rows.to(tl.int64) * (8 * G) + cols, wt, mask=(rows < N) & (cols < 8 * G))
+    dst0 = grp.to(tl.int64) * rows  # output row of local row 0
+    tl.store(out_ptr + (dst0 + local) * (8 * G) + cols, wt, mask=(local < rows) & (cols < 8 * G))
     if PATCH:
         tl.debug_barrier()  # bar.sync: the tile's stores reach memory before the escapes overwrite them
         c0 = pid_g * 8 * BI
-        e_end = tl.load(eptr_ptr + tl.minimum(pid_n * BN + BN, N))
-        for e0 in range(tl.load(eptr_ptr + pid_n * BN), e_end, EB):
+        e_end = tl.load(eptr_ptr + src0 + tl.minimum(pid_n * BN + BN, rows))
+        for e0 in range(tl.load(eptr_ptr + src0 + pid_n * BN), e_end, EB):
             e = e0 + tl.arange(0, EB)
             c = tl.load(ecol_ptr + e, mask=e < e_end, other=-1)
             m = (c >= c0) & (c < c0 + 8 * BI)
-            r = tl.load(erow_ptr + e, mask=m, other=0)
+            r = tl.load(erow_ptr + e, mask=m, other=0) - src0 + dst0
             v = tl.load(eval_ptr + e, mask=m, other=0).to(tl.int16).to(tl.bfloat16, bitcast=True)
             tl.store(out_ptr + r * (8 * G) + c, v, mask=m)
 

@@ -7,9 +7,10 @@ specialisation (Triton specialises integer arguments such as M on ``== 1`` and d
 the tokens of all running sequences into one [M, hidden] matmul), so an untuned process tunes
 in the middle of generation: the first fused process on a fresh H100 served 3.5-9x slower than
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
-``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M)`` right after loading: every key and specialisation the routing can reach
-is then tuned and compiled (Triton also caches both on disk, so later processes only compile
-from that cache).
+``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M) + 1`` right after loading: every key and specialisation the routing can reach
+is then tuned and compiled (Triton also caches both on disk, so later processes load them
+from that cache). On a cold cache the compiles are spread over worker processes first
+(:mod:`wcodec.gpu.precompile`): Triton compiles in the calling process, one kernel at a time.
 
 Why every M and not one call per bucket: within one bucket the routing still changes the key
 (the tiled kernel's kind and split-K slices follow ``ceil(M / 64)``; the kernels of branch
@@ -28,12 +29,13 @@ import torch
 
 def rows() -> range:
     """The activation row counts M that :func:`warmup` runs: 1 .. the larger of ``fixed.LARGE_M``
-    and ``fixed.WGMMA_MAX_M`` inclusive (from LARGE_M on, :func:`wcodec.gpu.fixed.linear`
+    and ``fixed.WGMMA_MAX_M``, plus one above both. From LARGE_M on, :func:`wcodec.gpu.fixed.linear`
     decodes and calls cuBLAS, except where the wgmma kernel takes up to WGMMA_MAX_M rows on
-    sm_90: above both nothing tunes, one call warms the decode path's kernels)."""
+    sm_90; above both nothing tunes, and the one call there compiles the decode path's kernel
+    (on sm_90 no smaller M reaches it for a weight of few escapes: a prefill compiled it)."""
     from ..gpu import fixed as fx
 
-    return range(1, max(fx.LARGE_M, fx.WGMMA_MAX_M) + 1)
+    return range(1, max(fx.LARGE_M, fx.WGMMA_MAX_M) + 2)
 
 
 def buckets() -> list[int]:
@@ -69,6 +71,7 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     lookup, on the module's device; returns the number of calls. The module is not modified."""
     from ..gpu import fixed as fx
     from ..gpu import fixed16 as fx16
+    from ..gpu.precompile import sweep
     from ..torch.embedding import CompressedEmbedding
 
     fw = module.fixed_weight
@@ -77,13 +80,36 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
             fx.embedding(torch.zeros(1, dtype=torch.int64, device=fw.device), fw)
             return 1
         bias = None if module.bias is None else module.bias.detach().to(dtype)
-        x = torch.zeros((rows()[-1], fw.K), dtype=dtype, device=fw.device)
-        # an fp16 weight (CompressedLinear16) tunes its GEMV only; above it, decode + cuBLAS
-        lin, ms = (fx16.linear, range(1, fx16.GEMV_MAX_M + 2)) if isinstance(fw, fx16.Fixed16Weight) \
-            else (fx.linear, rows())
-        for n in ms:
-            lin(x[:n], fw, bias)  # x[:n] is contiguous, aligned as a fresh tensor
-        return len(ms)
+    if isinstance(fw, fx16.Fixed16Weight):  # an fp16 weight tunes its GEMV only; above it, decode + cuBLAS
+        return sweep(fw, bias, dtype, range(1, fx16.GEMV_MAX_M + 2), linear=fx16.linear)
+    return sweep(fw, bias, dtype, rows())
+
+
+#: a first call slower than this (seconds) means Triton compiled: the cache is cold for this model
+PROBE_COLD_S = 0.5
+
+
+def _precompile(mods: list, dtype: torch.dtype, device) -> dict | None:
+    """On a cold Triton cache, compile the bf16 fused linears' kernels in worker processes
+    (:func:`wcodec.gpu.precompile.precompile`) before the caller's own sweep loads them from the
+    cache. Cold means: the first linear's first two row counts took over PROBE_COLD_S. Returns the
+    precompile report, with ``probe_s``; None when there is no such linear."""
+    from ..gpu import fixed as fx
+    from ..gpu import precompile as pc
+
+    lins = [m for m in mods if hasattr(m, "in_features") and type(m.fixed_weight) is fx.FixedWeight]
+    if not lins:
+        return None
+    first = lins[0]
+    bias = None if first.bias is None else first.bias.detach().to(dtype)
+    t = time.perf_counter()
+    pc.sweep(first.fixed_weight, bias, dtype, (1, 2))
+    torch.cuda.synchronize(device)
+    probe = time.perf_counter() - t
+    if probe < PROBE_COLD_S:
+        return {"probe_s": probe, "workers": 0, "tasks": 0, "failed": 0, "seconds": 0.0, "errors": []}
+    tasks = [pc.task_of(m.fixed_weight, m.bias is not None, dtype, rows()) for m in lins]
+    return {"probe_s": probe, **pc.precompile(tasks, device)}
 
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:
@@ -94,13 +120,15 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 
 def warmup(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict:
     """Tune and compile the fused kernels of every CUDA CompressedLinear / CompressedEmbedding
-    of ``model`` for every row count of :func:`rows` (see the module docstring). No-op on the
-    CPU and under the Triton interpreter (nothing to tune there).
+    of ``model`` for every row count of :func:`rows` (see the module docstring); on a cold Triton
+    cache the bf16 linears' kernels are first compiled by worker processes (:func:`_precompile`).
+    No-op on the CPU and under the Triton interpreter (nothing to tune there).
 
     dtype: the activations' dtype (default: the model's, else bfloat16). The model is not
     modified (its replay caches are untouched: the kernels are called directly with scratch
     inputs of zeros). Returns ``{"weights": distinct keys warmed, "calls": kernel calls,
-    "seconds": wall time, "skipped": why nothing ran, or None}``.
+    "seconds": wall time, "skipped": why nothing ran, or None, "precompile": {device: the
+    workers' report (:func:`wcodec.gpu.precompile.precompile`) with the probe's seconds, or None}}``.
     """
     from ..gpu import fixed as fx
 
@@ -109,15 +137,17 @@ def warmup(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict:
         why = "no fused weight on a CUDA device" if not todo else "Triton interpreter"
         return {"weights": 0, "calls": 0, "seconds": 0.0, "skipped": why}
     dtype = dtype or _dtype(model)
-    t0, calls = time.perf_counter(), 0
+    t0, calls, pre = time.perf_counter(), 0, {}
     for dev in {k[-1] for k in todo}:
         with torch.cuda.device(dev):
-            for key, m in todo.items():
-                if key[-1] == dev:
-                    calls += warm_module(m, dtype)
+            mods = [m for key, m in todo.items() if key[-1] == dev]
+            pre[str(dev)] = _precompile(mods, dtype, dev)
+            for m in mods:
+                calls += warm_module(m, dtype)
             torch.cuda.synchronize(dev)
     torch.cuda.empty_cache()  # the tuner's scratch (and its 256 MB L2 flush buffer) goes back
-    return {"weights": len(todo), "calls": calls, "seconds": time.perf_counter() - t0, "skipped": None}
+    return {"weights": len(todo), "calls": calls, "seconds": time.perf_counter() - t0, "skipped": None,
+            "precompile": pre}
 
 
 def after_load(model: torch.nn.Module, option) -> dict | None:
