@@ -27,7 +27,7 @@ def _lin(n, k, bias=False, seed=0):
 
 def test_rows_reach_every_bucket_and_the_decode_path():
     rs = list(warmup.rows())
-    top = max(fx.LARGE_M, fx.WGMMA_MAX_M)  # the wgmma kernel's rows (sm_90) are tuned too
+    top = max(fx.LARGE_M, fx.WGMMA_MAX_M, fx.WS_MAX_M)  # the ws / wgmma kernels' rows (sm_90) are tuned too
     assert rs == list(range(1, top + 2))  # and one above both: the decode kernel compiles at load
     assert fx.pick_kind(fx.LARGE_M) == "decode" and fx.pick_kind(fx.LARGE_M - 1) != "decode"
     x = torch.zeros(rs[-1], 8, dtype=torch.bfloat16)
@@ -59,6 +59,7 @@ def test_warm_module_runs_every_row_count_with_the_bias(monkeypatch):
     monkeypatch.setattr(fx, "linear", spy)
     monkeypatch.setattr(fx, "LARGE_M", 20)  # the sweep's length follows the routing's constants
     monkeypatch.setattr(fx, "WGMMA_MAX_M", 12)
+    monkeypatch.setattr(fx, "WS_MAX_M", 12)
     assert warmup.warm_module(lin, torch.bfloat16) == 21
     assert seen == [(m, True, torch.bfloat16) for m in range(1, 22)]
     after = {k: v for k, v in lin.state_dict().items() if isinstance(v, torch.Tensor)}

@@ -7,8 +7,8 @@ specialisation (Triton specialises integer arguments such as M on ``== 1`` and d
 the tokens of all running sequences into one [M, hidden] matmul), so an untuned process tunes
 in the middle of generation: the first fused process on a fresh H100 served 3.5-9x slower than
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
-``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M) + 1`` right after loading: every key and specialisation the routing can reach
-is then tuned and compiled (Triton also caches both on disk, so later processes load them
+``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M, fixed.WS_MAX_M) + 1`` right after loading: every key
+and specialisation the routing can reach is then tuned and compiled (Triton also caches both on disk, so later processes load them
 from that cache). On a cold cache the compiles are spread over worker processes first
 (:mod:`wcodec.gpu.precompile`): Triton compiles in the calling process, one kernel at a time.
 
@@ -28,14 +28,15 @@ import torch
 
 
 def rows() -> range:
-    """The activation row counts M that :func:`warmup` runs: 1 .. the larger of ``fixed.LARGE_M``
-    and ``fixed.WGMMA_MAX_M``, plus one above both. From LARGE_M on, :func:`wcodec.gpu.fixed.linear`
-    decodes and calls cuBLAS, except where the wgmma kernel takes up to WGMMA_MAX_M rows on
-    sm_90; above both nothing tunes, and the one call there compiles the decode path's kernel
-    (on sm_90 no smaller M reaches it for a weight of few escapes: a prefill compiled it)."""
+    """The activation row counts M that :func:`warmup` runs: 1 .. the largest of ``fixed.LARGE_M``,
+    ``fixed.WGMMA_MAX_M`` and ``fixed.WS_MAX_M``, plus one above them. From LARGE_M on,
+    :func:`wcodec.gpu.fixed.linear` decodes and calls cuBLAS, except where the warp-specialised
+    (up to WS_MAX_M) or wgmma (up to WGMMA_MAX_M) kernels take the rows on sm_90; above them
+    nothing tunes, and the one call there compiles the decode path's kernel (on sm_90 no smaller
+    M reaches it for a weight of few escapes: a prefill compiled it)."""
     from ..gpu import fixed as fx
 
-    return range(1, max(fx.LARGE_M, fx.WGMMA_MAX_M) + 2)
+    return range(1, max(fx.LARGE_M, fx.WGMMA_MAX_M, fx.WS_MAX_M) + 2)
 
 
 def buckets() -> list[int]:
