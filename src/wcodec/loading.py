@@ -105,14 +105,9 @@ def placement(map_location):
     return torch_device(map_location), None
 
 
-_from_numpy = None  # wcodec._torch_tensors.from_numpy, imported at the first load (it imports torch)
-
-
 def to_torch(arr, dtype: str):
-    global _from_numpy
-    if _from_numpy is None:
-        from ._torch_tensors import from_numpy as _from_numpy
-    return _from_numpy(arr, dtype)
+    from .torch.tensors import from_numpy
+    return from_numpy(arr, dtype)
 
 
 def apply_post(fn, t):
@@ -131,24 +126,17 @@ def _gpu_load_records():
         return None
 
 
-def shard_of(reader):
-    """``fn(name) -> the Reader holding it``: a CheckpointReader's shard (its per-tensor methods
-    build a delegate per call), or a Reader itself."""
-    return getattr(reader, "reader", None) or (lambda name: reader)
-
-
 def cpu_decoder(reader: CheckpointReader, verify: bool = True):
     """``fn(name) -> numpy array`` (``reader.get_numpy``) for :func:`map_in_threads` and
     ``imap_in_threads``: each thread reads the compressed bytes into its own reused SpanBuffer
     (dropped with ``fn``, after the load)."""
     local = threading.local()
-    shard = shard_of(reader)
 
     def decode(name):
         into = getattr(local, "into", None)
         if into is None:
             into = local.into = SpanBuffer()
-        return shard(name).get_numpy(name, verify=verify, into=into)
+        return reader.get_numpy(name, verify=verify, into=into)
 
     return decode
 
@@ -182,14 +170,9 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
             out = load_records([(n, reader.record(n, verify=False, copy=False)) for n in stored], dev,
                                crcs=crcs)
         else:
-            decode, shard = cpu_decoder(reader, verify), shard_of(reader)
-            on_cpu = dev.type == "cpu"  # decoded there already: no .to() per tensor
-
-            def one(n):
-                t = to_torch(decode(n), shard(n).entry(n)["dtype"])
-                return t if on_cpu else t.to(dev)
-
-            out = map_in_threads(one, stored, cost=reader.numel)
+            decode = cpu_decoder(reader, verify)
+            out = map_in_threads(lambda n: to_torch(decode(n), reader.entry(n)["dtype"]).to(dev), stored,
+                                 cost=reader.numel)
     else:
         raise InvalidInputError(f"framework must be 'pt' or 'np', got {framework!r}")
     return {n: out[target[n]] for n in names}

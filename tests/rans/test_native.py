@@ -402,23 +402,6 @@ def test_float_head_bits_native_equals_numpy(layout, seed, n):
         assert got == F.choose_head_bits(hist, E, tail0)
 
 
-@needs_ext
-@pytest.mark.parametrize("n,block", [(70_001, 4096), (9, 8), (1 << 19, 1 << 15), (300_000, 300_000)])
-def test_block_head_histograms_rows_and_total(n, block):
-    """Each row is the numba head histogram of its block; the total (summed in C, bins in tasks
-    of 256) is the histogram of the whole tensor, as numba's and as the rows' numpy sum."""
-    a = _float_inputs("F32", n, 3)
-    bits = a.reshape(-1).view(np.uint32)
-    shift, mask = 23 - F.MAX_HEAD_BITS, (1 << (8 + F.MAX_HEAD_BITS)) - 1
-    rows, total = native.block_head_histograms(bits, shift, mask, block)
-    assert rows.shape == (-(-n // block), mask + 1) and total.dtype == np.int64
-    for b in {0, rows.shape[0] - 1}:
-        want = native.head_histogram(bits[b * block:(b + 1) * block], shift, mask, numba=True)
-        assert np.array_equal(rows[b], want)
-    assert np.array_equal(total, native.head_histogram(bits, shift, mask, numba=True))
-    assert np.array_equal(total, rows.sum(axis=0, dtype=np.int64))
-
-
 @pytest.mark.parametrize("dtype", ["BF16", "F32"])
 def test_split_window_same_bits_as_scalar_lookups(isa, dtype):
     """The SIMD split's register window (any start, values outside it included) = symbol_of."""

@@ -80,10 +80,9 @@ def _busiest_window(alphabet: np.ndarray, counts: np.ndarray, width: int = 256) 
 BLOCK_MIN = 1 << 15
 
 
-def _head_histograms_per_block(bits: np.ndarray, E: int, M: int, n: int, chunk_steps) -> tuple | None:
-    """([n_blocks, 2**(E + MAX_HEAD_BITS)] uint32 head histograms per block of
-    ``rans.counts_block`` chunks (the head plane's chunks), [2**(E + MAX_HEAD_BITS)] int64 their
-    sum), or None (no C extension, odd chunks)."""
+def _head_histograms_per_block(bits: np.ndarray, E: int, M: int, n: int, chunk_steps) -> np.ndarray | None:
+    """[n_blocks, 2**(E + MAX_HEAD_BITS)] uint32 head histograms per block of
+    ``rans.counts_block`` chunks (the head plane's chunks), or None (no C extension, odd chunks)."""
     steps = rans.auto_chunk_steps(n) if chunk_steps is None else chunk_steps
     if not (K.available() and n and isinstance(steps, (int, np.integer)) and 1 <= steps <= rans.MAX_CHUNK_STEPS):
         return None
@@ -180,10 +179,9 @@ class FloatCodec(Codec):
         # One histogram with the most mantissa bits serves every head_bits: sum its trailing bits.
         # With the C extension it is kept per block of table segments, and also gives the head
         # symbols' counts per segment (no second histogram pass over the symbols).
-        blocks, block_counts = _head_histograms_per_block(bits, E, M, n, chunk_steps), None
-        per_block = None
-        if blocks is not None:
-            per_block, hist_max = blocks
+        per_block, block_counts = _head_histograms_per_block(bits, E, M, n, chunk_steps), None
+        if per_block is not None:
+            hist_max = per_block.sum(axis=0, dtype=np.int64)
         else:
             hist_max = K.head_histogram(bits, M - MAX_HEAD_BITS, (1 << (E + MAX_HEAD_BITS)) - 1)
         j = choose_head_bits(hist_max, E, tail0) if head_bits is None else int(head_bits)

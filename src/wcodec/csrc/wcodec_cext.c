@@ -1322,46 +1322,23 @@ static void bh_task(void *vctx, int64_t blk) {
     free(sub);
 }
 
-/* the rows' sum, bins [k * 256, (k + 1) * 256) per task (int64: a tensor's count may pass 2^32) */
-typedef struct {
-    const uint32_t *rows;
-    int64_t n_rows, nb;
-    int64_t *total;
-} rowsum_ctx;
-
-static void rowsum_task(void *vctx, int64_t k) {
-    rowsum_ctx *ctx = vctx;
-    int64_t a = k * 256, b = ctx->nb < a + 256 ? ctx->nb : a + 256;
-    int64_t *t = ctx->total;
-    for (int64_t s = a; s < b; s++) t[s] = 0;
-    for (int64_t r = 0; r < ctx->n_rows; r++) {
-        const uint32_t *row = ctx->rows + r * ctx->nb;
-        for (int64_t s = a; s < b; s++) t[s] += row[s];
-    }
-}
-
-/* block_head_histograms(bits, shift, mask, block, out, threads[, total]): total, an int64
- * [mask + 1] array, receives the sum of out's rows (the tensor's histogram) in the same call */
 static PyObject *py_block_head_histograms(PyObject *self, PyObject *args) {
-    PyObject *o_bits, *o_out, *o_total = Py_None;
+    PyObject *o_bits, *o_out;
     int shift, threads;
     unsigned int mask;
     long long block;
-    if (!PyArg_ParseTuple(args, "OiILOi|O", &o_bits, &shift, &mask, &block, &o_out, &threads, &o_total)) return NULL;
+    if (!PyArg_ParseTuple(args, "OiILOi", &o_bits, &shift, &mask, &block, &o_out, &threads)) return NULL;
     bufs_t bs = {.k = 0};
     bh_ctx ctx;
-    int64_t no, nt = 0;
-    int64_t *total = NULL;
+    int64_t no;
     ctx.bits = get_buf(&bs, o_bits, 0, 0, &ctx.n, "bits");
     if (!ctx.bits) goto fail;
     ctx.bytes = (int)bs.b[0].itemsize;
     ctx.out = get_buf(&bs, o_out, 1, 4, &no, "out");
     if (!ctx.out) goto fail;
-    if (o_total != Py_None && !(total = get_buf(&bs, o_total, 1, 8, &nt, "total"))) goto fail;
     int64_t n_blocks = block > 0 ? (ctx.n + block - 1) / block : 0;
     if ((ctx.bytes != 2 && ctx.bytes != 4) || shift < 0 || shift >= 32 || mask > (1u << 16) || block < 1 ||
-        block > ((int64_t)1 << 32) - 1 || no != n_blocks * ((int64_t)mask + 1) ||
-        (total && nt != (int64_t)mask + 1)) {
+        block > ((int64_t)1 << 32) - 1 || no != n_blocks * ((int64_t)mask + 1)) {
         PyErr_SetString(PyExc_ValueError, "block_head_histograms: bad arguments");
         goto fail;
     }
@@ -1369,10 +1346,8 @@ static PyObject *py_block_head_histograms(PyObject *self, PyObject *args) {
     ctx.mask = mask;
     ctx.block = block;
     threads = pick_threads(threads, n_blocks);
-    rowsum_ctx rs = {ctx.out, n_blocks, (int64_t)mask + 1, total};
     Py_BEGIN_ALLOW_THREADS
     run_parallel(bh_task, &ctx, n_blocks, threads);
-    if (total) run_parallel(rowsum_task, &rs, (rs.nb + 255) / 256, pick_threads(threads, (rs.nb + 255) / 256));
     Py_END_ALLOW_THREADS
     bufs_release(&bs);
     Py_RETURN_NONE;
