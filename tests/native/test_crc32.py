@@ -1,7 +1,7 @@
 """wcodec.native.crc32 / crc32_many (csrc/crc32.c) against zlib: every length around the
-folding steps (16, 64 and 128 bytes, the 256 KiB pieces of the threaded path), unaligned
-starts, a running value, each instruction set (the 256-bit and 128-bit carry-less multiplies,
-the slice-by-8 tables), the numba fallback's zlib, and bad arguments."""
+folding steps (16, 64, 128 and 256 bytes, the 256 KiB pieces of the threaded path), unaligned
+starts, a running value, each instruction set (the 512-bit, 256-bit and 128-bit carry-less
+multiplies, the slice-by-8 tables), the numba fallback's zlib, and bad arguments."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ needs_ext = pytest.mark.skipif(ext is None, reason="C extension wcodec._cext not
 PIECE = 1 << 18  # crc32.c's piece of the threaded path
 PARALLEL = 4 << 20  # and the bytes from which it runs
 
-LENGTHS = [*range(0, 300), 1000, 4096 + 13, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17]
+LENGTHS = [*range(0, 300), 383, 384, 511, 512, 513, 767, 768, 1000, 1040, 4096 + 13, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17]
 
 
 @needs_ext

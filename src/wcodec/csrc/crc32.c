@@ -103,7 +103,7 @@ static uint32_t crc_tables(uint32_t c, const uint8_t *buf, int64_t len) {
 #if (defined(__clang__) && __clang_major__ >= 13) || (!defined(__clang__) && __GNUC__ >= 11)
 #define WC_CRC_VPCLMUL 1 /* compilers that know the 256-bit carry-less multiply and its CPU flag */
 #endif
-static int g_pclmul, g_vpclmul;
+static int g_pclmul, g_vpclmul, g_vpclmul512;
 
 /* The register form over len bytes, len >= 64 and a multiple of 16: four 128-bit lanes folded
  * 64 bytes at a time, then into one, then Barrett-reduced to 32 bits. */
@@ -112,6 +112,7 @@ static int g_pclmul, g_vpclmul;
  * loop's eight lanes). Checked against zlib in tests/native/test_crc32.py. */
 #define K1K2 0x01c6e41596, 0x0154442bd4
 #define K1K2_1024 0x014a7fe880, 0x01e88ef372
+#define K1K2_2048 0x01322d1430, 0x011542778a /* D = 2048: the 512-bit loop's sixteen lanes */
 
 __attribute__((target("pclmul,sse4.1")))
 static uint32_t crc_fold4(__m128i x1, __m128i x2, __m128i x3, __m128i x4, const uint8_t *buf, int64_t len);
@@ -126,17 +127,54 @@ static uint32_t crc_pclmul(uint32_t c, const uint8_t *buf, int64_t len) {
 }
 
 #ifdef WC_CRC_VPCLMUL
+static uint32_t crc_vpclmul_lanes(__m256i y0, __m256i y1, __m256i y2, __m256i y3, const uint8_t *buf, int64_t len);
+
 /* As crc_pclmul for len >= 128: eight 128-bit lanes in four 256-bit registers folded 128 bytes
  * at a time (twice the bytes per multiply), then folded into crc_pclmul's four lanes. */
 __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
 static uint32_t crc_vpclmul(uint32_t c, const uint8_t *buf, int64_t len) {
-    const __m256i k = _mm256_set_epi64x(K1K2_1024, K1K2_1024);
     __m256i y0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)buf), _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)c)));
-    __m256i y1 = _mm256_loadu_si256((const __m256i *)(buf + 32));
-    __m256i y2 = _mm256_loadu_si256((const __m256i *)(buf + 64));
-    __m256i y3 = _mm256_loadu_si256((const __m256i *)(buf + 96));
-    buf += 128;
-    len -= 128;
+    return crc_vpclmul_lanes(y0, _mm256_loadu_si256((const __m256i *)(buf + 32)),
+                             _mm256_loadu_si256((const __m256i *)(buf + 64)),
+                             _mm256_loadu_si256((const __m256i *)(buf + 96)), buf + 128, len - 128);
+}
+
+/* As crc_vpclmul for len >= 256 on AVX-512: sixteen 128-bit lanes in four 512-bit registers folded
+ * 256 bytes at a time (twice the bytes per multiply again: the decoded-tensor and section CRCs of
+ * a load run over data still in cache, where the multiplies were the bound), then folded onto
+ * crc_vpclmul's eight lanes. */
+__attribute__((target("vpclmulqdq,avx512f,avx2,pclmul,sse4.1")))
+static uint32_t crc_vpclmul512(uint32_t c, const uint8_t *buf, int64_t len) {
+    const __m512i k = _mm512_set_epi64(K1K2_2048, K1K2_2048, K1K2_2048, K1K2_2048);
+    __m512i z0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)buf), _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+    __m512i z1 = _mm512_loadu_si512((const void *)(buf + 64));
+    __m512i z2 = _mm512_loadu_si512((const void *)(buf + 128));
+    __m512i z3 = _mm512_loadu_si512((const void *)(buf + 192));
+    buf += 256;
+    len -= 256;
+    /* a ^ b ^ d in one ternary-logic op (0x96: the three-way xor) */
+#define WC_FOLD512(z, k, d) _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(z, k, 0x00), \
+                                                      _mm512_clmulepi64_epi128(z, k, 0x11), d, 0x96)
+    for (; len >= 256; len -= 256, buf += 256) {
+        z0 = WC_FOLD512(z0, k, _mm512_loadu_si512((const void *)buf));
+        z1 = WC_FOLD512(z1, k, _mm512_loadu_si512((const void *)(buf + 64)));
+        z2 = WC_FOLD512(z2, k, _mm512_loadu_si512((const void *)(buf + 128)));
+        z3 = WC_FOLD512(z3, k, _mm512_loadu_si512((const void *)(buf + 192)));
+    }
+    /* lanes of z0, z1 lie 128 bytes before those of z2, z3: fold them onto those */
+    const __m512i k1024 = _mm512_set_epi64(K1K2_1024, K1K2_1024, K1K2_1024, K1K2_1024);
+    z2 = WC_FOLD512(z0, k1024, z2);
+    z3 = WC_FOLD512(z1, k1024, z3);
+#undef WC_FOLD512
+    return crc_vpclmul_lanes(_mm512_castsi512_si256(z2), _mm512_extracti64x4_epi64(z2, 1),
+                             _mm512_castsi512_si256(z3), _mm512_extracti64x4_epi64(z3, 1), buf, len);
+}
+
+/* eight lanes y0..y3 holding the 128 bytes before buf: fold the remaining len bytes (a multiple
+ * of 16) 128 at a time, then into crc_fold4's four lanes */
+__attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
+static uint32_t crc_vpclmul_lanes(__m256i y0, __m256i y1, __m256i y2, __m256i y3, const uint8_t *buf, int64_t len) {
+    const __m256i k = _mm256_set_epi64x(K1K2_1024, K1K2_1024);
 #define WC_FOLD256(y, k, d) _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(y, k, 0x00), \
                                                                _mm256_clmulepi64_epi128(y, k, 0x11)), d)
     for (; len >= 128; len -= 128, buf += 128) {
@@ -210,7 +248,9 @@ uint32_t wc_crc32(const uint8_t *buf, int64_t len, uint32_t crc) {
     if (g_pclmul && wc_isa() > 0 && len >= 64) { /* WCODEC_ISA=scalar: the tables */
         int64_t head = len & ~(int64_t)15;
 #ifdef WC_CRC_VPCLMUL
-        if (g_vpclmul && len >= 128)
+        if (g_vpclmul512 && wc_isa() >= 2 && len >= 256)
+            c = crc_vpclmul512(c, buf, head);
+        else if (g_vpclmul && len >= 128)
             c = crc_vpclmul(c, buf, head);
         else
 #endif
@@ -295,6 +335,7 @@ void wc_crc32_init(void) {
     g_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #ifdef WC_CRC_VPCLMUL
     g_vpclmul = g_pclmul && __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2");
+    g_vpclmul512 = g_vpclmul && __builtin_cpu_supports("avx512f");
 #endif
 #endif
 }

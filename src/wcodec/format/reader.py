@@ -49,6 +49,27 @@ class SpanBuffer:
         return bool(self._buf.size) and np.may_share_memory(arr, self._buf)
 
 
+class _ReadPlan:
+    """What reading one stored tensor needs, taken from its validated header entry: the byte
+    span [start, end) of its sections, and per section (in entry order) its name, numpy dtype,
+    file offset, size, offset inside the span (0 for an empty one) and stored CRC-32."""
+
+    __slots__ = ("entry", "shape", "start", "end", "names", "dtypes", "offsets", "sizes", "starts", "crcs")
+
+    def __init__(self, e: dict):
+        secs = e["sections"]
+        self.entry, self.shape = e, tuple(e["shape"])
+        self.names = list(secs)
+        self.dtypes = [spec.SECTION_NP[s["dtype"]] for s in secs.values()]
+        self.offsets = [s["offset"] for s in secs.values()]
+        self.sizes = [s["size"] for s in secs.values()]
+        self.crcs = [s["crc32"] for s in secs.values()]
+        spans = [(o, o + n) for o, n in zip(self.offsets, self.sizes) if n]
+        self.start, self.end = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+        # an empty section's offset may lie anywhere (the writer leaves it where the file was)
+        self.starts = [o - self.start if n else 0 for o, n in zip(self.offsets, self.sizes)]
+
+
 class Reader:
     """An open .wcodec file.
 
@@ -80,6 +101,7 @@ class Reader:
             raise
         self._f = f
         self._tensors = self.header["tensors"]
+        self._plans: dict[str, _ReadPlan] = {}
         self.header_offset = h_off
         self.file_size = size
 
@@ -128,10 +150,8 @@ class Reader:
         them), so a loader can copy ``[start, end)`` at once and address each section at
         ``offset - start``. Empty tensors give an empty span.
         """
-        spans = [(o, o + s) for o, s in self.section_spans(name).values() if s]
-        if not spans:
-            return (0, 0)
-        return (min(a for a, _ in spans), max(b for _, b in spans))
+        plan = self._plan(name)
+        return (plan.start, plan.end)
 
     def buffer(self) -> memoryview:
         """Read-only view of the whole file, memory-mapped (for bulk copies of spans).
@@ -169,18 +189,6 @@ class Reader:
             raise self._short_read(start, end)
         return buf
 
-    def _read_checked(self, start: int, end: int, into, sections) -> tuple[np.ndarray, list[int]]:
-        """:meth:`read_span` of [start, end) and the CRC-32 of each of ``sections`` (header
-        entries inside the span) from the same pass (``native.pread_crc``)."""
-        buf = self._span_buffer(start, end, into)
-        sections = list(sections)
-        # an empty section's offset may lie anywhere (the writer leaves it where the file was)
-        got = native.pread_crc(self._f.fileno(), buf, start, [s["offset"] - start if s["size"] else 0
-                                                              for s in sections], [s["size"] for s in sections])
-        if got is None:
-            raise self._short_read(start, end)
-        return buf, got
-
     def _span_buffer(self, start: int, end: int, into) -> np.ndarray:
         self._open_check()
         return np.empty(end - start, dtype=np.uint8) if into is None else into.take(end - start)
@@ -190,6 +198,15 @@ class Reader:
                                 f"was truncated while open (had {self.file_size} bytes)")
 
     # -- data ----------------------------------------------------------------------------------
+    def _plan(self, name: str) -> "_ReadPlan":
+        """The read plan of a stored tensor, built from its (validated) header entry once per
+        Reader: reading a record then costs one dict lookup instead of rebuilding the span and
+        section lists on every call (MiniLM: 39 records per load)."""
+        plan = self._plans.get(name)
+        if plan is None:
+            plan = self._plans[name] = _ReadPlan(self._entry(name))
+        return plan
+
     def record(self, name: str, verify: bool = True, copy: bool = True, into: "SpanBuffer | None" = None):
         """The EncodedTensor of ``name``.
 
@@ -210,28 +227,31 @@ class Reader:
         from ..codecs.base import EncodedTensor
 
         self._open_check()
-        e = self._entry(name)
+        plan = self._plan(name)
         got = None
         if copy:
-            start, end = self.span(name)
+            start = plan.start
             if verify and native.has_pread_crc():  # checksummed piece by piece as the bytes land
-                buf, got = self._read_checked(start, end, into, e["sections"].values())
+                buf = self._span_buffer(start, plan.end, into)
+                # an empty section's offset may lie anywhere (the writer leaves it where the file was)
+                got = native.pread_crc(self._f.fileno(), buf, start, plan.starts, plan.sizes)
+                if got is None:
+                    raise self._short_read(start, plan.end)
             else:
-                buf = self.read_span(start, end, into)
+                buf = self.read_span(start, plan.end, into)
         else:
             start, buf = 0, np.frombuffer(self.buffer(), dtype=np.uint8)
         buf.flags.writeable = False
         # byte slices viewed as their dtypes (np.frombuffer per section cost ~4x a slice's view)
-        raw = [buf[s["offset"] - start:s["offset"] - start + s["size"]] if s["size"] else _EMPTY
-               for s in e["sections"].values()]
-        sections = {sname: r.view(spec.SECTION_NP[s["dtype"]])
-                    for (sname, s), r in zip(e["sections"].items(), raw)}
+        raw = [buf[a - start:a - start + n] if n else _EMPTY for a, n in zip(plan.offsets, plan.sizes)]
         if verify:
             got = native.crc32_many(raw) if got is None else got
-            for (sname, s), crc in zip(e["sections"].items(), got):
-                if crc != s["crc32"]:
-                    raise ChecksumError(f"tensor '{name}': section '{sname}' checksum mismatch (corrupt data)")
-        return EncodedTensor(e["codec"], e["dtype"], tuple(e["shape"]), e.get("params", {}), sections,
+            if got != plan.crcs:
+                sname = next(k for k, c, want in zip(plan.names, got, plan.crcs) if c != want)
+                raise ChecksumError(f"tensor '{name}': section '{sname}' checksum mismatch (corrupt data)")
+        e = plan.entry
+        return EncodedTensor(e["codec"], e["dtype"], plan.shape, e.get("params", {}),
+                             {k: r.view(dt) for k, r, dt in zip(plan.names, raw, plan.dtypes)},
                              dict(e.get("info", {})))
 
     def get_numpy(self, name: str, verify: bool = True, out: np.ndarray | None = None,
