@@ -164,19 +164,19 @@ def test_fill_unseen_rows():
 def test_last_probe_interpolates_inside_the_bracket():
     """The bisection leaves the chosen lam up to RESOLUTION (log2) short of the coarsest that
     meets the goal; the interpolated last probe takes most of that back (the curves are exact
-    powers of lam here, so it lands at INSIDE of the way)."""
-    from wcodec.lossy_target import INSIDE
+    powers of lam here: each lands INSIDE of the way, and the next starts from there)."""
+    from wcodec.lossy_target import INSIDE, INTERPOLATIONS
 
     probe, calls = curve()
     chosen, probes = search(probe, 1e-14, target_cosine=0.999)
     exact = math.log2(3e-10)  # where the deficit is 1e-3
     assert chosen.cosine >= 0.999 and chosen.lam < 2 ** exact
-    assert exact - math.log2(chosen.lam) <= (1 - INSIDE) * RESOLUTION + 1e-9
+    assert exact - math.log2(chosen.lam) <= (1 - INSIDE) ** INTERPOLATIONS * RESOLUTION + 1e-9
     assert len(probes) == len(set(calls))
     probe, _ = curve()
     chosen, _ = search(probe, 3e-10, bits_per_weight=4.0)
     at4 = (5.4 - 4.0) / 0.3 - 31.6  # log2 lam where the curve's bits are 4.0
-    assert chosen.bits <= 4.0 and math.log2(chosen.lam) - at4 <= (1 - INSIDE) * RESOLUTION + 1e-9
+    assert chosen.bits <= 4.0 and math.log2(chosen.lam) - at4 <= (1 - INSIDE) ** INTERPOLATIONS * RESOLUTION + 1e-9
 
 
 def test_plan_gives_unused_matrices_the_coarsest_step():
