@@ -18,7 +18,10 @@ multiplier for the model (``wcodec.codecs.lossy.allocate_fisher``; ``--fisher-al
 Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
 targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
 checkpoint, header included). Run: ``PYTHONPATH=src python benchmarks/lossy_rd.py`` (CPU, a few
-minutes); ``--shared DIR`` if ../shared is elsewhere; ``--quick`` for fewer settings.
+minutes); ``--shared DIR`` if ../shared is elsewhere; ``--quick`` for fewer settings;
+``--target-folder OUT`` (repeatable) for a MiniLM folder written by ``wcodec encode --mode lossy
+--target-cosine C`` / ``--bits-per-weight B``: its bits and cosines on the held-out calibration items,
+nltk1k and pydoc500, those rows only.
 """
 
 from __future__ import annotations
