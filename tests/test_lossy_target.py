@@ -121,7 +121,7 @@ def test_embedding_rows_weigh_unseen_tokens_by_their_neighbours():
     ids = ids[ids <= 4000][:3000] - 1
     counts = np.bincount(ids, minlength=4000).astype(np.float64)
     fisher = counts * 0.25  # the sample's rows: Fisher per occurrence x count
-    rows = embedding_rows(fisher, counts)
+    rows = embedding_rows(fisher, counts, power=1.0)
     unseen = np.flatnonzero(counts == 0)
     low, high = unseen[unseen < 100], unseen[unseen > 2000]
     assert low.size and high.size and rows[low].mean() > 3 * rows[high].mean() > 0
@@ -135,6 +135,22 @@ def test_embedding_rows_weigh_unseen_tokens_by_their_neighbours():
     assert np.array_equal(embedding_rows(np.ones(3), np.zeros(3)), np.ones(3))  # no tokens: as given
 
 
+def test_embedding_rows_power_flattens_about_the_median():
+    from wcodec.hf.fisher import EMBEDDING_POWER, embedding_rows, expected_counts
+
+    counts = np.array([40.0, 9.0, 3.0, 1.0, 0.0, 0.0, 2.0, 0.0, 5.0])  # odd: the median is one row
+    fisher = counts * 0.5
+    full = embedding_rows(fisher, counts, power=1.0)
+    assert np.allclose(full, 0.5 * expected_counts(counts))
+    flat = embedding_rows(fisher, counts)  # the default power
+    med = np.median(full)
+    assert 0 < EMBEDDING_POWER < 1 and np.allclose(flat, med * (full / med) ** EMBEDDING_POWER)
+    assert np.ptp(np.log(flat)) < np.ptp(np.log(full)) and np.isclose(np.median(flat), med)
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(ValueError):
+            embedding_rows(fisher, counts, power=bad)
+
+
 def test_fill_unseen_rows():
     from wcodec.lossy_target import _fill_unseen_rows
 
@@ -143,3 +159,52 @@ def test_fill_unseen_rows():
     assert np.array_equal(out["pos"], [4.0, 3.0, 3.0])  # a lookup table: floored at its median row
     assert np.array_equal(out["w"], [3.0, 1.0, 1.0]) and np.array_equal(out["unused"], [0.0, 0.0])
     assert np.array_equal(rows["pos"], [4.0, 2.0, 0.0])  # not modified
+
+
+def test_last_probe_interpolates_inside_the_bracket():
+    """The bisection leaves the chosen lam up to RESOLUTION (log2) short of the coarsest that
+    meets the goal; the interpolated last probe takes most of that back (the curves are exact
+    powers of lam here: each lands INSIDE of the way, and the next starts from there)."""
+    from wcodec.lossy_target import INSIDE, INTERPOLATIONS
+
+    probe, calls = curve()
+    chosen, probes = search(probe, 1e-14, target_cosine=0.999)
+    exact = math.log2(3e-10)  # where the deficit is 1e-3
+    assert chosen.cosine >= 0.999 and chosen.lam < 2 ** exact
+    assert exact - math.log2(chosen.lam) <= (1 - INSIDE) ** INTERPOLATIONS * RESOLUTION + 1e-9
+    assert len(probes) == len(set(calls))
+    probe, _ = curve()
+    chosen, _ = search(probe, 3e-10, bits_per_weight=4.0)
+    at4 = (5.4 - 4.0) / 0.3 - 31.6  # log2 lam where the curve's bits are 4.0
+    assert chosen.bits <= 4.0 and math.log2(chosen.lam) - at4 <= (1 - INSIDE) ** INTERPOLATIONS * RESOLUTION + 1e-9
+
+
+def test_plan_gives_unused_matrices_the_coarsest_step():
+    from wcodec.codecs.lossy import QP_MAX, mode_string, parse_mode
+    from wcodec.lossy_target import _plan
+
+    rows = {"used": np.array([1e-6, 4e-6]), "pooler": np.zeros(3)}
+    plan = _plan(rows, {"used": 0.05, "pooler": 0.05}, 3e-10, 0.4)
+    assert plan["pooler"] == (mode_string("lossy", qp=QP_MAX), {})
+    mode, opts = plan["used"]
+    assert parse_mode(mode)[1]["qp"] < QP_MAX and opts["row_weight"].shape == (2,)
+
+
+def test_cosine_target_holds_for_the_mean_less_its_standard_errors():
+    from wcodec.lossy_target import MARGIN_SE
+
+    def with_se(se):
+        base, _ = curve()
+
+        def probe(lam):
+            p = base(lam)
+            return Probe(p.lam, p.bits, p.cosine, p.cosine_min, se)
+        return probe
+
+    plain, _ = search(with_se(0.0), 3e-10, target_cosine=0.999)
+    chosen, _ = search(with_se(5e-5), 3e-10, target_cosine=0.999)
+    assert MARGIN_SE > 0 and chosen.cosine_bound == chosen.cosine - MARGIN_SE * 5e-5 >= 0.999
+    assert chosen.lam < plain.lam and chosen.bits > plain.bits  # the margin costs bits
+    assert plain.cosine < 0.999 + MARGIN_SE * 5e-5  # without it the mean alone was enough
+    with pytest.raises(UnsupportedError, match="standard errors"):
+        search(with_se(0.01), 3e-10, target_cosine=0.999)

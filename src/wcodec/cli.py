@@ -421,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
              "of the per-row steps is then bisected, each candidate encoded and measured: cosine between\n"
              "the original and the decoded model's output (sentence embedding; a causal LM's centred logits)\n"
              "on the other 1/4, and all-in bits/weight (8 x file bytes / weights). Both are printed and\n"
-             "stored in the file metadata (wcodec_lossy_target).\n"
+             "stored in the file metadata (wcodec_lossy_target). --target-cosine C holds for the mean\n"
+             "cosine less 1.645 standard errors of it (the held-out items are a sample).\n"
              "The figure holds for text like the calibration's: give --calibration a few hundred lines\n"
              "of your own inputs for a figure that predicts your use. Several minutes on a CPU for a\n"
              "22M-weight model.")
@@ -441,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target-snr-db", type=float, default=None, help="--mode lossy: per-tensor SNR target in dB")
     sp.add_argument("--target-cosine", type=float, default=None, metavar="C",
                     help="--mode lossy, model folders: fewest bits whose output cosine to the original "
-                         "(held-out calibration sentences) is at least C, e.g. 0.999")
+                         "(held-out calibration sentences: the mean less 1.645 standard errors) is at least C, e.g. 0.999")
     sp.add_argument("--bits-per-weight", type=float, default=None, metavar="B",
                     help="--mode lossy, model folders: best cosine within B bits/weight all-in, e.g. 4.0 "
                          "(with --target-cosine: an upper bound that must hold too)")
