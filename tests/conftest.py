@@ -84,6 +84,14 @@ def _torch_threads() -> int:
 
 _SHARED_THREADS: list = []  # set once per worker: a test may change the count and restore it
 
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # the same share for the processes the tests start (README blocks, fresh-import checks): their
+    # torch's OpenMP threads otherwise spin against the other worker (tests/test_readme.py and
+    # the fresh-process registration test: 54 -> 49 s CPU, 98-141 -> 75 s wall at load 6-9).
+    # PASSIVE is what wcodec itself sets once its numba layer loads (wcodec/native/_numba.py).
+    os.environ.setdefault("OMP_NUM_THREADS", str(_torch_threads()))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def pytest_runtest_setup(item):
     """Once torch is imported under xdist, give it this worker's share of the cores

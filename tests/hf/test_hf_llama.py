@@ -65,8 +65,8 @@ def test_keep_compressed_casts_to_requested_dtype(folders):
 def test_keep_compressed_triton_decoder(tmp_path):
     pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
     # small: the interpreter decodes every weight serially (time ~ weights); all 9 still coded
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, vocab_size=128,
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
                                    tie_word_embeddings=False)
     torch.manual_seed(0)
     ref = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
