@@ -98,7 +98,10 @@ def test_sigint_stops_a_folder_encode_within_half_a_second_leaving_nothing(tmp_p
     from safetensors.numpy import save_file
     model = tmp_path / "model"
     model.mkdir()
-    save_file({"w": np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)},
+    # six tensors: the encode runs ~1.5 s after the folder appears (one tensor took ~0.4 s, and the
+    # interrupt 0.3 s in sometimes came after it had finished: exit 0, the folder committed)
+    rng = np.random.default_rng(0)
+    save_file({f"w{i}": rng.standard_normal((2048, 2048)).astype(np.float32) for i in range(6)},
               model / "model.safetensors")
     (model / "config.json").write_text("{}")
     out = tmp_path / "out"
