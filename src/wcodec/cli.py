@@ -393,6 +393,7 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .lossy_target import MARGIN_SE  # numpy only: the help states the margin the search uses
 
     p = argparse.ArgumentParser(prog="wcodec", description="Compress neural-network weights; decode them on CPU or GPU.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -422,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
              "the original and the decoded model's output (sentence embedding; a causal LM's centred logits)\n"
              "on the other 1/4, and all-in bits/weight (8 x file bytes / weights). Both are printed and\n"
              "stored in the file metadata (wcodec_lossy_target). --target-cosine C holds for the mean\n"
-             "cosine less 1.645 standard errors of it (the held-out items are a sample).\n"
+             f"cosine less {MARGIN_SE} standard errors of it (the held-out items are a sample).\n"
              "The figure holds for text like the calibration's: give --calibration a few hundred lines\n"
              "of your own inputs for a figure that predicts your use. Several minutes on a CPU for a\n"
              "22M-weight model.")
@@ -442,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target-snr-db", type=float, default=None, help="--mode lossy: per-tensor SNR target in dB")
     sp.add_argument("--target-cosine", type=float, default=None, metavar="C",
                     help="--mode lossy, model folders: fewest bits whose output cosine to the original "
-                         "(held-out calibration sentences: the mean less 1.645 standard errors) is at least C, e.g. 0.999")
+                         f"(held-out calibration sentences: the mean less {MARGIN_SE} standard errors) is at least C, e.g. 0.999")
     sp.add_argument("--bits-per-weight", type=float, default=None, metavar="B",
                     help="--mode lossy, model folders: best cosine within B bits/weight all-in, e.g. 4.0 "
                          "(with --target-cosine: an upper bound that must hold too)")
