@@ -3,7 +3,8 @@
 # does, then benchmarks/serve.py under a 24 GB budget (bf16 and fused for 7b; fused only for 13b,
 # whose bf16 weights do not fit); 128 requests at once (SAT), prompts 128-256, outputs 64-128 tokens
 # (512 requests of 128-512 + 64-256 took the bf16 process alone 263 s at 305 tok/s). KV_SHARE: the
-# share of what the weights leave that goes to the KV cache (13b: 0.85 left too little for activations). Logs and the JSON under $OUT; the table last.
+# share of what the weights leave that goes to the KV cache (13b: 0.85 left too little for
+# activations). Logs and the JSON under $OUT; the table last.
 MODEL=${1:-7b}
 BUDGET=${BUDGET:-24}
 MINUTES=${MINUTES:-8.5}

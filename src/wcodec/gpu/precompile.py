@@ -5,11 +5,11 @@ A fresh process on a fresh machine compiles every fused kernel variant the routi
 specialisation of the integer arguments) before it can serve without compiling mid-request
 (:mod:`wcodec.hf.warmup`). Triton compiles in the calling process, one kernel at a time (on
 the H100, a Llama-2-13B-shaped model's first process on an empty cache had not loaded, warmed up
-and served 128 requests after 341 s; a warm one loads in seconds). Compiled kernels (and autotuning results) land in Triton's
-on-disk cache (``TRITON_CACHE_DIR``, default ``~/.triton/cache``) keyed by source, arguments'
-specialisation and GPU, so other processes can compile them: :func:`precompile` hands
-(weight shape, row counts) tasks to worker processes (``python -m wcodec.gpu.precompile SPEC``, SPEC: :func:`run_spec`'s JSON),
-each running the same :func:`sweep` on a stand-in weight of the same layout (zeros: the same
+and served 128 requests after 341 s; a warm one loads in seconds). Compiled kernels (and
+autotuning results) land in Triton's on-disk cache (``TRITON_CACHE_DIR``, default
+``~/.triton/cache``) keyed by source, arguments' specialisation and GPU, so other processes can
+compile them: :func:`precompile` hands (weight shape, row counts) tasks to worker processes
+(``python -m wcodec.gpu.precompile SPEC``, SPEC: :func:`run_spec`'s JSON), each running the same :func:`sweep` on a stand-in weight of the same layout (zeros: the same
 shapes, escape count, base and alignment, hence the same kernels and specialisations; the values
 never reach a compile); the caller's own sweep then loads every kernel from the cache.
 
@@ -109,8 +109,8 @@ def worker_count(n_tasks: int, device) -> int:
 
 def precompile(tasks: list[Task], device, timeout: float = 900.0) -> dict:
     """Run ``tasks`` in worker processes on CUDA ``device`` (see the module docstring), the tasks
-    dealt round robin, largest weights first (at most one worker per task). Blocks until every worker ends (or ``timeout``
-    seconds pass: the rest is killed). Returns ``{"workers": started, "tasks": len(tasks),
+    dealt round robin, largest weights first (at most one worker per task). Blocks until every
+    worker ends (or ``timeout`` seconds pass: the rest is killed). Returns ``{"workers": started, "tasks": len(tasks),
     "failed": workers that did not finish cleanly, "seconds": wall time, "errors": first lines of
     their stderr}``; a worker's failure is reported, never raised."""
     t0 = time.perf_counter()

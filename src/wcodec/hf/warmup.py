@@ -8,9 +8,10 @@ the tokens of all running sequences into one [M, hidden] matmul), so an untuned 
 in the middle of generation: the first fused process on a fresh H100 served 3.5-9x slower than
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
 ``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M, fixed.WS_MAX_M) + 1`` right after loading: every key
-and specialisation the routing can reach is then tuned and compiled (Triton also caches both on disk, so later processes load them
-from that cache). On a cold cache the compiles are spread over worker processes first
-(:mod:`wcodec.gpu.precompile`): Triton compiles in the calling process, one kernel at a time.
+and specialisation the routing can reach is then tuned and compiled (Triton also caches both on
+disk, so later processes load them from that cache). On a cold cache the compiles are spread
+over worker processes first (:mod:`wcodec.gpu.precompile`): Triton compiles in the calling
+process, one kernel at a time.
 
 Why every M and not one call per bucket: within one bucket the routing still changes the key
 (the tiled kernel's kind and split-K slices follow ``ceil(M / 64)``; the kernels of branch
