@@ -21,7 +21,7 @@ import math
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -346,8 +346,9 @@ def encode_to_target(src, dst, target_cosine: float | None = None, bits_per_weig
     plan = _plan(rows, rms, chosen.lam, alpha)
     paths = _write(src, dst, plan, _figures(info, chosen), workers, max_shard_size, progress, final=True)
     size = sum(p.stat().st_size for p in paths if p.suffix == ".wcodec")
-    result = TargetResult(Probe(chosen.lam, 8.0 * size / numel, chosen.cosine, chosen.cosine_min, chosen.cosine_se), probes,
-                          model.kind, len(fit), len(held), time.perf_counter() - t0, paths)
+    # the chosen probe's figures, with the bits of the files written
+    result = TargetResult(replace(chosen, bits=8.0 * size / numel), probes, model.kind, len(fit), len(held),
+                          time.perf_counter() - t0, paths)
     return result
 
 
