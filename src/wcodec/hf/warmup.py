@@ -81,10 +81,15 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
         if isinstance(module, CompressedEmbedding):
             fx.embedding(torch.zeros(1, dtype=torch.int64, device=fw.device), fw)
             return 1
-        bias = None if module.bias is None else module.bias.detach().to(dtype)
+    bias = _bias(module, dtype)
     if isinstance(fw, fx16.Fixed16Weight):  # an fp16 weight tunes its GEMV only; above it, decode + cuBLAS
         return sweep(fw, bias, dtype, range(1, fx16.GEMV_MAX_M + 2), linear=fx16.linear)
     return sweep(fw, bias, dtype, rows())
+
+
+def _bias(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor | None:
+    """A linear's bias as its forward passes it (cast to the activations' dtype), or None."""
+    return None if module.bias is None else module.bias.detach().to(dtype)
 
 
 #: a first call slower than this (seconds) means Triton compiled: the cache is cold for this model
@@ -103,9 +108,8 @@ def _precompile(mods: list, dtype: torch.dtype, device) -> dict | None:
     if not lins:
         return None
     first = lins[0]
-    bias = None if first.bias is None else first.bias.detach().to(dtype)
     t = time.perf_counter()
-    pc.sweep(first.fixed_weight, bias, dtype, (1, 2))
+    pc.sweep(first.fixed_weight, _bias(first, dtype), dtype, (1, 2))
     torch.cuda.synchronize(device)
     probe = time.perf_counter() - t
     if probe < PROBE_COLD_S:
