@@ -56,6 +56,18 @@ def test_tables_kinds(backend):
     assert np.array_equal(joint.decode(p, backend=backend), s)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_certain_symbol_table(backend):
+    # a constant chunk with its own table: one symbol of frequency 2**prob_bits, where numba's
+    # renormalisation bound f << (63 - prob_bits) overflowed int64 (zero states, a plane that no
+    # decoder took)
+    s = np.concatenate([np.full(512, 7, np.uint16), _symbols(256, 8)])
+    ref = joint.encode(s, 8, backend="reference", tables=1)
+    assert ref.exc_freqs.max() == 1 << ref.prob_bits
+    _same(ref, joint.encode(s, 8, backend=backend, tables=1))
+    assert np.array_equal(joint.decode(ref, backend=backend), s)
+
+
 def test_smaller_than_two_byte_planes_on_fp16_rows():
     s = _symbols(1 << 16, spike=2)
     p = joint.encode(s)
