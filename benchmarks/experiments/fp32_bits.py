@@ -16,6 +16,9 @@ All figures are bits per weight over the group. Columns:
                         the 16-bit symbol (plug-in), the same with the Miller-Madow correction
   H16 noise             plug-in H16 of as many uniform random 16-bit values: the plug-in's bias
   e|prev / s|prev       what the previous weight's exponent / sign as context would save
+  row classes           what a head with K contexts would save, the rows split into K quantile
+                        classes of their RMS (best K of 2, 4, 8; tables per class and log2 K
+                        bits per row counted; 0 where no K pays)
 """
 
 from __future__ import annotations
@@ -44,6 +47,16 @@ def conditional(ctx: np.ndarray, sym: np.ndarray, k: int) -> float:
     return entropy(np.bincount(ctx * k + sym, minlength=k * k)) - entropy(np.bincount(ctx, minlength=k))
 
 
+def row_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
+    """Total bits of the head + tail with the rows of 2-D ``a`` in K RMS-quantile classes, one
+    order-0 table per class (head_bits chosen per tensor as the codec does)."""
+    rms = np.sqrt((a.astype(np.float64) ** 2).mean(axis=1))
+    cls = np.searchsorted(np.quantile(rms, np.linspace(0, 1, K + 1)[1:-1]), rms)
+    ctx = np.repeat(cls, a.shape[1])
+    return min(sum(entropy(c := np.bincount(em[ctx == i] >> (7 - j))) + 32 * np.count_nonzero(c) for i in range(K))
+               + em.size * (8 - j) for j in range(5)) + a.shape[0] * np.log2(K)
+
+
 def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
     """Total bits of each column for one F32 tensor."""
     b = a.reshape(-1).view(np.uint32)
@@ -57,6 +70,7 @@ def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
     t["head tables"] = sum(v for k, v in s1.items() if k.startswith("head.")) - sum(t[f"head {p}"] for p in ("words", "states", "offsets"))
     em = ((b >> 16) & 0x7FFF).astype(np.int64)  # exponent + the top 7 mantissa bits
     t["top floor"] = min(entropy(h := np.bincount(em >> (7 - j))) + 32 * np.count_nonzero(h) + n * (8 - j) for j in range(5))
+    t["row classes"] = min([0.0] + [row_classes(a, em, K) - t["top floor"] for K in (2, 4, 8)]) if a.ndim == 2 else 0.0
     lo = (b & 0xFFFF).astype(np.int64)
     c16 = np.bincount(lo, minlength=1 << 16)
     t["H1+H0"] = entropy(np.bincount(lo >> 8, minlength=256)) + entropy(np.bincount(lo & 255, minlength=256))
@@ -70,7 +84,7 @@ def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
 
 
 COLUMNS = ("head words", "head states", "head tables", "head offsets", "tail", "low", "low v2", "top floor",
-           "H1+H0", "H16", "H16 MM", "H16 noise", "e|prev", "s|prev")
+           "H1+H0", "H16", "H16 MM", "H16 noise", "e|prev", "s|prev", "row classes")
 
 
 def main() -> None:
