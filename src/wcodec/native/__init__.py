@@ -374,10 +374,13 @@ def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> 
 def segment_tops16(symbols: np.ndarray, seg: int) -> tuple[np.ndarray, np.ndarray]:
     """C extension only. symbols: [n] uint16 -> (tops [n_seg] int32: each segment of ``seg``
     (< 2**31) symbols' largest symbol count, total [65536] int64: the plane's symbol counts)."""
-    tops = np.empty(-(-symbols.size // seg), dtype=np.int32)
-    total = np.empty(65536, dtype=np.int64)
-    ext().segment_tops16(symbols, seg, tops, total, _threads_for(symbols.size))
-    return tops, total
+    n_seg = -(-symbols.size // seg)
+    threads = _threads_for(symbols.size)
+    parts = max(1, min(n_seg, threads or ext().threads()))  # a part per thread, each with its own counts
+    tops = np.empty(n_seg, dtype=np.int32)
+    partial = np.zeros((parts, 65536), dtype=np.int64)
+    ext().segment_tops16(symbols, seg, tops, partial, np.empty((parts, 65536), np.uint32), threads)
+    return tops, partial.sum(axis=0)
 
 
 def segment_histograms16(symbols: np.ndarray, seg: int, which: np.ndarray) -> np.ndarray:
