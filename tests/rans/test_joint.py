@@ -56,6 +56,40 @@ def test_tables_kinds(backend):
     assert np.array_equal(joint.decode(p, backend=backend), s)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_certain_symbol_table(backend):
+    # a constant chunk with its own table: one symbol of frequency 2**prob_bits, where numba's
+    # renormalisation bound f << (63 - prob_bits) overflowed int64 (zero states, a plane that no
+    # decoder took)
+    s = np.concatenate([np.full(512, 7, np.uint16), _symbols(256, 8)])
+    ref = joint.encode(s, 8, backend="reference", tables=1)
+    assert ref.exc_freqs.max() == 1 << ref.prob_bits
+    _same(ref, joint.encode(s, 8, backend=backend, tables=1))
+    assert np.array_equal(joint.decode(ref, backend=backend), s)
+
+
+@pytest.mark.skipif(not native.available(), reason="the screened segments are the C extension's path")
+def test_screened_segments_give_the_block_counts_tables():
+    """The C path reads whole counts only of segments whose largest count passes the screen; numba
+    counts every block. Same tables: fp16 rows, a sparse run across a segment boundary, a constant
+    tail, uniform segments."""
+    rng = np.random.default_rng(9)
+    seg = 1 << 15
+    s = rng.integers(0, 1 << 16, 6 * seg + 1000).astype(np.uint16)
+    s[seg:2 * seg] &= 0xE000
+    s[3 * seg - 5000:3 * seg + 35000] = rng.integers(0, 40, 40000)
+    s[-700:] = 5
+    tops, total = native.segment_tops16(s, seg)
+    full = native.block_histograms16(s, seg)
+    assert np.array_equal(tops, full.max(axis=1)) and np.array_equal(total, full.sum(axis=0))
+    which = np.array([5, 0, 6])
+    assert np.array_equal(native.segment_histograms16(s, seg, which), full[which])
+    for steps in (64, None):
+        a = joint.encode(s, steps, backend="native")
+        _same(a, joint.encode(s, steps, backend="numba"))
+        assert a.n_tables > 1 and np.array_equal(joint.decode(a), s)
+
+
 def test_smaller_than_two_byte_planes_on_fp16_rows():
     s = _symbols(1 << 16, spike=2)
     p = joint.encode(s)

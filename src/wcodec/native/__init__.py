@@ -371,6 +371,27 @@ def block_histograms16(symbols: np.ndarray, block: int, numba: bool = False) -> 
     return _block_counts(symbols, block, 65536, np.int32, "block_histograms16", numba)
 
 
+def segment_tops16(symbols: np.ndarray, seg: int) -> tuple[np.ndarray, np.ndarray]:
+    """C extension only. symbols: [n] uint16 -> (tops [n_seg] int32: each segment of ``seg``
+    (< 2**31) symbols' largest symbol count, total [65536] int64: the plane's symbol counts)."""
+    n_seg = -(-symbols.size // seg)
+    threads = _threads_for(symbols.size)
+    parts = max(1, min(n_seg, threads or ext().threads()))  # a part per thread, each with its own counts
+    tops = np.empty(n_seg, dtype=np.int32)
+    partial = np.zeros((parts, 65536), dtype=np.int64)
+    ext().segment_tops16(symbols, seg, tops, partial, np.empty((parts, 65536), np.uint32), threads)
+    return tops, partial.sum(axis=0)
+
+
+def segment_histograms16(symbols: np.ndarray, seg: int, which: np.ndarray) -> np.ndarray:
+    """C extension only. [k, 65536] int32 symbol counts of segments ``which`` (int64 [k], each in
+    [0, n_seg)) of ``seg`` symbols: ``block_histograms16(symbols, seg)[which]`` without the rest."""
+    which = np.ascontiguousarray(which, dtype=np.int64)
+    counts = np.empty((which.size, 65536), dtype=np.int32)
+    ext().segment_histograms16(symbols, seg, which, counts, _threads_for(int(which.size) * seg))
+    return counts
+
+
 def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, raw, numba: bool = False):
     """rANS-encode [n] uint16 symbols in chunks: (states [n_chunks*32] uint64, offsets
     [n_chunks+1] uint32, words uint16). tables: ``rans.joint.JointPlane.tables()``; raw
@@ -390,7 +411,8 @@ def encode_chunks16(symbols, chunk_size, chunks_per_table, tables, prob_bits, ra
                               states, counts, scratch, raw, _threads_for(n))
     offsets = np.zeros(n_chunks + 1, dtype=np.uint32)
     np.cumsum(counts, out=offsets[1:], dtype=np.uint32)
-    return states, offsets, scratch[:total].copy()
+    scratch.resize(max(total, 0), refcheck=False)  # in place, as encode_chunks: no copy into fresh pages
+    return states, offsets, scratch
 
 
 def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tables, prob_bits, out, state_index,

@@ -74,7 +74,7 @@ def encode_chunks16(symbols, chunk_size, chunks_per_table, default, eo, esym, ef
                 f, cu = d, X + d * (s - (j + 1 - a))
             lane = i & (LANES - 1)
             xl = x[lane]
-            if xl >= (f << (63 - prob_bits)):
+            if (xl >> (63 - prob_bits)) >= f:  # xl >= f << (63 - prob_bits), which overflows int64 at f = 2**prob_bits
                 scratch[w - 1] = (xl >> 16) & 0xFFFF
                 scratch[w - 2] = xl & 0xFFFF
                 w -= 2

@@ -28,6 +28,7 @@ Public: :class:`JointPlane`, :func:`encode`, :func:`decode`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -256,21 +257,36 @@ def _table(counts: np.ndarray, prob_bits: int, state_bits: int = 0) -> tuple[flo
 EXCEPTION_BITS = 48
 
 
-def _segment_tables(counts: np.ndarray, rows: int, cpt: int, n_chunks: int, chunk_size: int, n: int,
-                    prob_bits: int, state_bits: int) -> list:
-    """``_table`` of each segment of ``cpt`` chunks from [n_blocks, 65536] counts (``rows``
-    blocks per segment), where a bound says a table with exceptions could pay; the flat table
-    elsewhere. The bound: listing a symbol counted c times in a segment of mean count mu saves
-    at most (c ln(c/mu) - c + mu) / ln 2 bits, its storage costs EXCEPTION_BITS, and the states
-    cost ``state_bits`` per chunk (raw flat chunks have none). Uniform planes (most of an F32
-    plane's chunks) so skip the search: all-MiniLM-L6-v2's embedding encodes ~10x faster.
-    """
+class _Segments(NamedTuple):
+    """A plane's symbol counts per table segment, as ``_segment_tables`` reads them."""
+
+    top: np.ndarray  # [n_seg] each segment's largest symbol count
+    rows: Callable  # int64 [k] segment indices -> [k, 65536] integer counts of those segments
+
+
+def _segments_of(counts: np.ndarray, rows: int, cpt: int, chunk_size: int) -> _Segments:
+    """The segments of ``cpt`` chunks from [n_blocks, 65536] counts (``rows`` blocks per segment)."""
     nb, full = counts.shape[0], counts.shape[0] // rows  # (np.add.reduceat on axis 0 is ~50x slower)
     acc = np.int32 if cpt * chunk_size < 1 << 31 else np.int64
     seg = counts if rows == 1 else np.concatenate(
         [counts[:full * rows].reshape(full, rows, SYMBOLS).sum(axis=1, dtype=acc),
          counts[full * rows:].sum(axis=0, dtype=acc, keepdims=True)[:1 if nb % rows else 0]])
-    starts = np.arange(seg.shape[0], dtype=np.int64) * cpt * chunk_size
+    return _Segments(seg.max(axis=1), lambda idx: seg[idx])
+
+
+def _segment_tables(segs: _Segments, cpt: int, n_chunks: int, chunk_size: int, n: int, prob_bits: int,
+                    state_bits: int) -> list:
+    """``_table`` of each segment of ``cpt`` chunks, where a bound says a table with exceptions
+    could pay; the flat table elsewhere. The bound: listing a symbol counted c times in a segment
+    of mean count mu saves at most (c ln(c/mu) - c + mu) / ln 2 bits, its storage costs
+    EXCEPTION_BITS, and the states cost ``state_bits`` per chunk (raw flat chunks have none).
+    Uniform planes (most of an F32 plane's chunks) so skip the search: all-MiniLM-L6-v2's
+    embedding encodes ~10x faster. Only the segments whose largest count passes a screen are
+    read whole (``segs.rows``): 26 of that embedding's 358.
+    """
+    top = segs.top.astype(np.int64)
+    n_segs = top.size
+    starts = np.arange(n_segs, dtype=np.int64) * cpt * chunk_size
     n_seg = np.minimum(n, starts + cpt * chunk_size) - starts
     mu = n_seg / SYMBOLS
     # the smallest count whose saving exceeds its storage, per segment (bisection: the saving
@@ -280,29 +296,60 @@ def _segment_tables(counts: np.ndarray, rows: int, cpt: int, n_chunks: int, chun
         mid = (lo + hi) / 2
         up = _saving(mid, mu) > EXCEPTION_BITS
         hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
-    top = seg.max(axis=1)
-    gain = np.zeros(seg.shape[0])
     some = np.flatnonzero(top >= np.ceil(hi))  # segments with a symbol worth listing (few)
-    heavy_r, heavy_c = np.nonzero(seg[some] >= np.ceil(hi[some])[:, None])
-    heavy_r = some[heavy_r]
-    np.add.at(gain, heavy_r, _saving(seg[heavy_r, heavy_c].astype(np.float64), mu[heavy_r]) - EXCEPTION_BITS)
-    chunks = np.minimum(cpt, n_chunks - np.arange(seg.shape[0]) * cpt)
     # absent symbols can pay where at most SPARSE_MAX are present: search there (such a segment's
     # top count is at least n_seg / SPARSE_MAX, so uniform segments skip the count)
-    sparse = np.zeros(seg.shape[0], dtype=bool)
     maybe = np.flatnonzero(top * SPARSE_MAX >= n_seg)
-    sparse[maybe] = np.count_nonzero(seg[maybe], axis=1) <= SPARSE_MAX
+    read = np.union1d(some, maybe)
+    counts = segs.rows(read) if read.size else np.zeros((0, SYMBOLS), np.int64)
+    row = {int(s): k for k, s in enumerate(read)}
+    gain = np.zeros(n_segs)
+    sub = counts[np.searchsorted(read, some)]
+    heavy_r, heavy_c = np.nonzero(sub >= np.ceil(hi[some])[:, None])
+    vals = sub[heavy_r, heavy_c].astype(np.float64)
+    heavy_r = some[heavy_r]
+    np.add.at(gain, heavy_r, _saving(vals, mu[heavy_r]) - EXCEPTION_BITS)
+    chunks = np.minimum(cpt, n_chunks - np.arange(n_segs) * cpt)
+    sparse = np.zeros(n_segs, dtype=bool)
+    sparse[maybe] = np.count_nonzero(counts[np.searchsorted(read, maybe)], axis=1) <= SPARSE_MAX
     M = 1 << prob_bits
-    return [_table(seg[s].astype(np.int64), prob_bits, state_bits * int(chunks[s]))
+    return [_table(counts[row[s]].astype(np.int64), prob_bits, state_bits * int(chunks[s]))
             if sparse[s] or gain[s] > state_bits * chunks[s] else
             (float(prob_bits - np.log2(M >> 16)) * int(n_seg[s]) + 64, M >> 16, np.zeros(0, np.uint16),
-             np.zeros(0, np.uint32)) for s in range(seg.shape[0])]
+             np.zeros(0, np.uint32)) for s in range(n_segs)]
 
 
 def _saving(c: np.ndarray, mu: np.ndarray) -> np.ndarray:
     """(c ln(c/mu) - c + mu) / ln 2 elementwise (c >= mu > 0): the most that listing a symbol
     counted c times (mean count mu) saves, in bits."""
     return (c * np.log(c / mu) - c + mu) / np.log(2)
+
+
+def _candidate_segments(symbols: np.ndarray, candidates: list, n_chunks: int, cs: int, auto: bool,
+                        use_numba: bool) -> Callable:
+    """cpt -> the plane's ``_Segments`` of ``cpt`` chunks, for each cpt of ``candidates``.
+
+    With the C extension and tables="auto" (one table and the finest segments): each finest
+    segment's largest count and the plane's counts in one pass (``native.segment_tops16``), the
+    whole counts of a segment only where ``_segment_tables`` asks. Else (numba, a fixed table
+    count): counts per block of chunks, every candidate but one table being a multiple of it.
+    The two give the same tables (tests/rans/test_joint.py).
+    """
+    from . import counts_block
+
+    n = symbols.size
+    finest = min(candidates)
+    if auto and n_chunks and not use_numba and native.ext() is not None and finest * cs < 1 << 31:
+        tops, total = native.segment_tops16(symbols, finest * cs)
+        whole = _Segments(total.max(keepdims=True), lambda idx: total[None, :][np.zeros(idx.size, np.int64)])
+        fine = _Segments(tops, lambda idx: native.segment_histograms16(symbols, finest * cs, idx))
+        return lambda cpt: whole if cpt >= n_chunks else fine
+    block = counts_block(n, cs) if n_chunks and auto else 1
+    if block * cs < 1 << 31:
+        counts = native.block_histograms16(symbols, block * cs, numba=use_numba)
+    else:  # one table for a plane of 2**31+ symbols: int64 counts
+        counts = np.bincount(symbols, minlength=SYMBOLS)[None, :]
+    return lambda cpt: _segments_of(counts, -(-cpt // block), cpt, cs)
 
 
 def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int = PROB_BITS,
@@ -318,7 +365,7 @@ def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int =
     states) is not below it (the float codec's byte planes). backend: ``"auto"``, ``"native"``,
     ``"numba"`` or ``"reference"`` (pure Python, tiny inputs). Raises ValueError on bad arguments.
     """
-    from . import BACKENDS, MAX_CHUNK_STEPS, _numba_backend, auto_chunk_steps, counts_block, table_candidates
+    from . import BACKENDS, MAX_CHUNK_STEPS, _numba_backend, auto_chunk_steps, table_candidates
 
     symbols = np.ascontiguousarray(symbols, dtype=np.uint16).reshape(-1)
     n = symbols.size
@@ -338,16 +385,11 @@ def encode(symbols: np.ndarray, chunk_steps: int | None = None, prob_bits: int =
     # all-MiniLM-L6-v2's three joint planes (raw flat chunks make fine tables cheap) at twice the time
     candidates = sorted({table_candidates(n, cs)[0], table_candidates(n, cs)[-1]}, reverse=True) \
         if tables == "auto" else [int(tables)]
-    # counts per block of chunks: every candidate but one table for the whole plane is a multiple
-    block = counts_block(n, cs) if n_chunks and tables == "auto" else 1
-    if block * cs < 1 << 31:
-        counts = native.block_histograms16(symbols, block * cs, numba=use_numba)
-    else:  # one table for a plane of 2**31+ symbols: int64 counts
-        counts = np.bincount(symbols, minlength=SYMBOLS)[None, :]
+    segments = _candidate_segments(symbols, candidates, n_chunks, cs, tables == "auto", use_numba)
     state_bits = 64 * LANES if flat_raw else 0  # per chunk
     best = None
     for cpt in candidates if n_chunks else [1]:
-        tabs = _segment_tables(counts, -(-cpt // block), cpt, n_chunks, cs, n, prob_bits, state_bits) if n_chunks \
+        tabs = _segment_tables(segments(cpt), cpt, n_chunks, cs, n, prob_bits, state_bits) if n_chunks \
             else [_table(np.zeros(SYMBOLS, np.int64), prob_bits)]
         bits = sum(t[0] for t in tabs)
         if best is None or bits < best[0] - 1e-9 * max(n, 1):
