@@ -284,7 +284,6 @@ def configs(bm: int) -> list:
     def C(**kw):
         return triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
-    st, xl = (4, 2) if bm <= 64 else (3, 1)  # x two steps ahead where shared memory holds 4 buffers
     if bm > 128:
         return [C(BG=8, STAGES=3, EPI=epi)]
     out = [C(BG=16, STAGES=3, EPI=epi), C(BG=16, STAGES=3, EPI=epi, VG=4)]
@@ -294,13 +293,13 @@ def configs(bm: int) -> list:
     out += [C(BG=16 if bm <= 64 else 8, STAGES=3, EPI=epi, EW=4)]
     if bm <= 64:
         out += [C(BG=16, STAGES=4, XL=2, VG=4, EW=4, DREGS=88, EREGS=88)]
-    # 16 decoder warps (4 a scheduler, 2 groups a thread): the decoder issued 0.28 instructions a
-    # cycle with 2 warps a scheduler (ncu, HISTORY.md). ptxas (sm_90, Triton 3.9): no stack at
-    # DREGS 64, or 48 beside a 4-warp escape partition of 96 (88 spilled there); at 128 rows of x
-    # only without one (24 warps leave 80 registers at entry, wgmma's 64x128 accumulator needs 90)
-    out += [C(BG=16, STAGES=st, XL=xl, EPI=epi, DW=16, DREGS=64, VG=vg) for vg in (1, 2)]
+    # 128 rows of W a program (one consumer warpgroup, two wgmma rows a step; 64-column steps to
+    # fit shared memory): x's tiles, re-read from L2 by every tile of W, move half the bytes
     if bm <= 64:
-        out += [C(BG=16, STAGES=4, XL=2, DW=16, DREGS=48, VG=vg, EW=4, EREGS=96) for vg in (1, 2)]
+        out += [C(BN=128, BG=8, STAGES=4, XL=2, EPI=32), C(BN=128, BG=8, STAGES=4, XL=2, EPI=32, DW=16, DREGS=64),
+                C(BN=128, BG=8, STAGES=4, XL=2, EW=4, DREGS=88, EREGS=88)]
+    else:
+        out += [C(BN=128, BG=8, STAGES=3, EPI=epi), C(BN=128, BG=8, STAGES=3, EPI=epi, DW=16, DREGS=64)]
     return out
 
 
