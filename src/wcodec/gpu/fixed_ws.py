@@ -293,13 +293,14 @@ def configs(bm: int) -> list:
     out += [C(BG=16 if bm <= 64 else 8, STAGES=3, EPI=epi, EW=4)]
     if bm <= 64:
         out += [C(BG=16, STAGES=4, XL=2, VG=4, EW=4, DREGS=88, EREGS=88)]
-    # 128 rows of W a program (one consumer warpgroup, two wgmma rows a step; 64-column steps to
-    # fit shared memory): x's tiles, re-read from L2 by every tile of W, move half the bytes
+    # slack: the decoder waits at step i for the consumer to have taken step i + XL + 1 - STAGES;
+    # STAGES - 2 - XL steps of it let the decoder run ahead of the consumer (the configs above have
+    # none: the two roles hand over every step in lockstep)
     if bm <= 64:
-        out += [C(BN=128, BG=8, STAGES=4, XL=2, EPI=32), C(BN=128, BG=8, STAGES=4, XL=2, EPI=32, DW=16, DREGS=64),
-                C(BN=128, BG=8, STAGES=4, XL=2, EW=4, DREGS=88, EREGS=88)]
+        out += [C(BG=16, STAGES=5, XL=1), C(BG=16, STAGES=5, XL=1, VG=4, EW=4, DREGS=88, EREGS=88),
+                C(BG=8, STAGES=8, XL=2), C(BG=8, STAGES=8, XL=2, EW=4, DREGS=88, EREGS=88)]
     else:
-        out += [C(BN=128, BG=8, STAGES=3, EPI=epi), C(BN=128, BG=8, STAGES=3, EPI=epi, DW=16, DREGS=64)]
+        out += [C(BG=8, STAGES=6, XL=1, EPI=epi), C(BG=8, STAGES=6, XL=2, EPI=epi), C(BG=8, STAGES=7, XL=2, EPI=epi)]
     return out
 
 
