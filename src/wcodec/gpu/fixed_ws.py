@@ -280,7 +280,14 @@ def configs(bm: int) -> list:
     (benchmarks/experiments/ws_kernel.py, four Llama shapes, M = 32-128): these four took every
     cell; BN = 128 with two consumer warpgroups, 4 decoder warps, 64-column steps, deeper word
     buffers (WST 6) and two programs an SM (128 registers) were 5-60 % slower. 256 rows (not
-    routed: decode + cuBLAS is faster there) get one config that fits shared memory."""
+    routed: decode + cuBLAS is faster there) get one config that fits shared memory. Measured
+    and left out (H100, 2026-11-26, session 6, ws_kernel.py, M = 64 and 128, four shapes,
+    Gaussian and Student-t, best config and split against best): 16 decoder warps (4 a
+    scheduler, 2 groups a thread) 0.5-5.6 % slower than 8; 128 rows of W a program with one
+    consumer warpgroup (half of x's bytes from L2 per weight) 21-35 % slower on Gaussian weights;
+    slack between the roles (the decoder STAGES - 2 - XL >= 1 steps ahead of the consumer; these
+    configs have none) 0.5-2.7 % slower at 128-column steps, 16-22 % at the 64-column steps that
+    fit 6 buffers for 128 rows."""
     def C(**kw):
         return triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
@@ -293,14 +300,6 @@ def configs(bm: int) -> list:
     out += [C(BG=16 if bm <= 64 else 8, STAGES=3, EPI=epi, EW=4)]
     if bm <= 64:
         out += [C(BG=16, STAGES=4, XL=2, VG=4, EW=4, DREGS=88, EREGS=88)]
-    # slack: the decoder waits at step i for the consumer to have taken step i + XL + 1 - STAGES;
-    # STAGES - 2 - XL steps of it let the decoder run ahead of the consumer (the configs above have
-    # none: the two roles hand over every step in lockstep)
-    if bm <= 64:
-        out += [C(BG=16, STAGES=5, XL=1), C(BG=16, STAGES=5, XL=1, VG=4, EW=4, DREGS=88, EREGS=88),
-                C(BG=8, STAGES=8, XL=2), C(BG=8, STAGES=8, XL=2, EW=4, DREGS=88, EREGS=88)]
-    else:
-        out += [C(BG=8, STAGES=6, XL=1, EPI=epi), C(BG=8, STAGES=6, XL=2, EPI=epi), C(BG=8, STAGES=7, XL=2, EPI=epi)]
     return out
 
 
