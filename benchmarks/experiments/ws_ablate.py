@@ -5,7 +5,7 @@ baseline, ABL 0, is checked against fp32). ABL bits: 1 the decoder neither decod
 tile, 2 W's words are not copied (the decoder decodes stale shared memory), 4 x's tiles are not
 copied, 8 the consumer issues no wgmma. Needs an sm_90 GPU.
 
-    PYTHONPATH=src python3 benchmarks/experiments/ws_ablate.py [--shapes 0,2] [--ms 64,128] [--abl 0,1,2,4,8,6,7,15]
+    PYTHONPATH=src python3 benchmarks/experiments/ws_ablate.py [--shapes 0,2] [--ms 64,128] [--abl 0,1,2,4,8,6,15]
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fused_matmul import graph_time, weight_copies  # noqa: E402
-from serving_kernels import SHAPES, rel, weight  # noqa: E402
+from fused_matmul import graph_time  # noqa: E402
+from serving_kernels import SHAPES, rel  # noqa: E402
+from ws_kernel import call, weights  # noqa: E402
 
 from wcodec.gpu import fixed as fx  # noqa: E402
 from wcodec.gpu import fixed_ws  # noqa: E402
@@ -78,18 +79,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="0,2")
     ap.add_argument("--ms", default="64,128")
-    ap.add_argument("--abl", default="0,1,2,4,8,6,7,15")
+    ap.add_argument("--abl", default="0,1,2,4,8,6,15")
     a = ap.parse_args(argv)
     mod = ablation_module()
     abls = [int(v) for v in a.abl.split(",")]
     rows = []
     for si in map(int, a.shapes.split(",")):
         N, K = SHAPES[si]
-        g = torch.Generator(device="cuda").manual_seed(si)
-        w = weight(N, K, "normal", g)
-        ws_ = weight_copies(w)
-        fws = [fx.encode_weight(w_) for w_ in ws_]
-        rep = 20 // len(ws_) + 1
+        w, ws_, fws, rep, g = weights(si, "normal")
         for M in map(int, a.ms.split(",")):
             x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
             ref = x.float() @ w.float().T
@@ -100,18 +97,12 @@ def main(argv=None) -> int:
                 split = fx._ws_split(N, K, fx._sm_count(x.device))
                 y = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 wsb = torch.empty((split, M, N), dtype=torch.float32, device="cuda") if split > 1 else y
-                kw = dict(cfg.kwargs)
                 row = dict(N=N, K=K, M=M, cfg=ci, split=split, cublas=round(cub, 2))
                 for abl in abls:
-                    def call(f, abl=abl):
-                        mod.fixed_ws_kernel[(fx._cdiv(f.N, kw["BN"]), split)](
-                            x, f.lo, f.nib, f.eptr, f.ecol, f.eval, f.erow, y, y, wsb, M, f.N, K, f.kpad // 8,
-                            x.stride(0), y.stride(0), f.base, kw["BM"], split, HAS_BIAS=False,
-                            num_warps=cfg.num_warps, ABL=abl, **kw)
-                        if split > 1:
-                            fx._reduce(wsb, y, y, split, False, None, 0)
+                    def run(f, abl=abl):
+                        call(x, f, cfg, split, y, wsb, kernel=mod.fixed_ws_kernel, ABL=abl)
                     try:
-                        call(fws[0])
+                        run(fws[0])
                         torch.cuda.synchronize()
                     except Exception as e:
                         row[f"abl{abl}"] = f"FAIL {type(e).__name__}"
@@ -119,7 +110,7 @@ def main(argv=None) -> int:
                         continue
                     if abl == 0:
                         row["rel"] = round(rel(y, ref), 5)
-                    row[f"abl{abl}"] = round(graph_time(torch, [lambda f=f: call(f) for f in fws] * rep) * 1e6, 2)
+                    row[f"abl{abl}"] = round(graph_time(torch, [lambda f=f: run(f) for f in fws] * rep) * 1e6, 2)
                 rows.append(row)
                 print(row, flush=True)
     print("\n| W | M | cfg | split | cuBLAS | " + " | ".join(f"ABL {v}" for v in abls) + " |")

@@ -6,7 +6,7 @@ M bucket, not by the weight's escapes, so where heavy-tailed weights route to th
 Gaussian + Student-t time is taken. Run where ws_kernel.py ran (same package tree: the config
 indices are those of ``fixed_ws.configs``).
 
-    PYTHONPATH=src python3 benchmarks/experiments/ws_ship.py ws_kernel.json src/wcodec/gpu/configs/sm90.json
+    PYTHONPATH=src python3 tools/ws_ship.py ws_kernel.json src/wcodec/gpu/configs/sm90.json
         [--ms 64,128]
 """
 
