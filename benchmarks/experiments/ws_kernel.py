@@ -27,13 +27,23 @@ from wcodec.gpu import fixed as fx  # noqa: E402
 from wcodec.gpu.fixed_ws import configs, fixed_ws_kernel  # noqa: E402
 
 
-def call(x, f, cfg, split, y, ws):
+def weights(si: int, dist: str):
+    """Shape si's weight (``dist``), its copies (more than the L2 holds) encoded, the graph's
+    repeat count and the seeded generator (for x)."""
+    N, K = SHAPES[si]
+    g = torch.Generator(device="cuda").manual_seed(si)
+    w = weight(N, K, dist, g)
+    ws_ = weight_copies(w)
+    return w, ws_, [fx.encode_weight(w_) for w_ in ws_], 20 // len(ws_) + 1, g
+
+
+def call(x, f, cfg, split, y, ws, kernel=fixed_ws_kernel, **extra):
     M, K = x.shape
     kw = dict(cfg.kwargs)
-    fixed_ws_kernel[(fx._cdiv(f.N, kw["BN"]), split)](
+    kernel[(fx._cdiv(f.N, kw["BN"]), split)](
         x, f.lo, f.nib, f.eptr, f.ecol, f.eval, f.erow, y, y, ws, M, f.N, K, f.kpad // 8, x.stride(0), y.stride(0),
         f.base, kw["BM"], split, HAS_BIAS=False, num_warps=cfg.num_warps,
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **kw)
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **kw, **extra)
     if split > 1:
         fx._reduce(ws, y, y, split, False, None, 0)
 
@@ -54,11 +64,7 @@ def main(argv=None) -> int:
     for si in map(int, a.shapes.split(",")):
         N, K = SHAPES[si]
         for dist in ("normal", "t3") if a.heavy else ("normal",):
-            g = torch.Generator(device="cuda").manual_seed(si)
-            w = weight(N, K, dist, g)
-            ws_ = weight_copies(w)
-            fws = [fx.encode_weight(w_) for w_ in ws_]
-            rep = 20 // len(ws_) + 1
+            w, ws_, fws, rep, g = weights(si, dist)
             for M in map(int, a.ms.split(",")):
                 x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
                 ref = x.float() @ w.float().T

@@ -280,7 +280,14 @@ def configs(bm: int) -> list:
     (benchmarks/experiments/ws_kernel.py, four Llama shapes, M = 32-128): these four took every
     cell; BN = 128 with two consumer warpgroups, 4 decoder warps, 64-column steps, deeper word
     buffers (WST 6) and two programs an SM (128 registers) were 5-60 % slower. 256 rows (not
-    routed: decode + cuBLAS is faster there) get one config that fits shared memory."""
+    routed: decode + cuBLAS is faster there) get one config that fits shared memory. Measured
+    and left out (H100, 2026-11-26, session 6, ws_kernel.py, M = 64 and 128, four shapes,
+    Gaussian and Student-t, best config and split against best): 16 decoder warps (4 a
+    scheduler, 2 groups a thread) 0.5-5.6 % slower than 8; 128 rows of W a program with one
+    consumer warpgroup (half of x's bytes from L2 per weight) 21-35 % slower on Gaussian weights;
+    slack between the roles (the decoder STAGES - 2 - XL >= 1 steps ahead of the consumer; these
+    configs have none) 0.5-2.7 % slower at 128-column steps, 16-22 % at the 64-column steps that
+    fit 6 buffers for 128 rows."""
     def C(**kw):
         return triton.Config({"BM": bm, "BN": 64, "DW": 8, "DREGS": 96, **kw}, num_warps=4, num_stages=1)
     epi = 32 if bm >= 128 else 0  # the epilogue through shared memory where registers spilled
