@@ -88,6 +88,30 @@ def time_forward(model, ids, graph: bool) -> float:
     return bench_call(f, torch, reps=8, warm=2)
 
 
+def parts(model, variant: str, cases: list, record) -> None:
+    """Layer 0's experts module and lm_head alone (CUDA graphs) at each decode case's tokens:
+    where a model's step time goes. Routing: top-2 of random logits (fixed seed)."""
+    experts = model.model.layers[0].mlp.experts
+    g = torch.Generator(device="cuda").manual_seed(2)
+    for name, b, t in cases:
+        if t != 1:
+            continue
+        x = torch.randn(b, 4096, device="cuda", generator=g).to(torch.bfloat16)
+        wts, idx = torch.topk(torch.randn(b, 8, device="cuda", generator=g).softmax(-1), 2, dim=-1)
+        wts = (wts / wts.sum(-1, keepdim=True)).to(torch.bfloat16)
+
+        def block(x=x, idx=idx, wts=wts):
+            with torch.no_grad():
+                return experts(x, idx, wts)
+
+        def head(x=x):
+            with torch.no_grad():
+                return model.lm_head(x)
+
+        record(f"{variant} experts", "graph", name, lambda: graph_time(torch, [block] * 3, reps=8))
+        record(f"{variant} lm_head", "graph", name, lambda: graph_time(torch, [head] * 3, reps=8))
+
+
 def logits(model, ids):
     with torch.no_grad():
         return model(input_ids=ids, use_cache=False).logits.float()
@@ -135,6 +159,8 @@ def main() -> int:
                 refs[name] = logits(model, inputs[name])
             for mode in ("graph", "eager"):
                 record(f"bf16 {impl}", mode, name, lambda: time_forward(model, inputs[name], mode == "graph"))
+    model.set_experts_implementation("grouped_mm")
+    parts(model, "bf16", cases, record)
     model.set_experts_implementation("eager")
     bf16_bytes = torch.cuda.memory_allocated()
     t = time.time()
@@ -157,12 +183,14 @@ def main() -> int:
         ex.GROUPED = False
         record("fixed per-expert", "eager", name, lambda: time_forward(model, inputs[name], False))
         ex.GROUPED = True
+    parts(model, "fixed", cases, record)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "moe_model.json").write_text(json.dumps({"rows": rows, "checks": checks, "layers": a.layers,
                                                             "device": torch.cuda.get_device_name()}, indent=1))
 
     def best(prefix, mode, name):
-        got = [r["us"] for r in rows if r["variant"].startswith(prefix) and r["mode"] == mode and r["case"] == name]
+        got = [r["us"] for r in rows if r["variant"].startswith(prefix) and r["mode"] == mode and r["case"] == name
+               and not r["variant"].endswith(("experts", "lm_head"))]
         return min(got) if got else float("nan")
 
     print(f"\n{a.layers}-layer Mixtral-shaped model forward, us (bf16 = fastest transformers experts implementation; "

@@ -7,7 +7,7 @@ mkdir -p "$OUT"
 python3 setup.py build_ext --inplace -q > "$OUT/build.log" 2>&1; echo "build rc=$?"
 export PYTHONPATH=src
 WCODEC_GPU_TESTS_ON_DEVICE=1 timeout ${TESTS_S:-150} python3 -m pytest -q -rfE -p no:cacheprovider \
-    tests/torch/test_experts_grouped.py tests/gpu/test_fixed_grouped.py tests/torch/test_experts.py \
+    ${TESTS:-tests/torch/test_experts_grouped.py tests/gpu/test_fixed_grouped.py tests/torch/test_experts.py} \
     > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "passed|failed|Error" "$OUT/tests.log" | tail -8
-timeout ${BENCH_S:-240} python3 benchmarks/moe_model.py --layers ${LAYERS:-2} --out "$OUT" > "$OUT/moe_model.log" 2>&1
-echo "bench rc=$?"; grep -v "^ \|^#" "$OUT/moe_model.log" | tail -3; grep "^#\|^|" "$OUT/moe_model.log" | tail -16
+timeout ${BENCH_S:-240} python3 benchmarks/moe_model.py --layers ${LAYERS:-2} --out "$OUT" ${BENCH_ARGS:-} > "$OUT/moe_model.log" 2>&1
+echo "bench rc=$?"; grep -v "^ \|^#" "$OUT/moe_model.log" | tail -3; grep "^#\|^|\|experts\|lm_head" "$OUT/moe_model.log" | tail -26

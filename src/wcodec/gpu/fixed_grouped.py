@@ -67,6 +67,12 @@ class FixedExperts:
     def kpad(self) -> int:
         return fx.padded_cols(self.K)
 
+    @property
+    def aligned(self) -> bool:
+        """Every expert's lo and nib start at a 16-byte multiple (the kernels then load their
+        words as vectors): always in packed buffers, in a stack when N*kpad/8 is a multiple of 4."""
+        return not self.stacked or self.N * (self.kpad // 8) % 4 == 0
+
 
 def stack_experts(weights) -> FixedExperts:
     """A list of E FixedWeights of one shape [N, K], on one device -> FixedExperts (copies; the
@@ -245,7 +251,8 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
         x64 = fx._x64(x)
         fixed_grouped_gemv_kernel[(fx._cdiv(N, BN), S)](
             x, x if x64 is None else x64, order, offsets, *ex, y, x.shape[0], N, experts.K, G, experts.E, x.stride(0),
-            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
+            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, ALIGNED=experts.aligned,
+            num_warps=4)
         return y
     BM, BN, BI, warps, stages, prefetch, swap = TILE if S <= PREFILL_SLOTS * experts.E else PREFILL_TILE
     if fx._interpreting():  # small tiles, the same code paths (prefetch, swap)
@@ -253,7 +260,7 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     grid = (fx._cdiv(S, BM), fx._cdiv(N, BN), experts.E)
     fixed_grouped_mm_kernel[grid](x, order, offsets, *ex, y, N, experts.K, G, x.stride(0), y.stride(0), BM=BM, BN=BN,
                                   BI=BI, EB=32, DOT=fx._dot_kind(x.dtype), PREFETCH=prefetch, SWAP=swap,
-                                  num_warps=warps, num_stages=stages)
+                                  ALIGNED=experts.aligned, num_warps=warps, num_stages=stages)
     return y
 
 

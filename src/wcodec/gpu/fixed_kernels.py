@@ -344,13 +344,19 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
 
 
 @triton.jit
-def _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr):
+def _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, ALIGNED: tl.constexpr):
     """Expert e's lo, nib, eptr, ecol, eval pointers and window base: the base pointers moved by
     row e of the offset table (int64 [E, 5], in elements of each pointer's dtype; see
     ``fixed_grouped.FixedExperts``), so one kernel reads a stacked layout and a module's
-    per-expert packed buffer alike."""
+    per-expert packed buffer alike. ALIGNED: the lo and nib offsets are 16-byte multiples (said
+    to the compiler, which cannot see it in a loaded offset: vector loads of the words)."""
     t = tab_ptr + 5 * e.to(tl.int64)
-    return (lo_ptr + tl.load(t), nib_ptr + tl.load(t + 1), eptr_ptr + tl.load(t + 2), ecol_ptr + tl.load(t + 3),
+    lo_off = tl.load(t)
+    nib_off = tl.load(t + 1)
+    if ALIGNED:
+        lo_off = tl.multiple_of(lo_off, 2)
+        nib_off = tl.multiple_of(nib_off, 4)
+    return (lo_ptr + lo_off, nib_ptr + nib_off, eptr_ptr + tl.load(t + 2), ecol_ptr + tl.load(t + 3),
             eval_ptr + tl.load(t + 4), tl.load(bases_ptr + e).to(tl.int32))
 
 
@@ -358,7 +364,8 @@ def _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eva
 def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, tab_ptr,
                             bases_ptr, y_ptr, N, K, G, stride_xm, stride_ym,
                             BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
-                            DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False):
+                            DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False,
+                            ALIGNED: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T for the routed slots s of expert e = program axis 2
     (offsets[e] <= s < offsets[e+1]); axis 0: BM slots of that expert (programs past its count do
     nothing), axis 1: BN columns of y; the row blocks of one W tile are launched side by side, so
@@ -371,7 +378,7 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
     if s0 < s_end:
         n0 = tl.program_id(1) * BN
         lo_e, nib_e, eptr_e, ecol_e, eval_e, base = _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr,
-                                                                  ecol_ptr, eval_ptr)
+                                                                  ecol_ptr, eval_ptr, ALIGNED)
         slots = s0 + tl.arange(0, BM)
         sm = slots < s_end
         tok = tl.load(order_ptr + slots, mask=sm, other=0)
@@ -392,7 +399,7 @@ def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_pt
 def fixed_grouped_gemv_kernel(x_ptr, x64_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr,
                               tab_ptr, bases_ptr, y_ptr, T, N, K, G, E, stride_xm, stride_ym,
                               BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr, EP: tl.constexpr,
-                              X64: tl.constexpr):
+                              X64: tl.constexpr, ALIGNED: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T with CUDA-core FMAs, one routed slot s per program of axis
     1 (its expert e: the number of offsets[1..E] <= s; a slot past offsets[E], an expert-parallel
     sentinel, takes expert E-1 and the caller masks it), BN rows of y per program of axis 0: the
@@ -406,7 +413,7 @@ def fixed_grouped_gemv_kernel(x_ptr, x64_ptr, order_ptr, offs_ptr, lo_ptr, nib_p
     tok = tl.load(order_ptr + s)
     n0 = tl.program_id(0) * BN
     lo_e, nib_e, eptr_e, ecol_e, eval_e, base = _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr,
-                                                              ecol_ptr, eval_ptr)
+                                                              ecol_ptr, eval_ptr, ALIGNED)
     rows = n0 + tl.arange(0, BN)[:, None]
     acc = tl.zeros((BN, BI), tl.float32)
     for g0 in range(0, G, BI):
