@@ -5,7 +5,7 @@ gpt-oss's transposed ``[E, H, 2I]`` with biases) stored per expert in the fixed-
 
 Entry points: :func:`is_expert_param`, :func:`compress_expert_param` (called per parameter as a
 checkpoint loads), :func:`decompress_experts`, :func:`load_compressed_experts`,
-:func:`expert_linear` (the per-expert matmul; a grouped kernel over routed experts can replace it).
+:func:`expert_linear` (the per-expert matmul), :func:`grouped_forward` (all experts per launch).
 
 How the module keeps working: its class is swapped for a subclass (one per experts class) whose
 ``forward`` runs :func:`experts_forward`, the eager per-expert loop of transformers'
@@ -16,11 +16,16 @@ function is registered as transformers' experts implementation ``"wcodec"``
 On the CPU the result is bit-identical to the dense module's: under the eager implementation
 the weight of each routed expert is decoded and multiplied as the eager code multiplies it;
 under another configured implementation (transformers' default, grouped_mm) that implementation
-runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA the
-fused kernels multiply (``wcodec.gpu.fixed.linear``), unless the module was compressed with
-``exact=True`` (keep_compressed="jit"): then CUDA takes the CPU's way, decoding the experts (the
-GPU decode kernel) and running the dense module's own math, so outputs are bit-identical to the
-dense model's on the same GPU. The input gradient flows (frozen experts).
+runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA
+:func:`grouped_forward` runs: transformers' grouped_mm semantics, one launch of the grouped
+kernels (``wcodec.gpu.fixed_grouped``) per projection over all experts, reading the packed
+buffer below through an offset table (no copy), no host synchronisation (CUDA graphs,
+``torch.compile`` with the ``wcodec::grouped_fixed_linear`` custom op); with an input gradient
+to compute, or ``GROUPED`` off (``WCODEC_GROUPED_EXPERTS=0``), the eager loop with the fused
+kernels per routed expert (``wcodec.gpu.fixed.linear``). A module compressed with
+``exact=True`` (keep_compressed="jit") takes the CPU's way on CUDA too, decoding the experts
+(the GPU decode kernel) and running the dense module's own math, so outputs are bit-identical
+to the dense model's on the same GPU. The input gradient flows (frozen experts).
 
 State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers, so
 ``state_dict()`` holds, under the module's prefix:
@@ -550,5 +555,5 @@ def register_implementation() -> None:
 
 
 __all__ = ["ExpertsKeptDenseError", "ExpertWeights", "FixedExpertsTensor", "SUFFIXES", "compress_expert_param",
-           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "is_expert_param",
-           "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
+           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "grouped_forward",
+           "is_expert_param", "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
