@@ -206,7 +206,7 @@ def _install(module: nn.Module, attr: str, packed: torch.Tensor, offsets: list, 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
     for suffix, t in zip(SUFFIXES, (packed, offsets, bases, shape)):
         module.register_buffer(f"{attr}_{suffix}", t)
-    module.__dict__.pop("_wcodec_weights", None)
+    module.__dict__["_wcodec_weights"] = {}
 
 
 def compressed_attrs(module: nn.Module) -> list[str]:
@@ -230,7 +230,7 @@ class ExpertWeights:
         bases = b[f"{attr}_bases"].tolist()
         E, d1, d2 = b[f"{attr}_shape"].tolist()
         self.transposed = bool(module.is_transposed)
-        self.exact = bool(module.__dict__.get("_wcodec_exact", False))
+        self.exact = bool(getattr(module, "_wcodec_exact", False))
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
         self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
@@ -256,7 +256,7 @@ class ExpertWeights:
 
 
 def _weights(module: nn.Module, attr: str) -> ExpertWeights:
-    cache = module.__dict__.setdefault("_wcodec_weights", {})
+    cache = module._wcodec_weights  # an instance attribute (no __dict__ method calls: torch.compile)
     if attr not in cache or cache[attr].packed is not module._buffers[f"{attr}_packed"]:
         cache[attr] = ExpertWeights(module, attr)
     return cache[attr]
@@ -323,7 +323,7 @@ def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: t
 
 
 def _runs_grouped(module: nn.Module, x: torch.Tensor) -> bool:
-    return (GROUPED and fx._use_triton(x) and not module.__dict__.get("_wcodec_exact", False)
+    return (GROUPED and fx._use_triton(x) and not module._wcodec_exact
             and len(compressed_attrs(module)) == 2 and not (torch.is_grad_enabled() and x.requires_grad))
 
 
@@ -369,7 +369,7 @@ def _grouped_project(module: nn.Module, attr: str, x: torch.Tensor, order: torch
         from ..gpu.fixed_grouped import grouped_linear
         y = grouped_linear(x, w.grouped, order, offsets)
     if module.has_bias:
-        y = y + getattr(module, f"{attr}_bias")[ids.clamp(max=module.num_experts - 1)]
+        y = y + module._parameters[f"{attr}_bias"][ids.clamp(max=module.num_experts - 1)]
     return y
 
 
@@ -459,9 +459,12 @@ def _refuse_writes(cls, func, args, kwargs) -> None:
 class _CompressedExpertsMixin:
     """Placed before a transformers experts class (see :func:`_make_compressed`)."""
 
+    #: decode and multiply as the dense module on CUDA too (set per module by ``_install``)
+    _wcodec_exact = False
+
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
-        exact = hidden_states.device.type == "cpu" or self.__dict__.get("_wcodec_exact", False)
+        exact = hidden_states.device.type == "cpu" or self._wcodec_exact
         if exact and impl not in (None, "eager", "wcodec") and not torch.compiler.is_compiling():
             # the CPU path is exact to the dense model as configured: its own implementation
             # (transformers' default is grouped_mm, whose bf16 sums differ from the eager loop's)
@@ -470,17 +473,18 @@ class _CompressedExpertsMixin:
         return experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
     def __getattr__(self, name: str):
-        buffers = self.__dict__.get("_buffers", {})
-        if f"{name}_packed" in buffers:
+        # only the projections' names read the buffers (self._buffers is an instance attribute:
+        # no recursion; before nn.Module.__init__ set it, "_buffers" itself ends here and fails)
+        if name.endswith("_proj") and f"{name}_packed" in self._buffers:
             return FixedExpertsTensor(_weights(self, name))
         return super().__getattr__(name)
 
     def _apply(self, fn, *args, **kwargs):
-        self.__dict__.pop("_wcodec_weights", None)  # views of the buffers that fn replaces
+        self.__dict__["_wcodec_weights"] = {}  # views of the buffers that fn replaces
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        self.__dict__.pop("_wcodec_weights", None)
+        self.__dict__["_wcodec_weights"] = {}
         for attr in compressed_attrs(self):  # other weights pack to other sizes: take the stored ones
             for suffix in ("packed", "offsets", "bases"):
                 name = f"{attr}_{suffix}"
@@ -502,6 +506,7 @@ def _make_compressed(module: nn.Module) -> None:
         _CLASSES[cls] = type(f"Compressed{cls.__name__}", (_CompressedExpertsMixin, cls),
                              {"__module__": __name__, "_wcodec_dense_class": cls})
     module.__class__ = _CLASSES[cls]
+    module.__dict__.setdefault("_wcodec_weights", {})
 
 
 def decompress_experts(module: nn.Module) -> None:
