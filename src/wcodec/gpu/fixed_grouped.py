@@ -1,16 +1,21 @@
 """Compressed MoE experts multiplied in one launch (issue 28, must-have 2).
 
-``stack_experts`` puts E experts' [N, K] weights in the fixed layout (``fixed.FixedWeight``, one
-window ``base`` each) into one set of device tensors: the rows of expert e are rows e*N .. e*N+N-1
-of the stack, the escape lists one CSR over all E*N rows. ``grouped_linear`` then computes, for
-the tokens routed to each expert, ``x[token] @ W_e.T`` for all experts in one Triton launch
-(``fixed_grouped_mm_kernel``: program (N tile, block of BM routed slots, expert); W tiles decoded
-in registers as in ``fixed_kernels.fixed_mm_kernel``, the x rows gathered by token index; for a
-decode step's few slots ``fixed_grouped_gemv_kernel``: program (N tile, slot), CUDA-core FMAs).
-Routing is given as transformers' MoE blocks use it, sorted by expert: ``order`` holds the token
-of each routed slot, expert e owning slots offsets[e] .. offsets[e+1]-1 (``route`` builds both
-from top-k expert ids); the caller weights the rows and adds them back (``index_add_``).
-On the CPU (no Triton) each expert is decoded and multiplied with torch ops, the same function.
+E experts' [N, K] weights in the fixed layout (``fixed.FixedWeight``, one window ``base`` each)
+are read through an offset table (``FixedExperts``): per expert, where its low bytes, nibbles,
+escape CSR and escape lists start in five flat device tensors. Two layouts give such a table:
+``stack_experts`` copies E FixedWeights into one stack (expert e's rows at e*N .., one CSR over
+all rows), and ``packed_experts`` reads, without a copy, a compressed experts module's packed
+buffer (``wcodec.torch.experts``: each expert ``fixed.pack`` ed, expert e at bytes
+offsets[e] ..). ``grouped_linear`` then computes, for the tokens routed to each expert,
+``x[token] @ W_e.T`` for all experts in one Triton launch (``fixed_grouped_mm_kernel``: program
+(block of BM routed slots, N tile, expert); W tiles decoded in registers as in
+``fixed_kernels.fixed_mm_kernel``, the x rows gathered by token index; for a decode step's few
+slots ``fixed_grouped_gemv_kernel``: program (N tile, slot), CUDA-core FMAs). Routing is given
+as transformers' MoE blocks use it, sorted by expert: ``order`` holds the token of each routed
+slot, expert e owning slots offsets[e] .. offsets[e+1]-1 (``route`` builds both from top-k
+expert ids with checks, ``sort_routes`` without a host synchronisation); the caller weights the
+rows and sums them per token. On the CPU (no Triton) each expert is decoded and multiplied
+with torch ops, the same function.
 """
 
 from __future__ import annotations
@@ -22,26 +27,37 @@ import torch
 from ..errors import InvalidInputError
 from . import fixed as fx
 
+#: columns of FixedExperts.table: the element offset of expert e in lo (int64 words), nib, eptr,
+#: ecol and eval (int32 each)
+TABLE_COLS = ("lo", "nib", "eptr", "ecol", "eval")
+
 
 @dataclass
 class FixedExperts:
-    """E experts' [N, K] bf16 weights in the fixed layout, stacked on one device.
+    """E experts' [N, K] bf16 weights in the fixed layout on one device, read through an offset
+    table (no copy of a packed buffer needed).
 
-    lo: int64 [E*N, kpad/8]; nib: int32 [E*N, kpad/8]; eptr: int32 [E*N+1] (CSR over the stacked
-    rows); ecol, eval: int32 [escapes]; erow: int64 [escapes] (stacked row); bases: int32 [E];
-    weights: the FixedWeights stacked (views kept for the CPU path and ``decode``)."""
+    lo: int64 words, nib, eptr, ecol, eval: int32 (flat or 2-D; the kernels use their base
+    pointers); table: int64 [E, 5], expert e's first element in each of them (TABLE_COLS): its
+    rows are lo[table[e,0] + r*kpad/8 ..], its CSR eptr[table[e,2] .. + N] indexes
+    ecol/eval from table[e,3] / table[e,4]; bases: int32 or int64 [E] (each expert's window);
+    weights: the E FixedWeights as views (CPU path, per-expert decode); stacked: lo, nib, eptr
+    are one stack (``stack_experts``; erow: int64 stacked row of each escape), so the experts
+    decode in one launch."""
 
     lo: torch.Tensor
     nib: torch.Tensor
     eptr: torch.Tensor
     ecol: torch.Tensor
     eval: torch.Tensor
-    erow: torch.Tensor
+    erow: torch.Tensor | None
     bases: torch.Tensor
     weights: list
     E: int
     N: int
     K: int
+    table: torch.Tensor | None = None
+    stacked: bool = True
 
     @property
     def device(self) -> torch.device:
@@ -49,7 +65,13 @@ class FixedExperts:
 
     @property
     def kpad(self) -> int:
-        return 8 * self.lo.shape[1]
+        return fx.padded_cols(self.K)
+
+    @property
+    def aligned(self) -> bool:
+        """Every expert's lo and nib start at a 16-byte multiple (the kernels then load their
+        words as vectors): always in packed buffers, in a stack when N*kpad/8 is a multiple of 4."""
+        return not self.stacked or self.N * (self.kpad // 8) % 4 == 0
 
 
 def stack_experts(weights) -> FixedExperts:
@@ -67,10 +89,40 @@ def stack_experts(weights) -> FixedExperts:
     eptr = torch.cat([w.eptr[:-1] + counts[i].to(torch.int32) for i, w in enumerate(weights)]
                      + [counts[-1:].to(torch.int32)])
     erow = torch.cat([w.erow + i * N for i, w in enumerate(weights)])
+    E, g = len(weights), fx.padded_cols(K) // 8
+    rows = [e * N for e in range(E)]  # the stack's CSR holds global escape indices: lists from 0
+    table = torch.tensor([[r * g, r * g, r, 0, 0] for r in rows], dtype=torch.int64).reshape(E, 5).to(dev)
     return FixedExperts(torch.cat([w.lo for w in weights]), torch.cat([w.nib for w in weights]), eptr,
                         torch.cat([w.ecol for w in weights]), torch.cat([w.eval for w in weights]), erow,
                         torch.tensor([w.base for w in weights], dtype=torch.int32, device=dev), weights,
-                        len(weights), N, K)
+                        E, N, K, table, True)
+
+
+def packed_experts(packed: torch.Tensor, offsets, bases, n: int, k: int, table: torch.Tensor | None = None,
+                   bases_t: torch.Tensor | None = None) -> FixedExperts:
+    """E experts each ``fixed.pack`` ed into one uint8 buffer (expert e at bytes offsets[e] ..
+    offsets[e+1]-1; offsets: E+1 host ints, multiples of 16; bases: E host ints) -> FixedExperts
+    whose tensors are views of ``packed`` (no copy). table / bases_t: the device offset table and
+    int64 [E] bases when the caller keeps them (else built here: one host-to-device copy each).
+    Raises InvalidInputError when the offsets do not describe [n, k] packed weights in the buffer."""
+    offsets, bases = [int(o) for o in offsets], [int(b) for b in bases]
+    E = len(offsets) - 1
+    nib, eptr, esc = fx._packed_offsets(n, k)
+    if E < 1 or len(bases) != E or packed.dtype != torch.uint8 or packed.dim() != 1 or offsets[0] < 0             or offsets[-1] > packed.numel() or packed.numel() % 16             or any(o % 16 or b - o < esc or (b - o - esc) % 16 for o, b in zip(offsets, offsets[1:])):
+        raise InvalidInputError(f"packed_experts: offsets {offsets[:4]}.. do not split a uint8 buffer of "
+                                f"{packed.numel()} bytes into {E} packed [{n}, {k}] weights")
+    weights = [fx.unpack(packed[o:b], base, n, k) for o, b, base in zip(offsets, offsets[1:], bases)]
+    if table is None:
+        rows = []
+        for o, b in zip(offsets, offsets[1:]):
+            ne = (b - o - esc) // 16
+            rows.append([o // 8, (o + nib) // 4, (o + eptr) // 4, (o + esc) // 4, (o + esc) // 4 + ne])
+        table = torch.tensor(rows, dtype=torch.int64).to(packed.device)
+    if bases_t is None:
+        bases_t = torch.tensor(bases, dtype=torch.int64).to(packed.device)
+    words = packed.view(torch.int32)
+    return FixedExperts(packed.view(torch.int64), words, words, words, words, None, bases_t, weights, E, n, k,
+                        table, False)
 
 
 def decode_experts(experts: FixedExperts, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -90,9 +142,12 @@ def decode_experts(experts: FixedExperts, out: torch.Tensor | None = None) -> to
     if not fx._use_triton(experts.lo) or E * N * K == 0 or experts.kpad > fx.PATCH_MAX_COLS:
         for e, w in enumerate(experts.weights):
             out[e, :, :K] = fx.decode(w)
-    else:
+    elif experts.stacked:
         fx.decode_launch(out, experts, 0, 0, N, groups=E, group_rows=N, bases=experts.bases,
                          patch=experts.ecol.numel() > 0)
+    else:  # separately packed experts: a launch each (a long prompt's path: E launches are noise)
+        for e, w in enumerate(experts.weights):
+            fx.decode_launch(out[e], w, w.base, 0, N, patch=w.ecol.numel() > 0)
     return out[:, :, :K]
 
 
@@ -114,6 +169,18 @@ def route(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch
     offsets = torch.zeros(n_experts + 1, dtype=torch.int64, device=flat.device)
     offsets[1:] = torch.bincount(flat, minlength=n_experts).cumsum(0)
     return slot // k, offsets, slot % k
+
+
+def sort_routes(expert_ids: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """expert_ids [T, k] -> (perm, ids, offsets) as transformers' grouped_mm experts sort them,
+    with no host synchronisation (CUDA graphs, torch.compile): perm int64 [T*k], the flat
+    (token * k + choice) index of each routed slot, sorted by expert; ids [T*k] the slots' expert
+    ids (sorted); offsets int64 [E+1], expert e owning slots offsets[e] .. offsets[e+1]-1. Ids
+    outside [0, n_experts) (expert-parallel sentinels: n_experts and above) sort past
+    offsets[E] and belong to no expert; they are not checked (that would synchronise)."""
+    ids, perm = torch.sort(expert_ids.reshape(-1))
+    bounds = torch.arange(n_experts + 1, device=ids.device, dtype=ids.dtype)
+    return perm, ids, torch.searchsorted(ids, bounds)
 
 
 #: up to this many routed slots, one GEMV program per slot (CUDA-core FMAs, as fixed.GEMV_MAX_M:
@@ -177,22 +244,23 @@ def grouped_linear(x: torch.Tensor, experts: FixedExperts, order: torch.Tensor, 
     from .fixed_kernels import fixed_grouped_gemv_kernel, fixed_grouped_mm_kernel
     if x.stride(-1) != 1:
         x = x.contiguous()
+    G = experts.kpad // 8
+    ex = (experts.lo, experts.nib, experts.eptr, experts.ecol, experts.eval, experts.table, experts.bases)
     if S <= GEMV_MAX_SLOTS:  # a decode step: each slot's expert read once, no row padding
         BN, BI = (8, 4) if fx._interpreting() else GEMV_TILE
         x64 = fx._x64(x)
         fixed_grouped_gemv_kernel[(fx._cdiv(N, BN), S)](
-            x, x if x64 is None else x64, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
-            experts.eval, experts.bases, y, x.shape[0], N, experts.K, experts.lo.shape[1], experts.E, x.stride(0),
-            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, num_warps=4)
+            x, x if x64 is None else x64, order, offsets, *ex, y, x.shape[0], N, experts.K, G, experts.E, x.stride(0),
+            y.stride(0), BN=BN, BI=BI, EB=32, EP=fx._pow2(experts.E), X64=x64 is not None, ALIGNED=experts.aligned,
+            num_warps=4)
         return y
     BM, BN, BI, warps, stages, prefetch, swap = TILE if S <= PREFILL_SLOTS * experts.E else PREFILL_TILE
     if fx._interpreting():  # small tiles, the same code paths (prefetch, swap)
         BM, BN, BI = 16, 16, 2
     grid = (fx._cdiv(S, BM), fx._cdiv(N, BN), experts.E)
-    fixed_grouped_mm_kernel[grid](x, order, offsets, experts.lo, experts.nib, experts.eptr, experts.ecol,
-                                  experts.eval, experts.bases, y, N, experts.K, experts.lo.shape[1], x.stride(0),
-                                  y.stride(0), BM=BM, BN=BN, BI=BI, EB=32, DOT=fx._dot_kind(x.dtype),
-                                  PREFETCH=prefetch, SWAP=swap, num_warps=warps, num_stages=stages)
+    fixed_grouped_mm_kernel[grid](x, order, offsets, *ex, y, N, experts.K, G, x.stride(0), y.stride(0), BM=BM, BN=BN,
+                                  BI=BI, EB=32, DOT=fx._dot_kind(x.dtype), PREFETCH=prefetch, SWAP=swap,
+                                  ALIGNED=experts.aligned, num_warps=warps, num_stages=stages)
     return y
 
 
@@ -203,4 +271,5 @@ def _grouped_mm_ready(x: torch.Tensor, experts: FixedExperts) -> bool:
             and torch.cuda.get_device_capability(x.device)[0] >= 9 and experts.K % 8 == 0 and experts.N % 8 == 0)
 
 
-__all__ = ["FixedExperts", "stack_experts", "decode_experts", "route", "grouped_linear"]
+__all__ = ["FixedExperts", "TABLE_COLS", "stack_experts", "packed_experts", "decode_experts", "route", "sort_routes",
+           "grouped_linear"]

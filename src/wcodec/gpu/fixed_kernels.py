@@ -344,69 +344,86 @@ def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr,
 
 
 @triton.jit
-def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, bases_ptr,
-                            y_ptr, N, K, G, stride_xm, stride_ym,
+def _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, ALIGNED: tl.constexpr):
+    """Expert e's lo, nib, eptr, ecol, eval pointers and window base: the base pointers moved by
+    row e of the offset table (int64 [E, 5], in elements of each pointer's dtype; see
+    ``fixed_grouped.FixedExperts``), so one kernel reads a stacked layout and a module's
+    per-expert packed buffer alike. ALIGNED: the lo and nib offsets are 16-byte multiples (said
+    to the compiler, which cannot see it in a loaded offset: vector loads of the words)."""
+    t = tab_ptr + 5 * e.to(tl.int64)
+    lo_off = tl.load(t)
+    nib_off = tl.load(t + 1)
+    if ALIGNED:
+        lo_off = tl.multiple_of(lo_off, 2)
+        nib_off = tl.multiple_of(nib_off, 4)
+    return (lo_ptr + lo_off, nib_ptr + nib_off, eptr_ptr + tl.load(t + 2), ecol_ptr + tl.load(t + 3),
+            eval_ptr + tl.load(t + 4), tl.load(bases_ptr + e).to(tl.int32))
+
+
+@triton.jit
+def fixed_grouped_mm_kernel(x_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, tab_ptr,
+                            bases_ptr, y_ptr, N, K, G, stride_xm, stride_ym,
                             BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
-                            DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False):
+                            DOT: tl.constexpr, PREFETCH: tl.constexpr = False, SWAP: tl.constexpr = False,
+                            ALIGNED: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T for the routed slots s of expert e = program axis 2
     (offsets[e] <= s < offsets[e+1]); axis 0: BM slots of that expert (programs past its count do
     nothing), axis 1: BN columns of y; the row blocks of one W tile are launched side by side, so
-    an expert's second block (more than BM slots) reads the tile's words from the L2. W_e: rows e*N .. e*N+N-1 of the stacked fixed layout
-    (``fixed_grouped.stack_experts``), window bases[e], escapes in the stacked CSR. PREFETCH,
+    an expert's second block (more than BM slots) reads the tile's words from the L2. W_e: the
+    fixed layout at row e of the offset table (``_expert_ptrs``), window bases[e]. PREFETCH,
     SWAP: see ``_dot_tiles``."""
     e = tl.program_id(2)
     s_end = tl.load(offs_ptr + e + 1)
     s0 = tl.load(offs_ptr + e) + tl.program_id(0) * BM
     if s0 < s_end:
         n0 = tl.program_id(1) * BN
-        r0 = e.to(tl.int64) * N  # first stacked row of expert e
-        r_end = r0 + N
-        base = tl.load(bases_ptr + e)
+        lo_e, nib_e, eptr_e, ecol_e, eval_e, base = _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr,
+                                                                  ecol_ptr, eval_ptr, ALIGNED)
         slots = s0 + tl.arange(0, BM)
         sm = slots < s_end
         tok = tl.load(order_ptr + slots, mask=sm, other=0)
         xm = sm[:, None]
         xrow = x_ptr + tok[:, None].to(tl.int64) * stride_xm
-        rows = r0 + n0 + tl.arange(0, BN)[:, None]
+        rows = n0 + tl.arange(0, BN)[:, None]
         if SWAP:
-            acc = tl.trans(_dot_tiles(tl.zeros((BN, BM), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
+            acc = tl.trans(_dot_tiles(tl.zeros((BN, BM), tl.float32), lo_e, nib_e, rows, N, base, xrow, xm,
                                       0, G, G, K, BI, DOT, PREFETCH, SWAP))
         else:
-            acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_ptr, nib_ptr, rows, r_end, base, xrow, xm,
+            acc = _dot_tiles(tl.zeros((BM, BN), tl.float32), lo_e, nib_e, rows, N, base, xrow, xm,
                              0, G, G, K, BI, DOT, PREFETCH)
-        acc = _escapes(acc, x_ptr, tok, stride_xm, xm, eptr_ptr, ecol_ptr, eval_ptr, r0 + n0, r_end, base, BN, EB,
-                       True)
+        acc = _escapes(acc, x_ptr, tok, stride_xm, xm, eptr_e, ecol_e, eval_e, n0, N, base, BN, EB, True)
         _store_y(acc, y_ptr, y_ptr, slots, n0, s_end, N, stride_ym, BN, False)
 
 
 @triton.jit
 def fixed_grouped_gemv_kernel(x_ptr, x64_ptr, order_ptr, offs_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr,
-                              bases_ptr, y_ptr, T, N, K, G, E, stride_xm, stride_ym,
+                              tab_ptr, bases_ptr, y_ptr, T, N, K, G, E, stride_xm, stride_ym,
                               BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr, EP: tl.constexpr,
-                              X64: tl.constexpr):
+                              X64: tl.constexpr, ALIGNED: tl.constexpr = False):
     """y[s, :] = x[order[s], :] @ W_e.T with CUDA-core FMAs, one routed slot s per program of axis
-    1 (its expert e: the number of offsets[1..E] <= s), BN rows of y per program of axis 0: the
-    GEMV of ``fixed_gemv_kernel`` over the stacked layout, for decode steps where each expert
-    takes a slot or two (the tiled grouped kernel pads each expert's slots to 16 rows). EP: E
-    rounded up to a power of two. T: rows of x. X64: x read as int64 words (``_x_lanes``)."""
+    1 (its expert e: the number of offsets[1..E] <= s; a slot past offsets[E], an expert-parallel
+    sentinel, takes expert E-1 and the caller masks it), BN rows of y per program of axis 0: the
+    GEMV of ``fixed_gemv_kernel`` over the experts' layout (``_expert_ptrs``), for decode steps
+    where each expert takes a slot or two (the tiled grouped kernel pads each expert's slots to
+    16 rows). EP: E rounded up to a power of two. T: rows of x. X64: x read as int64 words
+    (``_x_lanes``)."""
     s = tl.program_id(1)
     ends = tl.load(offs_ptr + 1 + tl.arange(0, EP), mask=tl.arange(0, EP) < E, other=2147483647)
-    e = tl.sum((ends <= s).to(tl.int32), axis=0)
+    e = tl.minimum(tl.sum((ends <= s).to(tl.int32), axis=0), E - 1)
     tok = tl.load(order_ptr + s)
     n0 = tl.program_id(0) * BN
-    r0 = e.to(tl.int64) * N  # first stacked row of expert e
-    r_end = r0 + N
-    base = tl.load(bases_ptr + e)
-    rows = r0 + n0 + tl.arange(0, BN)[:, None]
+    lo_e, nib_e, eptr_e, ecol_e, eval_e, base = _expert_ptrs(tab_ptr, bases_ptr, e, lo_ptr, nib_ptr, eptr_ptr,
+                                                              ecol_ptr, eval_ptr, ALIGNED)
+    rows = n0 + tl.arange(0, BN)[:, None]
     acc = tl.zeros((BN, BI), tl.float32)
     for g0 in range(0, G, BI):
         gi = g0 + tl.arange(0, BI)[None, :]
-        p0, p1, p2, p3 = _load_group(lo_ptr, nib_ptr, rows, gi, r_end, G, base)
+        p0, p1, p2, p3 = _load_group(lo_e, nib_e, rows, gi, N, G, base)
         acc = _fma8(acc, _f32_lo(p0), _f32_hi(p0), _f32_lo(p1), _f32_hi(p1), _f32_lo(p2), _f32_hi(p2), _f32_lo(p3),
                     _f32_hi(p3), x_ptr, x64_ptr, tok, stride_xm, gi, K, T, X64)
     om = tl.full((1,), 0, tl.int64) + tok
-    y = _escapes(tl.sum(acc, axis=1)[None, :], x_ptr, om, stride_xm, om[:, None] < T, eptr_ptr, ecol_ptr, eval_ptr,
-                 r0 + n0, r_end, base, BN, EB, False)
+    y = _escapes(tl.sum(acc, axis=1)[None, :], x_ptr, om, stride_xm, om[:, None] < T, eptr_e, ecol_e, eval_e,
+                 n0, N, base, BN, EB, False)
     _store_y(y, y_ptr, y_ptr, tl.full((1,), 0, tl.int32) + s, n0, s + 1, N, stride_ym, BN, False)
 
 

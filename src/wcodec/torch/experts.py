@@ -5,7 +5,7 @@ gpt-oss's transposed ``[E, H, 2I]`` with biases) stored per expert in the fixed-
 
 Entry points: :func:`is_expert_param`, :func:`compress_expert_param` (called per parameter as a
 checkpoint loads), :func:`decompress_experts`, :func:`load_compressed_experts`,
-:func:`expert_linear` (the per-expert matmul; a grouped kernel over routed experts can replace it).
+:func:`expert_linear` (the per-expert matmul), :func:`grouped_forward` (all experts per launch).
 
 How the module keeps working: its class is swapped for a subclass (one per experts class) whose
 ``forward`` runs :func:`experts_forward`, the eager per-expert loop of transformers'
@@ -16,11 +16,16 @@ function is registered as transformers' experts implementation ``"wcodec"``
 On the CPU the result is bit-identical to the dense module's: under the eager implementation
 the weight of each routed expert is decoded and multiplied as the eager code multiplies it;
 under another configured implementation (transformers' default, grouped_mm) that implementation
-runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA the
-fused kernels multiply (``wcodec.gpu.fixed.linear``), unless the module was compressed with
-``exact=True`` (keep_compressed="jit"): then CUDA takes the CPU's way, decoding the experts (the
-GPU decode kernel) and running the dense module's own math, so outputs are bit-identical to the
-dense model's on the same GPU. The input gradient flows (frozen experts).
+runs on the experts decoded for the call (a transient of the dense experts' size). On CUDA
+:func:`grouped_forward` runs: transformers' grouped_mm semantics, one launch of the grouped
+kernels (``wcodec.gpu.fixed_grouped``) per projection over all experts, reading the packed
+buffer below through an offset table (no copy), no host synchronisation (CUDA graphs,
+``torch.compile`` with the ``wcodec::grouped_fixed_linear`` custom op); with an input gradient
+to compute, or ``GROUPED`` off (``WCODEC_GROUPED_EXPERTS=0``), the eager loop with the fused
+kernels per routed expert (``wcodec.gpu.fixed.linear``). A module compressed with
+``exact=True`` (keep_compressed="jit") takes the CPU's way on CUDA too, decoding the experts
+(the GPU decode kernel) and running the dense module's own math, so outputs are bit-identical
+to the dense model's on the same GPU. The input gradient flows (frozen experts).
 
 State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers, so
 ``state_dict()`` holds, under the module's prefix:
@@ -39,6 +44,9 @@ other op decodes all); biases stay dense Parameters. A compressed module does no
 """
 
 from __future__ import annotations
+
+import os
+import weakref
 
 import torch
 from torch import nn
@@ -198,7 +206,7 @@ def _install(module: nn.Module, attr: str, packed: torch.Tensor, offsets: list, 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
     for suffix, t in zip(SUFFIXES, (packed, offsets, bases, shape)):
         module.register_buffer(f"{attr}_{suffix}", t)
-    module.__dict__.pop("_wcodec_weights", None)
+    module.__dict__["_wcodec_weights"] = {}
 
 
 def compressed_attrs(module: nn.Module) -> list[str]:
@@ -222,11 +230,24 @@ class ExpertWeights:
         bases = b[f"{attr}_bases"].tolist()
         E, d1, d2 = b[f"{attr}_shape"].tolist()
         self.transposed = bool(module.is_transposed)
-        self.exact = bool(module.__dict__.get("_wcodec_exact", False))
+        self.exact = bool(getattr(module, "_wcodec_exact", False))
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
         self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
         self.experts = [fx.unpack(self.packed[o:o + size], base, n, k) for o, size, base, n, k in self.slices]
+        self.host = (offsets, bases, n, k)
+        self._grouped = None
+
+    @property
+    def grouped(self):
+        """All E experts for the grouped kernels (``fixed_grouped.FixedExperts``): views of the
+        packed buffer through an offset table made once (no copy of the experts)."""
+        if self._grouped is None:
+            from ..gpu.fixed_grouped import packed_experts
+            offsets, bases, n, k = self.host
+            self._grouped = packed_experts(self.packed, offsets, bases, n, k)
+            _GROUPED[_grouped_key(self.packed, n, k)] = self._grouped
+        return self._grouped
 
     def dense(self, e: int) -> torch.Tensor:
         """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] bf16 tensor."""
@@ -235,7 +256,7 @@ class ExpertWeights:
 
 
 def _weights(module: nn.Module, attr: str) -> ExpertWeights:
-    cache = module.__dict__.setdefault("_wcodec_weights", {})
+    cache = module._wcodec_weights  # an instance attribute (no __dict__ method calls: torch.compile)
     if attr not in cache or cache[attr].packed is not module._buffers[f"{attr}_packed"]:
         cache[attr] = ExpertWeights(module, attr)
     return cache[attr]
@@ -262,17 +283,26 @@ def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch
     return fx.linear(x, fw)
 
 
+#: run a compressed module's CUDA forward (not ``exact``) on the grouped kernels, one launch per
+#: projection (``WCODEC_GROUPED_EXPERTS=0``: the per-expert loop, e.g. to compare)
+GROUPED = os.environ.get("WCODEC_GROUPED_EXPERTS", "1") != "0"
+
+
 def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-    """transformers' eager experts forward over compressed expert parameters.
+    """transformers' experts forward over compressed expert parameters.
 
     hidden_states: [T, H]; top_k_index: [T, k] int (expert ids, num_experts = none);
-    top_k_weights: [T, k]. Returns [T, H] in hidden_states' dtype. Experts run in ascending id,
-    each on its routed tokens, accumulated by ``index_add_`` as the eager code does. A module
-    with no compressed parameter runs its own eager forward.
+    top_k_weights: [T, k]. Returns [T, H] in hidden_states' dtype. A module with no compressed
+    parameter runs its own eager forward. On the CPU (and CUDA for ``exact`` modules, or with an
+    input gradient to compute) the eager loop: experts in ascending id, each on its routed
+    tokens, accumulated by ``index_add_`` as the eager code does. On CUDA otherwise (and in the
+    Triton interpreter with WCODEC_FIXED_TRITON=1) :func:`grouped_forward`.
     """
     if not compressed_attrs(self):
         return type(self).forward.__wrapped__(self, hidden_states, top_k_index, top_k_weights)
+    if _runs_grouped(self, hidden_states):
+        return grouped_forward(self, hidden_states, top_k_index, top_k_weights)
     up_attr, down_attr = _expert_attrs(self)
     final = torch.zeros_like(hidden_states)
     with torch.no_grad():
@@ -290,6 +320,82 @@ def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: t
         h = h * top_k_weights[token_idx, top_k_pos, None]
         final.index_add_(0, token_idx, h.to(final.dtype))
     return final
+
+
+def _runs_grouped(module: nn.Module, x: torch.Tensor) -> bool:
+    return (GROUPED and fx._use_triton(x) and not module._wcodec_exact
+            and len(compressed_attrs(module)) == 2 and not (torch.is_grad_enabled() and x.requires_grad))
+
+
+def grouped_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The experts forward on the grouped kernels (``wcodec.gpu.fixed_grouped``), with the
+    semantics of transformers' grouped_mm experts forward: routed slots sorted by expert (no
+    host synchronisation: CUDA graphs and torch.compile take it), one launch per projection
+    over all experts (gathering the tokens' rows in the first), biases per slot,
+    ``_apply_gate`` / activation, post-expert norm, routing weights, each token's top-k rows
+    summed in their top-k order. Expert-parallel sentinel ids (>= num_experts) contribute
+    zeros. Both projections compressed; no input gradient (``experts_forward`` takes the
+    per-expert loop for that). Shapes as :func:`experts_forward`."""
+    up_attr, down_attr = _expert_attrs(self)
+    T, k = top_k_index.shape
+    perm, ids, offsets = _sort_routes(top_k_index, self.num_experts)
+    h = _grouped_project(self, up_attr, hidden_states, perm // k, offsets, ids)
+    h = self._apply_gate(h) if self.has_gate else self.act_fn(h)
+    h = _grouped_project(self, down_attr, h, torch.arange(h.shape[0], device=h.device), offsets, ids)
+    if getattr(self, "has_post_expert_norm", False):
+        h = self.post_expert_norm(h)
+    h = h * top_k_weights.reshape(-1)[perm, None]
+    if getattr(self, "_is_expert_parallel", False):
+        h = h.masked_fill((ids >= self.num_experts)[:, None], 0.0)
+    out = torch.empty_like(h)
+    out[perm] = h  # back to (token, choice) order: a deterministic sum, as grouped_mm's
+    return out.view(T, k, -1).sum(dim=1).to(hidden_states.dtype)
+
+
+def _sort_routes(top_k_index: torch.Tensor, n_experts: int):
+    from ..gpu.fixed_grouped import sort_routes
+    return sort_routes(top_k_index, n_experts)
+
+
+def _grouped_project(module: nn.Module, attr: str, x: torch.Tensor, order: torch.Tensor, offsets: torch.Tensor,
+                     ids: torch.Tensor) -> torch.Tensor:
+    w = _weights(module, attr)
+    if torch.compiler.is_compiling():  # one opaque op (the launch decisions read host values)
+        offs, bases, n, k = w.host
+        g = w.grouped
+        y = _grouped_fixed_linear(x, w.packed, g.table, g.bases, order, offsets, offs, bases, n, k)
+    else:
+        from ..gpu.fixed_grouped import grouped_linear
+        y = grouped_linear(x, w.grouped, order, offsets)
+    if module.has_bias:
+        y = y + module._parameters[f"{attr}_bias"][ids.clamp(max=module.num_experts - 1)]
+    return y
+
+
+#: FixedExperts of the modules' packed buffers, for the custom op to find them again (weak: each
+#: lives as long as its module's ExpertWeights)
+_GROUPED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _grouped_key(packed: torch.Tensor, n: int, k: int) -> tuple:
+    return packed.data_ptr(), packed.numel(), n, k
+
+
+@torch.library.custom_op("wcodec::grouped_fixed_linear", mutates_args=())
+def _grouped_fixed_linear(x: torch.Tensor, packed: torch.Tensor, table: torch.Tensor, bases: torch.Tensor,
+                          order: torch.Tensor, offsets: torch.Tensor, host_offsets: list[int], host_bases: list[int],
+                          n: int, k: int) -> torch.Tensor:
+    from ..gpu.fixed_grouped import grouped_linear, packed_experts
+    experts = _GROUPED.get(_grouped_key(packed, n, k))
+    if experts is None:
+        experts = packed_experts(packed, host_offsets, host_bases, n, k, table, bases)
+    return grouped_linear(x, experts, order, offsets)
+
+
+@_grouped_fixed_linear.register_fake
+def _(x, packed, table, bases, order, offsets, host_offsets, host_bases, n, k):
+    return x.new_empty((order.shape[0], n))
 
 
 def _project(module: nn.Module, attr: str, x: torch.Tensor, e: int) -> torch.Tensor:
@@ -353,9 +459,12 @@ def _refuse_writes(cls, func, args, kwargs) -> None:
 class _CompressedExpertsMixin:
     """Placed before a transformers experts class (see :func:`_make_compressed`)."""
 
+    #: decode and multiply as the dense module on CUDA too (set per module by ``_install``)
+    _wcodec_exact = False
+
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
-        exact = hidden_states.device.type == "cpu" or self.__dict__.get("_wcodec_exact", False)
+        exact = hidden_states.device.type == "cpu" or self._wcodec_exact
         if exact and impl not in (None, "eager", "wcodec") and not torch.compiler.is_compiling():
             # the CPU path is exact to the dense model as configured: its own implementation
             # (transformers' default is grouped_mm, whose bf16 sums differ from the eager loop's)
@@ -364,17 +473,18 @@ class _CompressedExpertsMixin:
         return experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
     def __getattr__(self, name: str):
-        buffers = self.__dict__.get("_buffers", {})
-        if f"{name}_packed" in buffers:
+        # only the projections' names read the buffers (self._buffers is an instance attribute:
+        # no recursion; before nn.Module.__init__ set it, "_buffers" itself ends here and fails)
+        if name.endswith("_proj") and f"{name}_packed" in self._buffers:
             return FixedExpertsTensor(_weights(self, name))
         return super().__getattr__(name)
 
     def _apply(self, fn, *args, **kwargs):
-        self.__dict__.pop("_wcodec_weights", None)  # views of the buffers that fn replaces
+        self.__dict__["_wcodec_weights"] = {}  # views of the buffers that fn replaces
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        self.__dict__.pop("_wcodec_weights", None)
+        self.__dict__["_wcodec_weights"] = {}
         for attr in compressed_attrs(self):  # other weights pack to other sizes: take the stored ones
             for suffix in ("packed", "offsets", "bases"):
                 name = f"{attr}_{suffix}"
@@ -396,6 +506,7 @@ def _make_compressed(module: nn.Module) -> None:
         _CLASSES[cls] = type(f"Compressed{cls.__name__}", (_CompressedExpertsMixin, cls),
                              {"__module__": __name__, "_wcodec_dense_class": cls})
     module.__class__ = _CLASSES[cls]
+    module.__dict__.setdefault("_wcodec_weights", {})
 
 
 def decompress_experts(module: nn.Module) -> None:
@@ -449,5 +560,5 @@ def register_implementation() -> None:
 
 
 __all__ = ["ExpertsKeptDenseError", "ExpertWeights", "FixedExpertsTensor", "SUFFIXES", "compress_expert_param",
-           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "is_expert_param",
-           "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
+           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "grouped_forward",
+           "is_expert_param", "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
