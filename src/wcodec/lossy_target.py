@@ -4,7 +4,9 @@ bisection on log lam, each candidate encoded in full and measured.
 
 - quality: the cosine between the original and the decoded model's output on held-out
   calibration sentences (:mod:`wcodec.hf.fisher` says what the output is per model kind),
-  averaged; a cosine target must hold for that mean less MARGIN_SE standard errors;
+  averaged; a cosine target must hold for that mean less MARGIN_SE standard errors, and on the
+  line fitted through the neighbouring candidates' figures (a single candidate's figure carries
+  the luck of its rounding pattern);
 - size: all-in bits per weight, 8 * bytes of the .wcodec file(s) / weights of the checkpoint.
 
 ``target_cosine`` alone: the coarsest lam (fewest bits) whose cosine meets it. ``bits_per_weight``
@@ -47,6 +49,14 @@ FIRST_STEP_DIV = 4.0
 #: standard error is ~3 % of 1 - cos). 2 took MiniLM to 5.507 bits/weight (held-out 0.99907,
 #: nltk1k 0.99897, pydoc500 0.99908: benchmarks/HISTORY.md, lossy5)
 MARGIN_SE = 1.645
+#: a cosine goal must also hold on the line fitted through the probes within FIT_SPAN (log2 lam)
+#: of a probe, log(1 - bound) against log2 lam by least squares, where there are >= FIT_MIN such
+#: probes: each candidate's cosine carries the luck of its own rounding pattern (MiniLM near 0.999:
+#: 1 - cos moves by ~4 % between lams 1 % apart, more than the curve's own slope there), and the
+#: coarsest candidate that meets the goal is then the luckiest one, which other text does not
+#: share (benchmarks/HISTORY.md, lossy6)
+FIT_SPAN = 1.0
+FIT_MIN = 3
 #: metadata key of the achieved figures (JSON)
 META_KEY = "wcodec_lossy_target"
 
@@ -114,8 +124,9 @@ def search(probe, lam0: float, target_cosine=None, bits_per_weight=None, resolut
     when one is given). A budget alone: the smallest lam whose bits fit. The bracket grows from
     lam0 by 2 ** EXPAND per probe, at most MAX_EXPAND times; it is bisected until it is
     ``resolution`` wide in log2 lam (None: RESOLUTION), then up to INTERPOLATIONS probes go where
-    the goal's figure, interpolated across the bracket, meets it. Raises InvalidInputError for bad
-    goals, UnsupportedError when no lam meets them."""
+    the goal's figure, interpolated across the bracket, meets it. A cosine goal is met where the
+    probe's bound meets it and so does the line fitted through its neighbours (:func:`_fitted`).
+    Raises InvalidInputError for bad goals, UnsupportedError when no lam meets them."""
     check_goal(target_cosine, bits_per_weight)
     resolution = RESOLUTION if resolution is None else float(resolution)
     tried: dict = {}
@@ -125,8 +136,14 @@ def search(probe, lam0: float, target_cosine=None, bits_per_weight=None, resolut
             tried[log_lam] = probe(2.0 ** log_lam)
             if progress is not None:
                 progress.update(1)
+        return meets(log_lam)
+
+    def meets(log_lam) -> bool:
         p = tried[log_lam]
-        return p.cosine_bound >= target_cosine if target_cosine is not None else p.bits <= bits_per_weight
+        if target_cosine is None:
+            return p.bits <= bits_per_weight
+        fit = _fitted(tried, log_lam)
+        return p.cosine_bound >= target_cosine and (fit is None or fit >= target_cosine)
 
     # "good" is the side where the goal holds: small lam for a cosine, large lam for a budget.
     # Bracket: lo on the small side, hi on the large side, ok(lo) != ok(hi).
@@ -161,28 +178,60 @@ def search(probe, lam0: float, target_cosine=None, bits_per_weight=None, resolut
                 hi = mid
         # up to INTERPOLATIONS more probes where the goal's figure, interpolated across the bracket,
         # meets it (regula falsi): the bisection alone leaves up to a bracket's width of bits unspent
-        # (~0.03 on MiniLM); stop at the first that misses the goal
+        # (~0.03 on MiniLM); a probe that misses the goal narrows the bracket from the other end
         for _ in range(INTERPOLATIONS):
-            x = _interpolate(tried[lo], tried[hi], lo, hi, target_cosine, bits_per_weight)
-            if x is None or not ok(x):
+            x = _interpolate(tried, lo, hi, target_cosine, bits_per_weight)
+            if x is None:
                 break
-            lo, hi = (x, hi) if small_ok else (lo, x)  # the goal holds there: the new good end
+            if ok(x):
+                lo, hi = (x, hi) if small_ok else (lo, x)  # the goal holds there: the new good end
+            else:
+                lo, hi = (lo, x) if small_ok else (x, hi)
         chosen = tried[lo if small_ok else hi]
+        if small_ok:  # judged again with every probe's neighbours: the coarsest that still meets it
+            good = [k for k in tried if k <= lo and meets(k)]
+            chosen = tried[max(good)] if good else tried[min(k for k in tried if tried[k].cosine_bound >= target_cosine)]
     if target_cosine is not None and bits_per_weight is not None and chosen.bits > bits_per_weight:
         raise UnsupportedError(f"cosine {target_cosine:g} needs {chosen.bits:.3f} bits/weight here, over the budget "
                                f"of {bits_per_weight:g}; nothing was written. Relax one of the two")
     return chosen, sorted(tried.values(), key=lambda p: p.lam)
 
 
-def _interpolate(p_lo: Probe, p_hi: Probe, lo: float, hi: float, target_cosine, bits_per_weight) -> float | None:
-    """The log2 lam in (lo, hi) where the goal's figure, interpolated linearly in log2 lam between
-    the bracket's two probes, meets the goal: log(1 - cosine) for a cosine (the deficit grows
-    about as a power of lam), bits for a budget; moved INSIDE of the way from the good end, so
-    that a slightly convex curve still meets the goal there. None when the figures do not
-    straddle the goal."""
+def _line(tried: dict, x: float):
+    """(slope, value at x) of the line fitted through the probes within FIT_SPAN of log2 lam
+    ``x``, log(1 - cosine bound) against log2 lam by least squares; None with fewer than FIT_MIN."""
+    near = [(k, p.cosine_bound) for k, p in tried.items() if abs(k - x) <= FIT_SPAN]
+    if len(near) < FIT_MIN:
+        return None
+    ks = np.array([k for k, _ in near])
+    ys = np.log(np.maximum(1.0 - np.array([b for _, b in near]), 1e-300))
+    slope, at_x = np.polyfit(ks - x, ys, 1)
+    return float(slope), float(at_x)
+
+
+def _fitted(tried: dict, x: float) -> float | None:
+    """The cosine bound at log2 lam ``x`` on the line of :func:`_line`, or None."""
+    line = _line(tried, x)
+    return None if line is None else 1.0 - math.exp(line[1])
+
+
+def _interpolate(tried: dict, lo: float, hi: float, target_cosine, bits_per_weight) -> float | None:
+    """The log2 lam in (lo, hi) where the goal's figure meets the goal: for a cosine, on the line
+    fitted through the probes about the bracket (:func:`_line`; the luck of single probes
+    averaged), else interpolated linearly in log2 lam between the bracket's two probes:
+    log(1 - cosine) for a cosine (the deficit grows about as a power of lam), bits for a budget;
+    moved INSIDE of the way from the good end, so that a slightly convex curve still meets the
+    goal there. None when the figures do not straddle the goal."""
+    p_lo, p_hi = tried[lo], tried[hi]
     if target_cosine is not None:
-        f_lo, f_hi = (math.log(max(1.0 - p.cosine_bound, 1e-300)) for p in (p_lo, p_hi))
         goal, good = math.log(1.0 - target_cosine), lo
+        mid = 0.5 * (lo + hi)
+        line = _line(tried, mid)
+        if line is not None and line[0] > 0:
+            x = mid + (goal - line[1]) / line[0]
+            x = good + INSIDE * (min(max(x, lo), hi) - good)
+            return x if lo < x < hi else None
+        f_lo, f_hi = (math.log(max(1.0 - p.cosine_bound, 1e-300)) for p in (p_lo, p_hi))
     else:
         f_lo, f_hi, goal, good = p_lo.bits, p_hi.bits, float(bits_per_weight), hi
     if not (min(f_lo, f_hi) < goal < max(f_lo, f_hi)):

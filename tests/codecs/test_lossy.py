@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from wcodec.codecs import decode_tensor, encode_tensor
 from wcodec.codecs import lossy
-from wcodec.codecs.quant import f32_to_bf16, to_f32
+from wcodec.codecs.quant import checked_scales, f32_to_bf16, to_f32
 
 
 def _w(shape=(96, 200), seed=0, std=0.03):
@@ -79,10 +79,13 @@ def test_target_snr_met_at_the_coarsest_step(dtype, target):
 
 def test_unreachable_target_gives_the_finest_setting():
     w = _w((16, 300))
-    rec = encode_tensor(w, "F32", "lossy:snr=120")
+    rec = encode_tensor(w, "F32", "lossy:snr=120", scale_grid=0)
     ref = encode_tensor(w, "F32", "int8")  # finest step = int8 absmax per row
     assert np.array_equal(rec.sections["scales"], ref.sections["scales"])
     assert rec.info["snr_db"] == pytest.approx(ref.info["snr_db"], abs=1.0)
+    # on the step grid (the default): the floor rounded up to the grid, never below it
+    s = checked_scales(encode_tensor(w, "F32", "lossy:snr=120"), 16)
+    assert np.all(s >= ref.sections["scales"]) and np.all(s < ref.sections["scales"] * 2 ** (1 / lossy.SCALE_GRID))
 
 
 def test_vectors_and_small_tensors():
@@ -101,7 +104,7 @@ def test_decode_is_steps_times_indices(rows, cols, qp, seed):
     w[0, :3] = [0.0, 5.0, -5.0]  # an outlier row: its step is floored at absmax / 127
     rec = encode_tensor(w, "F32", f"lossy:qp={qp:g}")
     d = decode_tensor(rec)
-    s = rec.sections["scales"]
+    s = checked_scales(rec, rows)
     q = np.rint(d / s[:, None])
     assert np.all(np.abs(q) <= 127)
     assert np.array_equal(d, (q.astype(np.float32) * s[:, None]).astype(np.float32))
@@ -153,7 +156,7 @@ def test_row_weights():
     w = np.random.default_rng(3).standard_normal((64, 100)).astype(np.float32) * 0.02
     weight = np.ones(64)
     weight[:8] = 100.0  # rows used 100x more often
-    rec = encode_tensor(w, "F32", "lossy:snr=25", row_weight=weight)
+    rec = encode_tensor(w, "F32", "lossy:snr=25", row_weight=weight, scale_grid=0)  # exact steps
     s = rec.sections["scales"]
     assert s[:8].max() < s[8:].min() and s[8] == pytest.approx(10 * s[0], rel=1e-5)
     assert 25 <= rec.info["weighted_snr_db"] < 25.3 and rec.info["snr_db"] < 25
@@ -180,7 +183,7 @@ def test_allocate_fisher_steps_follow_row_weights_across_tensors(alpha):
     med = float(np.median(np.concatenate([f["a"], f["b"]])))
     for k in ("a", "b"):
         mode, rw = alloc[k]
-        s = encode_tensor(ws[k], "F32", mode, row_weight=rw).sections["scales"]
+        s = encode_tensor(ws[k], "F32", mode, row_weight=rw, scale_grid=0).sections["scales"]
         want = np.sqrt(lam / med) * (f[k] / med) ** -alpha  # one multiplier for both tensors
         floor = np.abs(ws[k]).max(1) / 127
         assert np.allclose(s, np.maximum(want, floor), rtol=2e-3)

@@ -42,15 +42,48 @@ def from_f32(x: np.ndarray, dtype: str) -> np.ndarray:
     return x.astype(np.float16 if dtype == "F16" else np.float32)
 
 
+#: a scale table holds at most this many values (its index is one byte per row)
+MAX_SCALE_TABLE = 256
+
+
 def checked_scales(record, rows: int) -> np.ndarray:
-    """The record's [rows] float32 scales. Raises CorruptDataError for a non-finite one: the
-    encoder never writes them (it takes finite weights only), and NaN products carry
-    platform-dependent bits (a GPU's multiply returns a canonical NaN, x86 the operand's)."""
-    s = record.section("scales", np.float32, rows)
+    """The record's [rows] float32 scales: section ``scales``, or with params ``scale_table`` = k
+    the table ``scale_table`` f32[k] indexed by ``scale_index`` u8[rows] (docs/CODEC_LAYOUT.md).
+    Raises CorruptDataError for a non-finite scale (the encoder never writes one: it takes finite
+    weights only, and NaN products carry platform-dependent bits: a GPU's multiply returns a
+    canonical NaN, x86 the operand's), an index past the table, or sections of both forms."""
+    k = record.params.get("scale_table")
+    if k is None:
+        if "scale_table" in record.sections or "scale_index" in record.sections:
+            raise CorruptDataError("int8-quant codec: scale table sections without params 'scale_table'")
+        return _finite(record.section("scales", np.float32, rows), "scale of row")
+    if "scales" in record.sections:
+        raise CorruptDataError("int8-quant codec: both a 'scales' section and a scale table")
+    if type(k) is not int or not 1 <= k <= MAX_SCALE_TABLE:
+        raise CorruptDataError(f"int8-quant codec: 'scale_table' must be an integer in [1, {MAX_SCALE_TABLE}]")
+    table = _finite(record.section("scale_table", np.float32, k), "scale table entry")
+    index = record.section("scale_index", np.uint8, rows)
+    if index.size and int(index.max()) >= k:
+        raise CorruptDataError(f"int8-quant codec: scale index {int(index.max())} past the table's {k} entries")
+    return table[index]
+
+
+def _finite(s: np.ndarray, what: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(s))
     if bad.size:
-        raise CorruptDataError(f"int8-quant codec: scale of row {int(bad[0])} is not finite ({s[bad[0]]})")
+        raise CorruptDataError(f"int8-quant codec: {what} {int(bad[0])} is not finite ({s[bad[0]]})")
     return s
+
+
+def scale_sections(scales: np.ndarray) -> tuple[dict, dict]:
+    """(params, sections) storing [rows] float32 scales: a table of the distinct values and a
+    byte per row where that is smaller than a float32 per row (at most MAX_SCALE_TABLE distinct
+    values), else the plain ``scales`` section (every file before the table; old readers read it)."""
+    table, index = np.unique(scales, return_inverse=True)
+    if table.size <= MAX_SCALE_TABLE and 4 * table.size + scales.size < 4 * scales.size:
+        return ({"scale_table": int(table.size)},
+                {"scale_table": table.astype(np.float32), "scale_index": index.reshape(-1).astype(np.uint8)})
+    return {}, {"scales": scales}
 
 
 def dequantize(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str) -> np.ndarray:
@@ -81,21 +114,24 @@ class QuantCodec(Codec):
 
     def encode(self, array: np.ndarray, dtype: str, qp: float | None = None,
                target_snr_db: float | None = None, rounding: float | None = None,
-               row_weight: np.ndarray | None = None, **options) -> EncodedTensor:
+               row_weight: np.ndarray | None = None, scale_grid: int | None = None,
+               **options) -> EncodedTensor:
         """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified.
 
         Without qp / target_snr_db: int8 absmax per row (scale = absmax / 127, round half even).
         With one of them: the rate-controlled dead-zone quantizer of :mod:`.lossy` (qp: step
         from the tensor's rms; target_snr_db: coarsest step meeting it; rounding: dead-zone
         rounding offset; row_weight: [rows] importance of each row, steps ~ weight ** -1/2 and
-        the row-weighted SNR is the one met). Both write the same record layout.
+        the row-weighted SNR is the one met; scale_grid: steps on a log grid of that many values
+        per octave, None: ``lossy.SCALE_GRID``, 0: exact). Both write the same record layout; the
+        scales go into a table + a byte per row where that is smaller (:func:`scale_sections`).
         """
         w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
         if not np.all(np.isfinite(w)):
             raise ValueError("int8 quantization needs finite weights (found NaN or inf)")
         rows, cols = view_2d(array.shape)
         w2 = w.reshape(rows, cols)
-        info = {}
+        info, grid = {}, 0
         if qp is None and target_snr_db is None:
             absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
             scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
@@ -106,7 +142,10 @@ class QuantCodec(Codec):
 
             r = lossy.DEFAULT_ROUNDING if rounding is None else float(rounding)
             info = {"qp": qp} if qp is not None else {"target_snr_db": target_snr_db}
-            scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight)
+            grid = lossy.SCALE_GRID if scale_grid is None else int(scale_grid)
+            if grid < 0:
+                raise ValueError(f"scale_grid must be >= 0, got {scale_grid}")
+            scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight, grid)
             if row_weight is not None:
                 info["weighted_snr_db"] = wsnr
         inner = Int8Codec().encode(q.reshape(array.shape), "I8", **options)
@@ -115,8 +154,10 @@ class QuantCodec(Codec):
         err = w_hat.astype(np.float64) - w
         info = {"snr_db": lossy.snr_db(w, w_hat), "max_abs_error": float(np.abs(err).max()) if err.size else 0.0,
                 **info, "modes": inner.info["modes"]}
-        return EncodedTensor(self.id, dtype, tuple(array.shape), {"q": inner.params},
-                             {**inner.sections, "scales": scales}, info=info)
+        # the table only for grid steps (few distinct values): plain int8 files stay readable by every reader
+        sparams, ssections = scale_sections(scales) if grid and rows > 1 else ({}, {"scales": scales})
+        return EncodedTensor(self.id, dtype, tuple(array.shape), {"q": inner.params, **sparams},
+                             {**inner.sections, **ssections}, info=info)
 
     def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
         """out: see Codec.decode; dequantized into it block by block (no full-size float32

@@ -105,6 +105,8 @@ def _quant(params: dict, dtype: str, shape: list, numel: int) -> None:
     if dtype not in FLOAT_LAYOUT:
         raise CorruptDataError(f"int8-quant codec: dtype {dtype} not supported")
     _int8(params.get("q"), "I8", shape, numel, "int8-quant params 'q'")
+    if "scale_table" in params:  # the steps as a table + a byte per row (CODEC_LAYOUT.md, int8-quant)
+        _int(params, "scale_table", 1, 256, "int8-quant params")
 
 
 def _raw(params: dict, dtype: str, shape: list, numel: int) -> None:
@@ -152,7 +154,8 @@ SECTIONS = {
                                               ("exc_freqs", "U32"), ("states", "U64"), ("offsets", "U32"),
                                               ("words", "U16"))}},
     "int8": {"modes": "U8", **_plane_sections("res", "hi")},
-    "int8-quant": {"modes": "U8", "scales": "F32", **_plane_sections("res", "hi")},
+    "int8-quant": {"modes": "U8", "scales": "F32", "scale_table": "F32", "scale_index": "U8",
+                   **_plane_sections("res", "hi")},
     "fp8": _plane_sections("data"),
 }
 
