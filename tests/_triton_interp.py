@@ -51,8 +51,25 @@ def install() -> bool:
 
     interp._patch_lang = patch_once
     interp.GridExecutor.__call__ = launch
+    _index_from_one_element(interp)
     interp._wcodec_tests_wrapped = True
     return True
+
+
+def _index_from_one_element(interp) -> None:
+    """Triton 3.6's interpreter turns a scalar tensor into a Python int by ``int(data)``, which
+    NumPy 2.4 refuses for its one-element 1-D arrays (``range(0, G)`` over a kernel argument:
+    "only 0-dimensional arrays can be converted to Python scalars"); Triton 3.9 squeezes first.
+    Set that after the interpreter's own patch (restored with it); no change where it squeezes."""
+    patch_tensor = getattr(interp, "_patch_lang_tensor", None)
+    if patch_tensor is None:
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interp._patch_lang_tensor = patch_lang_tensor
 
 
 class _ThenInstall(importlib.abc.Loader):
