@@ -1,0 +1,84 @@
+"""What the held-out architecture sweep (tools/arch_sweep.py) found: an ``nn.Linear`` subclass
+with a forward of its own (DeepSeek-V4's grouped output projection, Dory's float32 LM head) kept
+just in time lost that forward, and a model whose bfloat16 weights are all held compressed
+reported the dtype of a float32 norm (``model.dtype`` is the first floating parameter's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from wcodec.codecs import encode_tensor  # noqa: E402
+from wcodec.torch import CompressedWeights  # noqa: E402
+
+from . import _arch  # noqa: E402
+
+
+class _Grouped(torch.nn.Linear):
+    """A Linear whose forward is not F.linear: block-diagonal groups through bmm (the shape of
+    DeepseekV4GroupedLinear), saving its weight for the backward."""
+
+    def __init__(self, k, n, groups):
+        super().__init__(k, n * groups, bias=False)
+        self.groups = groups
+
+    def forward(self, x):
+        w = self.weight.view(self.groups, -1, x.shape[-1]).transpose(1, 2)
+        return torch.bmm(x.transpose(0, 1), w).transpose(0, 1).reshape(x.shape[0], -1)
+
+
+def _record(w: torch.Tensor):
+    return encode_tensor(w.view(torch.int16).numpy().view(np.uint16), "BF16")
+
+
+def test_linear_subclass_keeps_its_forward_and_gradients():
+    torch.manual_seed(0)
+    grouped, other = _Grouped(8, 16, 4).to(torch.bfloat16), torch.nn.Linear(32, 64).to(torch.bfloat16)
+    dense = _Grouped(8, 16, 4).to(torch.bfloat16)
+    dense.load_state_dict(grouped.state_dict())
+    cw = CompressedWeights("cpu")
+    cw.add("g", "g", _record(grouped.weight.detach()), torch.bfloat16)
+    cw.add("o", "o", _record(other.weight.detach()), torch.bfloat16)
+    views = cw.allocate()
+    for mod, key in ((grouped, "g"), (other, "o")):
+        mod.weight = torch.nn.Parameter(views[key], requires_grad=False)
+        cw.attach(mod, key)
+    x = torch.randn(5, 4, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(grouped(x), dense(x))  # its own forward, not F.linear
+        other(torch.randn(5, 32, dtype=torch.bfloat16))
+    xg, xd = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = grouped(xg)
+    other(torch.randn(5, 32, dtype=torch.bfloat16))  # the shared scratch now holds another weight
+    y.float().square().sum().backward()
+    dense(xd).float().square().sum().backward()
+    assert torch.equal(xg.grad, xd.grad)
+    assert grouped.weight.data_ptr() == views["g"].data_ptr()  # back on its scratch view after the call
+
+
+def test_deepseek_v4_kept_compressed(tmp_path):
+    """Grouped projections stay theirs, float32 norms and sinks do not become the model's dtype."""
+    if "deepseek_v4" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no DeepSeek-V4")
+    from wcodec.hf import WcodecConfig, convert_folder
+
+    cfg = transformers.AutoConfig.for_model(
+        "deepseek_v4", vocab_size=512, hidden_size=64, moe_intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, head_dim=16, q_lora_rank=32, qk_rope_head_dim=8, o_groups=2, o_lora_rank=32,
+        num_experts_per_tok=2, n_routed_experts=4, index_n_heads=4, index_head_dim=16, index_topk=8,
+        layer_types=["heavily_compressed_attention", "compressed_sparse_attention"], mlp_layer_types=["hash_moe", "moe"])
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    convert_folder(tmp_path / "src", tmp_path / "wc")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=True)).eval()
+    assert ref.dtype == torch.bfloat16 and model.dtype == torch.bfloat16 and model.model.dtype == torch.bfloat16
+    feed = {"input_ids": torch.randint(6, 500, (2, 8), generator=torch.Generator().manual_seed(0))}
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+    rep = _arch.report(model)
+    assert "model.layers.0.self_attn.o_a_proj.weight" in rep["compressed"]
+    assert type(model.model.layers[0].self_attn.o_a_proj) is type(ref.model.layers[0].self_attn.o_a_proj)
