@@ -272,10 +272,34 @@ def register() -> bool:
         AUTO_QUANTIZER_MAPPING.pop(QUANT_METHOD, None)
         register_quantizer(QUANT_METHOD)(WcodecHfQuantizer)
     _accept_loading_options()
+    patch_dtype()
     from .checkpoint import install
 
     install()
     return True
+
+
+def patch_dtype() -> None:
+    """transformers' ``model.dtype`` is the dtype of the model's first floating parameter; a
+    weight held compressed is no parameter, so a model kept compressed could report the dtype of
+    a float32 norm where the dense model reports bfloat16 (and its code casts by it). A model
+    that :func:`wcodec.hf.keep.finish` gave ``_wcodec_dtype`` reports that; every other model
+    the property's own answer (idempotent)."""
+    try:
+        from transformers.modeling_utils import ModuleUtilsMixin
+    except ImportError:
+        return
+    prop = ModuleUtilsMixin.__dict__.get("dtype")
+    if not isinstance(prop, property) or getattr(prop.fget, "_wcodec", False):
+        return
+    orig = prop.fget
+
+    def dtype(self):
+        held = self.__dict__.get("_wcodec_dtype")
+        return held if held is not None else orig(self)
+
+    dtype._wcodec = True
+    ModuleUtilsMixin.dtype = property(dtype, prop.fset, prop.fdel, prop.__doc__)
 
 
 # transformers warns whenever a quantization_config is passed for a folder that has one, even
