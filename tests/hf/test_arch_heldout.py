@@ -82,3 +82,40 @@ def test_deepseek_v4_kept_compressed(tmp_path):
     rep = _arch.report(model)
     assert "model.layers.0.self_attn.o_a_proj.weight" in rep["compressed"]
     assert type(model.model.layers[0].self_attn.o_a_proj) is type(ref.model.layers[0].self_attn.o_a_proj)
+
+
+def _tiny(model_type, tmp_path, **config):
+    """(reference, kept-compressed model, inputs) of a tiny random ``model_type`` converted lossless."""
+    if model_type not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    from wcodec.hf import WcodecConfig, convert_folder
+
+    cfg = transformers.AutoConfig.for_model(model_type, vocab_size=512, hidden_size=64, intermediate_size=128,
+                                            num_hidden_layers=2, num_attention_heads=4, pad_token_id=0,
+                                            bos_token_id=1, eos_token_id=2, **config)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    convert_folder(tmp_path / "src", tmp_path / "wc")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=True)).eval()
+    feed = {"input_ids": torch.randint(6, 500, (2, 8), generator=torch.Generator().manual_seed(0))}
+    return ref, model, feed
+
+
+def test_float32_tensors_of_a_bfloat16_model_keep_their_precision(tmp_path):
+    """OLMo-Hybrid holds A_log in float32: handed to the quantize operation it was rounded to
+    bfloat16 first (logits 0.005 off)."""
+    ref, model, feed = _tiny("olmo_hybrid", tmp_path, num_key_value_heads=4, linear_key_head_dim=16,
+                             linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"])
+    a_log = model.model.layers[0].linear_attn.A_log
+    assert a_log.dtype == torch.float32 and torch.equal(a_log, ref.model.layers[0].linear_attn.A_log)
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+
+
+def test_a_model_without_parameters_left_has_dtype_and_device(tmp_path):
+    """OLMo's norms have no weights: kept compressed, the model has no parameter at all."""
+    ref, model, feed = _tiny("olmo", tmp_path, num_key_value_heads=4)
+    assert not list(model.parameters())
+    assert model.dtype == ref.dtype == torch.bfloat16 and model.device == torch.device("cpu")
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
