@@ -57,12 +57,15 @@ _HEADS = {"num_attention_heads", "n_head", "num_heads", "encoder_attention_heads
           "n_heads", "num_attention_heads_per_layer"}
 _KV_HEADS = {"num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "n_kv_heads",
              "num_key_value_groups_heads"}
-_HEAD_DIM = {"head_dim", "d_kv", "attention_head_dim", "kv_channels", "v_head_dim", "d_head"}
-_SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+_HEAD_DIM = {"head_dim", "d_kv", "attention_head_dim", "kv_channels", "v_head_dim", "d_head", "qk_rope_head_dim",
+             "qk_nope_head_dim", "rotary_dim", "rotary_emb_dim", "index_head_dim", "qk_head_dim"}
+_SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
-          "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "num_selected_experts": 2,
+          "num_routed_experts": 4, "n_experts": 4, "num_moe_experts": 4,
+          "num_experts_per_tok": 2, "moe_topk": 2, "moe_top_k": 2, "moe_k": 2, "top_k": 2, "num_selected_experts": 2,
+          "num_experts_per_token": 2, "n_activated_experts": 2, "router_top_k": 2, "num_activated_experts": 2,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
-          "first_k_dense_replace": 1, "index_n_heads": 4, "index_head_dim": 16, "index_topk": 8}
+          "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
 _PER_LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "attention_layers", "mlp_only_layers")
 
@@ -81,6 +84,10 @@ def _shrink_value(key: str, v, orig_heads):
         return min(v, HEADS) if orig_heads is not None and v >= orig_heads else min(v, KV_HEADS)
     if key in _SMALL:
         return min(v, _SMALL[key]) if v > 0 else None
+    if v > 0 and key.endswith("_head_dim"):  # linear_head_dim, mamba_head_dim...
+        return min(v, HEAD_DIM)
+    if v > 0 and (key.endswith("_num_heads") or key.endswith("_n_heads")):
+        return min(v, HEADS)
     return None
 
 
@@ -99,6 +106,11 @@ def shrink(d: dict) -> dict:
         new = _shrink_value(k, v, heads)
         if new is not None:
             out[k] = new
+    # head sizes equal in the original (DeepSeek's head_dim == qk_rope_head_dim) stay equal
+    for k in _HEAD_DIM:
+        for k2 in _HEAD_DIM:
+            if k != k2 and isinstance(d.get(k), int) and d.get(k) == d.get(k2) and k in out and k2 in out:
+                out[k] = out[k2] = min(out[k], out[k2])
     new_layers = next((out[k] for k in _LAYERS if isinstance(out.get(k), int)), None)
     keep = _kept_layers(d, layers, new_layers)
     for k, v in d.items():  # per-layer lists (length == depth) cut; index lists filtered
@@ -111,8 +123,14 @@ def shrink(d: dict) -> dict:
             continue
         if len(v) == layers and layers != new_layers:
             out[k] = [v[i] for i in keep]
-        elif k in _PER_LAYER_LISTS and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
-            out[k] = [i for i in v if i < new_layers]
+        elif "layer" in k and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            out[k] = sorted({min(i, new_layers - 1) for i in v})  # layer indices: each kind stays
+    for k, v in d.items():  # {layer index: ...}: indices past the new depth folded onto its last layer
+        if new_layers is not None and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
+            folded: dict = {}
+            for i, x in v.items():
+                folded.setdefault(type(i)(min(int(i), new_layers - 1)), x)
+            out[k] = folded
     vocab = next((out[k] for k in _VOCAB if isinstance(out.get(k), int)), None)
     if vocab is not None:
         moved: dict = {}
