@@ -23,13 +23,11 @@ import argparse
 import contextlib
 import io
 import json
-import logging
 import os
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
@@ -274,17 +272,9 @@ def run_one(model_type: str, mapping: str, root: Path) -> dict:
     return row
 
 
-def _quiet():
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
-    with contextlib.suppress(Exception):
-        from transformers.utils import logging as tlog
-
-        tlog.set_verbosity_error()
-        tlog.disable_progress_bar()
-
-
 def child(model_type: str, mapping: str, out: Path) -> int:
+    from arch_matrix import _quiet  # tools/ (this script's folder)
+
     _quiet()
     t = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wcodec-sweep-") as tmp:

@@ -59,48 +59,36 @@ def test_linear_subclass_keeps_its_forward_and_gradients():
     assert grouped.weight.data_ptr() == views["g"].data_ptr()  # back on its scratch view after the call
 
 
-def test_deepseek_v4_kept_compressed(tmp_path):
-    """Grouped projections stay theirs, float32 norms and sinks do not become the model's dtype."""
-    if "deepseek_v4" not in transformers.CONFIG_MAPPING:
-        pytest.skip("this transformers has no DeepSeek-V4")
-    from wcodec.hf import WcodecConfig, convert_folder
-
-    cfg = transformers.AutoConfig.for_model(
-        "deepseek_v4", vocab_size=512, hidden_size=64, moe_intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, head_dim=16, q_lora_rank=32, qk_rope_head_dim=8, o_groups=2, o_lora_rank=32,
-        num_experts_per_tok=2, n_routed_experts=4, index_n_heads=4, index_head_dim=16, index_topk=8,
-        layer_types=["heavily_compressed_attention", "compressed_sparse_attention"], mlp_layer_types=["hash_moe", "moe"])
-    torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
-    convert_folder(tmp_path / "src", tmp_path / "wc")
-    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=True)).eval()
-    assert ref.dtype == torch.bfloat16 and model.dtype == torch.bfloat16 and model.model.dtype == torch.bfloat16
-    feed = {"input_ids": torch.randint(6, 500, (2, 8), generator=torch.Generator().manual_seed(0))}
-    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
-    rep = _arch.report(model)
-    assert "model.layers.0.self_attn.o_a_proj.weight" in rep["compressed"]
-    assert type(model.model.layers[0].self_attn.o_a_proj) is type(ref.model.layers[0].self_attn.o_a_proj)
-
-
 def _tiny(model_type, tmp_path, **config):
     """(reference, kept-compressed model, inputs) of a tiny random ``model_type`` converted lossless."""
     if model_type not in transformers.CONFIG_MAPPING:
         pytest.skip(f"this transformers has no {model_type}")
     from wcodec.hf import WcodecConfig, convert_folder
 
-    cfg = transformers.AutoConfig.for_model(model_type, vocab_size=512, hidden_size=64, intermediate_size=128,
-                                            num_hidden_layers=2, num_attention_heads=4, pad_token_id=0,
-                                            bos_token_id=1, eos_token_id=2, **config)
+    config = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  pad_token_id=0, bos_token_id=1, eos_token_id=2, **config)
     torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **config),
+                                                  dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
     convert_folder(tmp_path / "src", tmp_path / "wc")
     ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=True)).eval()
     feed = {"input_ids": torch.randint(6, 500, (2, 8), generator=torch.Generator().manual_seed(0))}
     return ref, model, feed
+
+
+def test_deepseek_v4_kept_compressed(tmp_path):
+    """Grouped projections stay theirs, float32 norms and sinks do not become the model's dtype."""
+    ref, model, feed = _tiny(
+        "deepseek_v4", tmp_path, moe_intermediate_size=64, head_dim=16, q_lora_rank=32, qk_rope_head_dim=8,
+        o_groups=2, o_lora_rank=32, num_experts_per_tok=2, n_routed_experts=4, index_n_heads=4, index_head_dim=16,
+        index_topk=8, layer_types=["heavily_compressed_attention", "compressed_sparse_attention"],
+        mlp_layer_types=["hash_moe", "moe"])
+    assert ref.dtype == torch.bfloat16 and model.dtype == torch.bfloat16 and model.model.dtype == torch.bfloat16
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+    assert "model.layers.0.self_attn.o_a_proj.weight" in _arch.report(model)["compressed"]
+    assert type(model.model.layers[0].self_attn.o_a_proj) is type(ref.model.layers[0].self_attn.o_a_proj)
 
 
 def test_float32_tensors_of_a_bfloat16_model_keep_their_precision(tmp_path):
