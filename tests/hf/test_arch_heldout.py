@@ -96,9 +96,15 @@ def test_float32_tensors_of_a_bfloat16_model_keep_their_precision(tmp_path):
     bfloat16 first (logits 0.005 off)."""
     ref, model, feed = _tiny("olmo_hybrid", tmp_path, num_key_value_heads=4, linear_key_head_dim=16,
                              linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"])
+    from wcodec.hf.checkpoint import StoredTensor
+
     a_log = model.model.layers[0].linear_attn.A_log
     assert a_log.dtype == torch.float32 and torch.equal(a_log, ref.model.layers[0].linear_attn.A_log)
+    assert not isinstance(a_log, StoredTensor)  # loaded, not a record decoded at every use
     _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+    model.save_pretrained(tmp_path / "saved")  # a record left in the model: "expected a ... tensor"
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    _arch.assert_same_weights(again, ref, "reloaded")
 
 
 def test_a_model_without_parameters_left_has_dtype_and_device(tmp_path):

@@ -315,6 +315,7 @@ def finish(state: KeepState, model) -> None:
     and set ``model.wcodec_weights``. Warns with the count of Linear / expert weights kept dense."""
     from ..torch import CompressedWeights
 
+    _materialize_left(model)
     if state.mode is True:
         _fuse_tied_linears(state, model)
     cws = {}
@@ -388,3 +389,17 @@ def _record_dense_dtype(state: KeepState, model) -> None:
         first = next((p.dtype for p in m.parameters() if p.is_floating_point()), None)
         if want is not None and want != first:
             m.__dict__["_wcodec_dtype"] = want
+
+
+def _materialize_left(model) -> None:
+    """Decode the stored tensors that reached the model without the quantize operation (one the
+    model holds in another dtype than the load's: wcodec.hf.quantizer.param_needs_quantization);
+    else they would stay records, decoded at every use and refused by save_pretrained."""
+    from .checkpoint import StoredTensor
+
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in list(table.items()):
+                if isinstance(t, StoredTensor):
+                    value = materialize(t)
+                    table[name] = torch.nn.Parameter(value, t.requires_grad) if table is module._parameters else value
