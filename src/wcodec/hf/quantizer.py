@@ -131,20 +131,16 @@ class WcodecHfQuantizer(HfQuantizer):
         return config
 
     def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-        # every tensor passes through KeepCompressed (which hands back what it does not keep), but
-        # one the model holds in another dtype than the load's (a float32 A_log or router in a
-        # bfloat16 model): transformers casts what it hands to a quantize operation to the load
-        # dtype first, which would round it; it loads as it does without wcodec
+        # every tensor passes through KeepCompressed (which hands back what it does not keep), but a
+        # vector the model holds in another dtype than the load's (a float32 A_log or expert bias in
+        # a bfloat16 model): transformers casts what it hands to a quantize operation to the load
+        # dtype first, which would round it; it loads as it does without wcodec (matrices still
+        # pass: they may stay compressed, decoded from their record)
         if not self.quantization_config.keep_compressed:
             return False
         held = _model_tensor(model, param_name)
-        if held is None or not held.is_floating_point() or self.load_dtype is None or held.dtype == self.load_dtype:
-            return True
-        if self.state is not None and held.dim() in (2, 3):
-            self.state.report["kept"][param_name] = f"held in {str(held.dtype).replace('torch.', '')} by the model " \
-                                                     f"(loaded in it, as without wcodec)"
-            self.state.report["decoded"].append(param_name)
-        return False
+        return (held is None or not held.is_floating_point() or held.dim() >= 2 or self.load_dtype is None
+                or held.dtype == self.load_dtype)
 
     def get_quantize_ops(self):
         return KeepCompressed(self)
