@@ -159,7 +159,6 @@ class WcodecHfQuantizer(HfQuantizer):
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
         from .keep import KeepState
 
-
         if "transformers_weights" in model.config.__dict__:
             del model.config.transformers_weights
         q = self.quantization_config

@@ -268,7 +268,8 @@ class CompressedWeights:
     def attach(self, module: torch.nn.Module, key: str):
         """Decode weight ``key`` before every forward of ``module`` (its weight is frozen:
         requires_grad False); an nn.Linear also gets the forward of :class:`_JitLinear` so that
-        training adapters on top works. The module's ``state_dict()`` then holds the weight
+        training adapters on top works (a subclass with a forward of its own keeps it, see
+        :func:`_own_forward_pre_hook`). The module's ``state_dict()`` then holds the weight
         decoded (a new tensor, never the scratch), and ``load_state_dict`` refuses a weight
         other than the stored one. Returns the forward pre-hook's handle."""
         def pre_hook(mod, args):
