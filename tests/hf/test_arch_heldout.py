@@ -59,20 +59,22 @@ def test_linear_subclass_keeps_its_forward_and_gradients():
     assert grouped.weight.data_ptr() == views["g"].data_ptr()  # back on its scratch view after the call
 
 
-def _tiny(model_type, tmp_path, **config):
-    """(reference, kept-compressed model, inputs) of a tiny random ``model_type`` converted lossless."""
+def _tiny(model_type, tmp_path, auto=None, **config):
+    """(reference, kept-compressed model, inputs) of a tiny random ``model_type`` converted lossless
+    (``auto``: its Auto class, AutoModelForCausalLM by default)."""
     if model_type not in transformers.CONFIG_MAPPING:
         pytest.skip(f"this transformers has no {model_type}")
     from wcodec.hf import WcodecConfig, convert_folder
 
     config = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   pad_token_id=0, bos_token_id=1, eos_token_id=2, **config)
+    auto = auto or transformers.AutoModelForCausalLM
     torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **config),
-                                                  dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    auto.from_config(transformers.AutoConfig.for_model(model_type, **config),
+                     dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
     convert_folder(tmp_path / "src", tmp_path / "wc")
-    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
+    ref = auto.from_pretrained(tmp_path / "src").eval()
+    model = auto.from_pretrained(
         tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=True)).eval()
     feed = {"input_ids": torch.randint(6, 500, (2, 8), generator=torch.Generator().manual_seed(0))}
     return ref, model, feed
@@ -113,3 +115,15 @@ def test_a_model_without_parameters_left_has_dtype_and_device(tmp_path):
     assert not list(model.parameters())
     assert model.dtype == ref.dtype == torch.bfloat16 and model.device == torch.device("cpu")
     _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+
+
+def test_an_empty_linear_saves_and_reloads(tmp_path):
+    """MobileBERT's LM head has a [0, vocab] Linear when its embedding size is its width: fused, it
+    saved a fixed record that did not read back ("kpad 512 is not 0 for 0 columns")."""
+    ref, model, feed = _tiny("mobilebert", tmp_path, auto=transformers.AutoModelForMaskedLM, embedding_size=64,
+                             num_feedforward_networks=1, intra_bottleneck_size=32)
+    assert ref.cls.predictions.dense.weight.numel() == 0
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+    model.save_pretrained(tmp_path / "saved")
+    again = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    _arch.assert_same_weights(again, ref, "reloaded")

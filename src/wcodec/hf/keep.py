@@ -105,6 +105,8 @@ def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tens
                f"nn.Linear weights)"
     if name in state.tied(model):
         return "tied to another weight (transformers ties it by parameter after loading)"
+    if value.numel() == 0:  # a [0, K] layout's record would not read back (MobileBERT's [0, 512] head)
+        return "empty (no values to compress)"
     if type(module) is torch.nn.Embedding and module.max_norm is not None:
         return "embedding with max_norm (renormalises its table in place)"
     if type(module) not in (torch.nn.Linear, torch.nn.Embedding):
