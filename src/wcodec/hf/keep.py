@@ -50,6 +50,7 @@ class KeepState:
     folder: object = None        # the folder's Path (None: a safetensors source)
     report: dict = field(default_factory=lambda: {"fused": [], "compressed": [], "decoded": [], "kept": {}})
     jit: dict = field(default_factory=dict)       # storage id -> (placeholder, stored key, dtype, why)
+    held: dict = field(default_factory=dict)      # id(module holding a weight compressed) -> its dtype
     _parents: dict | None = None
     _tied: set | None = None
 
@@ -104,6 +105,8 @@ def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tens
                f"nn.Linear weights)"
     if name in state.tied(model):
         return "tied to another weight (transformers ties it by parameter after loading)"
+    if value.numel() == 0:  # a [0, K] layout's record would not read back (MobileBERT's [0, 512] head)
+        return "empty (no values to compress)"
     if type(module) is torch.nn.Embedding and module.max_norm is not None:
         return "embedding with max_norm (renormalises its table in place)"
     if type(module) not in (torch.nn.Linear, torch.nn.Embedding):
@@ -263,6 +266,7 @@ def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Te
     except ex.ExpertsKeptDenseError as e:
         return str(e)
     state.report["compressed" if exact else "fused"].append(name)
+    state.held.setdefault(id(module), value.dtype)
     return None
 
 
@@ -297,6 +301,7 @@ def _fuse(state: KeepState, model, module, name: str, fw) -> None:
         parent._modules[cname] = new
     state.parents(model)[id(new)] = state.parents(model).pop(id(module), [])
     state.report["fused"].append(name)
+    state.held[id(new)] = torch.float16 if isinstance(fw, Fixed16Weight) else torch.bfloat16
 
 
 class Report:
@@ -312,6 +317,7 @@ def finish(state: KeepState, model) -> None:
     and set ``model.wcodec_weights``. Warns with the count of Linear / expert weights kept dense."""
     from ..torch import CompressedWeights
 
+    _materialize_left(model)
     if state.mode is True:
         _fuse_tied_linears(state, model)
     cws = {}
@@ -349,8 +355,53 @@ def finish(state: KeepState, model) -> None:
         cw.report = state.report
     holders = list(cws.values())
     model.wcodec_weights = holders[0] if len(holders) == 1 else (holders or Report(state.report))
+    _record_dense_dtype(state, model)
     dense = [n for n, why in state.report["kept"].items() if n in state.report["decoded"]]
     if dense:
         warnings.warn(f"wcodec: {len(dense)} Linear/Embedding/expert weight(s) kept dense (see "
                       f"model.wcodec_weights.report['kept'] for each reason), e.g. {dense[0]}: "
                       f"{state.report['kept'][dense[0]]}", UserWarning, stacklevel=3)
+
+
+def _dense_dtype(module, held: dict):
+    """The dtype transformers' ``model.dtype`` gives for ``module`` loaded dense: that of its first
+    floating parameter in ``parameters()`` order, a weight held compressed counting where it was
+    (a module of ``held``, first among its own parameters as a Linear's weight is); None if none."""
+    for m in module.modules():
+        if id(m) in held:
+            return held[id(m)]
+        for p in m._parameters.values():
+            if p is not None and p.is_floating_point():
+                return p.dtype
+    return None
+
+
+def _record_dense_dtype(state: KeepState, model) -> None:
+    """Each transformers model (the top one and the base model inside) whose weights held
+    compressed are no parameters now would report another ``dtype`` (its first floating
+    parameter may then be a float32 norm or sink: DeepSeek-V4): it keeps the dense model's, read
+    by ``model.dtype`` through :func:`wcodec.hf.quantizer.patch_dtype`."""
+    if not state.held:
+        return
+    for m in model.modules():
+        if not hasattr(type(m), "dtype") or not hasattr(m, "config"):
+            continue
+        want = _dense_dtype(m, state.held)
+        m.__dict__.pop("_wcodec_dtype", None)
+        first = next((p.dtype for p in m.parameters() if p.is_floating_point()), None)
+        if want is not None and want != first:
+            m.__dict__["_wcodec_dtype"] = want
+
+
+def _materialize_left(model) -> None:
+    """Decode the stored tensors that reached the model without the quantize operation (one the
+    model holds in another dtype than the load's: wcodec.hf.quantizer.param_needs_quantization);
+    else they would stay records, decoded at every use and refused by save_pretrained."""
+    from .checkpoint import StoredTensor
+
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in list(table.items()):
+                if isinstance(t, StoredTensor):
+                    value = materialize(t)
+                    table[name] = torch.nn.Parameter(value, t.requires_grad) if table is module._parameters else value

@@ -96,6 +96,7 @@ class WcodecHfQuantizer(HfQuantizer):
         self.from_folder = self.pre_quantized
         self.pre_quantized = self.from_folder and not quantization_config.keep_compressed
         self.state = None
+        self.load_dtype = None  # the dtype transformers loads in (update_dtype)
 
     def validate_environment(self, *args, **kwargs):
         from .checkpoint import install
@@ -107,6 +108,10 @@ class WcodecHfQuantizer(HfQuantizer):
 
             raise UnsupportedError(f"wcodec: transformers {transformers.__version__} does not read checkpoints "
                                    f"through transformers.modeling_utils.safe_open; wcodec folders cannot load with it")
+
+    def update_dtype(self, dtype):
+        self.load_dtype = dtype if isinstance(dtype, torch.dtype) else None  # see param_needs_quantization
+        return dtype
 
     # The hooks that transformers calls with the model config before it resolves the weights file
     # (update_attn_implementation in 5.2x; update_tp_plan / update_ep_plan in 5.17). Each names
@@ -126,8 +131,16 @@ class WcodecHfQuantizer(HfQuantizer):
         return config
 
     def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-        # every tensor passes through KeepCompressed (which hands back what it does not keep)
-        return bool(self.quantization_config.keep_compressed)
+        # every tensor passes through KeepCompressed (which hands back what it does not keep), but a
+        # vector the model holds in another dtype than the load's (a float32 A_log or expert bias in
+        # a bfloat16 model): transformers casts what it hands to a quantize operation to the load
+        # dtype first, which would round it; it loads as it does without wcodec (matrices still
+        # pass: they may stay compressed, decoded from their record)
+        if not self.quantization_config.keep_compressed:
+            return False
+        held = _model_tensor(model, param_name)
+        return (held is None or not held.is_floating_point() or held.dim() >= 2 or self.load_dtype is None
+                or held.dtype == self.load_dtype)
 
     def get_quantize_ops(self):
         return KeepCompressed(self)
@@ -235,6 +248,17 @@ except ImportError:  # pragma: no cover
     _Op = object
 
 
+def _model_tensor(model, name: str):
+    """The model's parameter or buffer ``name`` (on the meta device while loading), None if none."""
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = model.get_submodule(module_name) if module_name else model
+    except AttributeError:
+        return None
+    t = module._parameters.get(attr)
+    return t if t is not None else module._buffers.get(attr)
+
+
 class KeepCompressed(_Op):
     """transformers' quantize operation for keep_compressed: see :mod:`wcodec.hf.keep`."""
 
@@ -272,10 +296,50 @@ def register() -> bool:
         AUTO_QUANTIZER_MAPPING.pop(QUANT_METHOD, None)
         register_quantizer(QUANT_METHOD)(WcodecHfQuantizer)
     _accept_loading_options()
+    patch_dtype()
     from .checkpoint import install
 
     install()
     return True
+
+
+def patch_dtype() -> None:
+    """transformers' ``model.dtype`` is the dtype of the model's first floating parameter; a
+    weight held compressed is no parameter, so a model kept compressed could report the dtype of
+    a float32 norm where the dense model reports bfloat16 (and its code casts by it), or have no
+    parameter at all (``model.device`` raised StopIteration). A model that
+    :func:`wcodec.hf.keep.finish` gave ``_wcodec_dtype`` reports that, and the device of its
+    buffers when it has no parameter; every other model the properties' own answers
+    (idempotent)."""
+    try:
+        from transformers.modeling_utils import ModuleUtilsMixin
+    except ImportError:
+        return
+    prop = ModuleUtilsMixin.__dict__.get("dtype")
+    if not isinstance(prop, property) or getattr(prop.fget, "_wcodec", False):
+        return
+    orig = prop.fget
+
+    def dtype(self):
+        held = self.__dict__.get("_wcodec_dtype")
+        return held if held is not None else orig(self)
+
+    dtype._wcodec = True
+    ModuleUtilsMixin.dtype = property(dtype, prop.fset, prop.fdel, prop.__doc__)
+    dev = ModuleUtilsMixin.__dict__.get("device")
+    if isinstance(dev, property):
+        orig_device = dev.fget
+
+        def device(self):
+            # every parameter held compressed (OLMo: norms without weights): the device of its buffers
+            try:
+                return orig_device(self)
+            except StopIteration:
+                if "_wcodec_dtype" not in self.__dict__:
+                    raise
+                return next(self.buffers()).device
+
+        ModuleUtilsMixin.device = property(device, dev.fset, dev.fdel, dev.__doc__)
 
 
 # transformers warns whenever a quantization_config is passed for a folder that has one, even

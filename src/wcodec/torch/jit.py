@@ -144,6 +144,29 @@ def _linear_forward(module: torch.nn.Linear, cw, key: str):
     return forward
 
 
+def _own_forward_pre_hook(cw, key: str, view: torch.nn.Parameter):
+    """Pre-hook of an attached Linear subclass whose own forward reads ``self.weight`` (it may
+    not be F.linear, so :class:`_JitLinear` cannot stand in): without autograd, the weight is
+    decoded into its scratch view as for any module; with autograd on, into a tensor of its own
+    for this call, since the forward may save the weight for its backward and the scratch
+    holds another module's weight by then (the numba decode writes past autograd's version
+    counter: no error, wrong gradients)."""
+    def pre_hook(mod, args):
+        if torch.is_grad_enabled():
+            mod._parameters["weight"] = torch.nn.Parameter(cw.materialize(key), requires_grad=False)
+        else:
+            mod._parameters["weight"] = view
+            cw.decode(key)
+    return pre_hook
+
+
+def _restore_view(view: torch.nn.Parameter):
+    """Forward hook: the module holds its scratch view again (a call's own tensor is freed)."""
+    def hook(mod, args, out):
+        mod._parameters["weight"] = view
+    return hook
+
+
 @dataclass
 class _Weight:
     decoder: object
@@ -245,7 +268,8 @@ class CompressedWeights:
     def attach(self, module: torch.nn.Module, key: str):
         """Decode weight ``key`` before every forward of ``module`` (its weight is frozen:
         requires_grad False); an nn.Linear also gets the forward of :class:`_JitLinear` so that
-        training adapters on top works. The module's ``state_dict()`` then holds the weight
+        training adapters on top works (a subclass with a forward of its own keeps it, see
+        :func:`_own_forward_pre_hook`). The module's ``state_dict()`` then holds the weight
         decoded (a new tensor, never the scratch), and ``load_state_dict`` refuses a weight
         other than the stored one. Returns the forward pre-hook's handle."""
         def pre_hook(mod, args):
@@ -266,11 +290,17 @@ class CompressedWeights:
                     f"state dict holds another value, which loading would lose. Load it into a model "
                     f"that is not kept compressed, or call release() on the module first")
 
-        h = module.register_forward_pre_hook(pre_hook)
+        own = isinstance(module, torch.nn.Linear) and type(module).forward is not torch.nn.Linear.forward
+        if own:  # a Linear subclass with a forward of its own (a grouped projection): kept, see below
+            h = module.register_forward_pre_hook(_own_forward_pre_hook(self, key, module.weight))
+        else:
+            h = module.register_forward_pre_hook(pre_hook)
         handles = [h, module.register_state_dict_post_hook(state_dict_hook),
                    module.register_load_state_dict_pre_hook(load_hook)]
+        if own:
+            handles.append(module.register_forward_hook(_restore_view(module.weight)))
         module.weight.requires_grad_(False)
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear) and not own:
             module.forward = _linear_forward(module, self, key)
         self.bound[module] = (key, handles)
         module.__dict__["_wcodec_jit"] = self  # how peft's LoRA layers find the set (wcodec.hf.lora)

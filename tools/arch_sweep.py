@@ -1,0 +1,366 @@
+"""Held-out architectures: every ``model_type`` of transformers' Auto mappings (causal LM first;
+masked LM, seq2seq, image classification, image-text-to-text on request) built TINY and
+random-init from its default config by one generic shrinker (size fields found by name, nested
+configs alike, no per-model table), saved in bf16 safetensors, converted with
+``wcodec.hf.convert_folder`` (lossless and ``codec="fixed"``), loaded with plain
+``AutoModelFor*.from_pretrained(folder)`` and with ``WcodecConfig(keep_compressed=True)``,
+outputs compared exactly with the original folder's (tests/hf/_arch.py's helpers), and the
+kept-compressed model's ``save_pretrained`` reloaded.
+
+A model transformers itself cannot build, save, load back or run (or whose own folder does not
+give the same outputs twice) is a skip with the reason: then it is not ours. Each model runs in
+its own subprocess with a timeout, so a crash or a hang is a row. Prints a Markdown table (pass,
+or the first failing check's exception class and first line, or the skip reason) and the counts;
+progress on stderr.
+
+    PYTHONPATH=src python tools/arch_sweep.py [--mapping causal masked ...] [--only llama gpt2]
+        [--timeout 300] [--json rows.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
+
+# mapping -> (transformers' *_MAPPING_NAMES, Auto class, input kind of tests/hf/_arch.py)
+MAPPINGS = {
+    "causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM", "text"),
+    "masked": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM", "masked"),
+    "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM", "seq2seq"),
+    "image": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification", "image"),
+    "image_text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "AutoModelForImageTextToText", "image_text"),
+}
+
+# ---- the generic shrinker: target sizes by field name (only ever shrinks) ----
+WIDTH, FFN, MOE_FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 64, 2, 4, 2, 16, 512
+_WIDTH = {"hidden_size", "d_model", "n_embd", "embed_dim", "model_dim", "dim", "word_embed_proj_dim",
+          "embedding_size", "n_embed", "d_embed", "hidden_dim"}
+_FFN = {"intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
+        "ffn_hidden_size", "ffn_intermediate_size", "dense_intermediate_size", "inner_hidden_size"}
+_MOE_FFN = {"moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+            "moe_ffn_hidden_size", "ffn_hidden_size_moe", "shared_intermediate_size"}
+_LAYERS = {"num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+           "num_decoder_layers", "num_encoder_layers", "depth"}
+_HEADS = {"num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+          "n_heads", "num_attention_heads_per_layer"}
+_KV_HEADS = {"num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "n_kv_heads",
+             "num_key_value_groups_heads"}
+_HEAD_DIM = {"head_dim", "d_kv", "attention_head_dim", "kv_channels", "v_head_dim", "d_head", "qk_rope_head_dim",
+             "qk_nope_head_dim", "rotary_dim", "rotary_emb_dim", "index_head_dim", "qk_head_dim"}
+_SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
+          "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
+          "num_routed_experts": 4, "n_experts": 4, "num_moe_experts": 4,
+          "num_experts_per_tok": 2, "moe_topk": 2, "moe_top_k": 2, "moe_k": 2, "top_k": 2, "num_selected_experts": 2,
+          "num_experts_per_token": 2, "n_activated_experts": 2, "router_top_k": 2, "num_activated_experts": 2,
+          "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
+          "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
+_VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
+_PER_LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "attention_layers", "mlp_only_layers")
+
+
+def _shrink_value(key: str, v, orig_heads):
+    """The shrunk value of one int field (None: leave it)."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    for names, target in ((_WIDTH, WIDTH), (_FFN, FFN), (_MOE_FFN, MOE_FFN), (_LAYERS, LAYERS),
+                          (_HEADS, HEADS), (_HEAD_DIM, HEAD_DIM), (_VOCAB, VOCAB)):
+        if key in names:
+            return min(v, target) if v > 0 else None
+    if key in _KV_HEADS:
+        if v <= 0:
+            return None
+        return min(v, HEADS) if orig_heads is not None and v >= orig_heads else min(v, KV_HEADS)
+    if key in _SMALL:
+        return min(v, _SMALL[key]) if v > 0 else None
+    if v > 0 and key.endswith("_head_dim"):  # linear_head_dim, mamba_head_dim...
+        return min(v, HEAD_DIM)
+    if v > 0 and (key.endswith("_num_heads") or key.endswith("_n_heads")):
+        return min(v, HEADS)
+    return None
+
+
+def shrink(d: dict) -> dict:
+    """A copy of a config dict (``PretrainedConfig.to_dict()``) with its size fields shrunk:
+    width 64, FFN 128 (experts 64), 2 layers, 4 heads / 2 KV heads (MHA stays MHA), head_dim 16,
+    vocab 512, 4 experts top-2; per-layer lists cut to the new depth, layer indices past it
+    dropped, special token ids past the new vocabulary moved to its top; nested configs alike."""
+    out = dict(d)
+    heads = next((d[k] for k in _HEADS if isinstance(d.get(k), int)), None)
+    layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
+    for k, v in d.items():
+        if isinstance(v, dict) and not k.startswith("rope") and k not in ("id2label", "label2id"):
+            out[k] = shrink(v)
+            continue
+        new = _shrink_value(k, v, heads)
+        if new is not None:
+            out[k] = new
+    # head sizes equal in the original (DeepSeek's head_dim == qk_rope_head_dim) stay equal
+    for k in _HEAD_DIM:
+        for k2 in _HEAD_DIM:
+            if k != k2 and isinstance(d.get(k), int) and d.get(k) == d.get(k2) and k in out and k2 in out:
+                out[k] = out[k2] = min(out[k], out[k2])
+    new_layers = next((out[k] for k in _LAYERS if isinstance(out.get(k), int)), None)
+    keep = _kept_layers(d, layers, new_layers)
+    for k, v in d.items():  # per-layer lists (length == depth) cut; index lists filtered
+        if not isinstance(v, list) or new_layers is None or layers is None:
+            if new_layers is not None and isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                if k.endswith("_layer_period"):  # hybrids (Jamba...): every kind of layer within the new depth
+                    out[k] = min(v, new_layers)
+                elif k.endswith("_layer_offset"):
+                    out[k] = min(v, new_layers - 1)
+            continue
+        if len(v) == layers and layers != new_layers:
+            out[k] = [v[i] for i in keep]
+        elif "layer" in k and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            out[k] = sorted({min(i, new_layers - 1) for i in v})  # layer indices: each kind stays
+    for k, v in d.items():  # {layer index: ...}: indices past the new depth folded onto its last layer
+        if new_layers is not None and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
+            folded: dict = {}
+            for i, x in v.items():
+                folded.setdefault(type(i)(min(int(i), new_layers - 1)), x)
+            out[k] = folded
+    vocab = next((out[k] for k in _VOCAB if isinstance(out.get(k), int)), None)
+    if vocab is not None:
+        moved: dict = {}
+        for k, v in d.items():
+            if (k.endswith("token_id") or k.endswith("token_index")) and isinstance(v, int) and v >= vocab:
+                out[k] = moved.setdefault(v, vocab - 1 - len(moved))
+            elif k.endswith("token_ids") and isinstance(v, list) and any(isinstance(i, int) and i >= vocab for i in v):
+                out[k] = [moved.setdefault(i, vocab - 1 - len(moved)) if isinstance(i, int) and i >= vocab else i
+                          for i in v]
+    return out
+
+
+def _kept_layers(d: dict, layers, new_layers) -> list:
+    """Which of the ``layers`` layers the shrunk model keeps: the first ``new_layers``, or, when a
+    per-layer list mixes kinds (hybrid attention: sliding / full, linear / full, mamba / attention),
+    the first layer of each of its first ``new_layers`` kinds, so that the tiny model keeps them."""
+    if not layers or not new_layers or new_layers >= layers:
+        return list(range(layers or 0))
+    for v in d.values():
+        if isinstance(v, list) and len(v) == layers and all(isinstance(x, str) for x in v):
+            first = sorted({x: i for i, x in reversed(list(enumerate(v)))}.values())
+            if len(first) > 1:
+                picked = first[:new_layers]
+                rest = [i for i in range(layers) if i not in picked]
+                return sorted(picked + rest[:new_layers - len(picked)])
+    return list(range(new_layers))
+
+
+_META = ("model_type", "transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype")
+
+
+def tiny_config_overrides(model_type: str) -> dict:
+    """Overrides for ``AutoConfig.for_model(model_type, **overrides)``: the default config shrunk."""
+    import transformers
+
+    d = transformers.AutoConfig.for_model(model_type).to_dict()
+    small = shrink(d)
+    return {k: v for k, v in small.items() if k not in _META and v != d.get(k) or isinstance(v, dict)}
+
+
+# ---- one model, in the child process ----
+
+
+class Skip(Exception):
+    """transformers itself cannot build, save, load or run this model: not ours."""
+
+
+def _stage(what: str, fn, *args):
+    """fn(*args); any exception becomes a Skip naming the stage (transformers' own failure)."""
+    import _arch
+
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001  (every failure of transformers' own is a skip row)
+        raise Skip(f"{what}: {_arch.describe(e)}") from e
+
+
+def _inputs(config, kind: str, dtype, vocab: int) -> dict:
+    """Fixed inputs (batch 2) of ``kind``; token ids in [6, vocab - 16) (special ids moved to the top)."""
+    import torch
+    import _arch
+
+    if kind not in ("text", "masked", "seq2seq"):
+        return _arch.inputs("_sweep", config, dtype)
+    g = torch.Generator().manual_seed(_arch.SEED)
+    hi = max(7, min(vocab, VOCAB) - 16)
+    feed = {"input_ids": torch.randint(6, hi, (2, 8), generator=g)}
+    if kind == "seq2seq":
+        feed["decoder_input_ids"] = torch.randint(6, hi, (2, 4), generator=g)
+    return feed
+
+
+def _check_cell(cell, codec: str, path: str) -> dict:
+    """tests/hf/_arch.check_load without its own bf16 precondition (a sweep row says what the
+    original folder loads as): same dtype, outputs exactly, kept compressed where it must."""
+    import _arch
+
+    keep = path == "keep"
+    model = _arch.cell_model(cell, codec, path)
+    assert model.dtype == cell.ref.dtype, f"model dtype {model.dtype}, the original folder gives {cell.ref.dtype}"
+    _arch.assert_same_outputs(_arch.outputs(model, cell.feed), cell.want, "outputs")
+    rep = _arch.report(model)
+    if keep:
+        _arch._assert_kept(cell, rep)
+    return rep
+
+
+def run_one(model_type: str, mapping: str, root: Path) -> dict:
+    """Every check of one model; returns its row."""
+    import torch
+    import transformers
+    import _arch
+
+    _, auto, kind = MAPPINGS[mapping]
+    row = {"model_type": model_type, "mapping": mapping, "auto": auto, "status": "pass", "checks": {}}
+    try:
+        over = _stage("config", tiny_config_overrides, model_type)
+        _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
+        src = _stage("build", _arch.build_source, "_sweep", root / "src")
+        ref = _stage("load original", _arch.load, "_sweep", src)
+        cfg = getattr(ref.config, "text_config", None) or ref.config
+        vocab = getattr(cfg, "vocab_size", None) or VOCAB
+        feed = _stage("inputs", _inputs, ref.config, kind, ref.dtype, vocab)
+        want = _stage("run original", _arch.outputs, ref, feed)
+        twice = _stage("load original again", _arch.load, "_sweep", src)
+        again = _stage("run original again", _arch.outputs, twice, feed)
+        _stage("original twice", _arch.assert_same_outputs, again, want, "the original folder loaded twice")
+        del twice
+        row["ref_dtype"] = str(ref.dtype).replace("torch.", "")
+    except Skip as e:
+        row.update(status="skip", reason=str(e))
+        return row
+    cell = _arch.Cell("_sweep", src, {}, ref, feed, want)
+    checks = row["checks"]
+
+    def check(name, fn, *args):
+        t = time.perf_counter()
+        try:
+            value = fn(*args)
+            checks[name] = "pass"
+        except Exception as e:  # noqa: BLE001  (every failure is a cell of the row)
+            value = None
+            checks[name] = _arch.describe(e)
+        print(f"  {model_type} {name}: {checks[name]} ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+        return value
+
+    for codec in _arch.CODECS:
+        folder = check(f"convert {codec}", _arch.convert, src, root / codec, codec)
+        if folder is None:
+            continue
+        cell.converted[codec] = folder
+        for path in _arch.PATHS:
+            rep = check(f"{codec} {path}", _check_cell, cell, codec, path)
+            if path == "keep" and rep is not None:
+                row[f"kept {codec}"] = _arch.summary(rep)
+        check(f"{codec} keep save+reload", _arch.check_save_reload, cell, codec, "keep", root / f"{codec}-saved")
+        cell.loaded.clear()
+    bad = [f"{k}: {v}" for k, v in checks.items() if v != "pass"]
+    if bad:
+        row.update(status="fail", reason=bad[0], failed=len(bad))
+    return row
+
+
+def child(model_type: str, mapping: str, out: Path) -> int:
+    from arch_matrix import _quiet  # tools/ (this script's folder)
+
+    _quiet()
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="wcodec-sweep-") as tmp:
+        with contextlib.redirect_stdout(io.StringIO()):
+            row = run_one(model_type, mapping, Path(tmp))
+    row["seconds"] = round(time.perf_counter() - t, 1)
+    out.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    return 0
+
+
+# ---- the parent: one subprocess per model ----
+
+
+def model_types(mapping: str) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    return sorted(getattr(modeling_auto, MAPPINGS[mapping][0]))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def sweep_one(model_type: str, mapping: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="wcodec-sweep-row-") as tmp:
+        out = Path(tmp) / "row.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model_type, "--mapping", mapping,
+               "--child-out", str(out)]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+        except subprocess.TimeoutExpired:
+            return {"model_type": model_type, "mapping": mapping, "status": "fail",
+                    "reason": f"timeout: no result in {timeout:.0f} s", "seconds": round(time.perf_counter() - t, 1)}
+        if out.exists():
+            row = json.loads(out.read_text(encoding="utf-8"))
+        else:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            row = {"model_type": model_type, "mapping": mapping, "status": "fail",
+                   "reason": f"crash (exit {proc.returncode}): {tail[:160]}"}
+        row.setdefault("seconds", round(time.perf_counter() - t, 1))
+        row["stderr_tail"] = proc.stderr[-2000:]
+        return row
+
+
+def table(rows: list) -> str:
+    lines = ["| mapping | model_type | result | detail | kept (fixed, keep) | s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        detail = r.get("reason", "") + (f" (+{r['failed'] - 1} more)" if r.get("failed", 0) > 1 else "")
+        lines.append(f"| {r['mapping']} | {r['model_type']} | {r['status']} | {_cell(detail)} | "
+                     f"{r.get('kept fixed', '')} | {r.get('seconds', '')} |")
+    return "\n".join(lines)
+
+
+def counts(rows: list) -> str:
+    n = {s: sum(r["status"] == s for r in rows) for s in ("pass", "fail", "skip")}
+    return (f"tried {len(rows)}: transformers can't {n['skip']}, pass {n['pass']}, fail {n['fail']} "
+            f"(of {n['pass'] + n['fail']} that transformers builds and runs)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mapping", nargs="+", choices=list(MAPPINGS), default=["causal"])
+    ap.add_argument("--only", nargs="+", help="these model_types only")
+    ap.add_argument("--skip", nargs="+", default=[], help="leave these model_types out")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
+    ap.add_argument("--json", type=Path, help="write every row as JSON here (rewritten after each model)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args.child, args.mapping[0], args.child_out)
+    rows, start = [], time.perf_counter()
+    todo = [(mt, m) for m in args.mapping for mt in model_types(m)
+            if (not args.only or mt in args.only) and mt not in args.skip]
+    for i, (mt, m) in enumerate(todo, 1):
+        row = sweep_one(mt, m, args.timeout)
+        rows.append(row)
+        print(f"[{i}/{len(todo)}] {m} {mt}: {row['status']} {row.get('reason', '')[:140]} ({row['seconds']} s)",
+              file=sys.stderr, flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    print(table(rows))
+    print(f"\n{counts(rows)}; {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
