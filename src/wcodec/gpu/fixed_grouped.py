@@ -108,7 +108,9 @@ def packed_experts(packed: torch.Tensor, offsets, bases, n: int, k: int, table: 
     offsets, bases = [int(o) for o in offsets], [int(b) for b in bases]
     E = len(offsets) - 1
     nib, eptr, esc = fx._packed_offsets(n, k)
-    if E < 1 or len(bases) != E or packed.dtype != torch.uint8 or packed.dim() != 1 or offsets[0] < 0             or offsets[-1] > packed.numel() or packed.numel() % 16             or any(o % 16 or b - o < esc or (b - o - esc) % 16 for o, b in zip(offsets, offsets[1:])):
+    if (E < 1 or len(bases) != E or packed.dtype != torch.uint8 or packed.dim() != 1 or offsets[0] < 0
+            or offsets[-1] > packed.numel() or packed.numel() % 16
+            or any(o % 16 or b - o < esc or (b - o - esc) % 16 for o, b in zip(offsets, offsets[1:]))):
         raise InvalidInputError(f"packed_experts: offsets {offsets[:4]}.. do not split a uint8 buffer of "
                                 f"{packed.numel()} bytes into {E} packed [{n}, {k}] weights")
     weights = [fx.unpack(packed[o:b], base, n, k) for o, b, base in zip(offsets, offsets[1:], bases)]
