@@ -115,7 +115,7 @@ def measure(variant: str, paths: dict, dev, args, vocab: int, ref_ids=None) -> d
            "decoded": sum(decoded_bytes(paths[kind]).values())}
     if dev.type == "cuda":
         row["allocated"] = torch.cuda.memory_allocated(dev) - base
-    for batch in (1, args.batch):
+    for batch in dict.fromkeys((1, args.batch)):
         ms, ids = step_ms(model, dev, vocab, batch, args.short, args.long, args.reps)
         row[f"ms_b{batch}"] = ms
         if batch == 1:
@@ -145,15 +145,17 @@ def print_table(rows: list, batch: int) -> None:
     mb = lambda x: f"{x / 2**20:.1f}"  # noqa: E731
     slowest = lambda per_rank, k: max(r[k] for r in per_rank)  # noqa: E731
     shards = sum(r["held"]["dense"] for r in bf)  # the ranks' bf16 shards (and replicated tensors)
-    print(f"{'variant':<11} {'load s':>7} {'held MB/rank':>18} {'x bf16':>7} {'ms/step b1':>11} {'x bf16':>7} "
-          f"{f'ms/step b{batch}':>11} {'x bf16':>7} {'decoded MB/rank':>16} {'x shards':>9} {'same tokens':>11}")
+    batches = dict.fromkeys((1, batch))
+    print(f"{'variant':<11} {'load s':>7} {'held MB/rank':>18} {'x bf16':>7} "
+          + "".join(f"{f'ms/step b{b}':>11} {'x bf16':>7} " for b in batches)
+          + f"{'decoded MB/rank':>16} {'x shards':>9} {'same tokens':>11}")
     for per_rank in rows:
         held = [sum(r["held"].values()) for r in per_rank]
         dec = [r["decoded"] for r in per_rank]
-        b1, bn = slowest(per_rank, "ms_b1"), slowest(per_rank, f"ms_b{batch}")
+        steps = "".join(f"{slowest(per_rank, f'ms_b{b}'):11.2f} "
+                        f"{slowest(per_rank, f'ms_b{b}') / slowest(bf, f'ms_b{b}'):7.3f} " for b in batches)
         print(f"{per_rank[0]['variant']:<11} {slowest(per_rank, 'load_s'):7.2f} {'/'.join(mb(h) for h in held):>18} "
-              f"{sum(held) / shards:7.3f} {b1:11.2f} {b1 / slowest(bf, 'ms_b1'):7.3f} {bn:11.2f} "
-              f"{bn / slowest(bf, f'ms_b{batch}'):7.3f} {'/'.join(mb(d) for d in dec):>16} {sum(dec) / shards:9.3f} "
+              f"{sum(held) / shards:7.3f} {steps}{'/'.join(mb(d) for d in dec):>16} {sum(dec) / shards:9.3f} "
               f"{str(all(r['same_tokens'] for r in per_rank)):>11}")
 
 

@@ -17,6 +17,13 @@ fixed-rate record as it is, or makes a just-in-time weight from the record, neve
 values; any other use of the tensor (transformers merging experts, a cast, a dense weight)
 decodes it there and then, on its device (the GPU decoder on CUDA). So a fixed or rANS folder
 kept compressed is read once, compressed, instead of decoded on the CPU and thrown away.
+
+Under a tensor-parallel plan (``tp_plan``) each rank indexes a slice with its shard's block
+(``DtensorShardOperation``: unit-step slices, :func:`region_of`): a plain load decodes only that
+block's part of the record (codec "fixed": the block's bytes; rANS: the chunks of its rows, so a
+column split decodes the whole tensor), a keep_compressed load gets a :class:`StoredTensor` of the
+block, which :mod:`wcodec.hf.keep` cuts from a fixed record or decodes and encodes for the rank
+(:mod:`wcodec.hf.tp`). :func:`decoded_bytes` counts what each load decoded, per tensor.
 """
 
 from __future__ import annotations

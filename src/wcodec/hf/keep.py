@@ -22,6 +22,10 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   multiply as the dense module does (``compress_expert_param(..., exact=True)``);
 - anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
 
+Under a tensor-parallel plan (``tp_plan``), ``value`` is this rank's shard: a block of a stored
+fixed record is cut from it (:func:`_cut_weight`), any other shard decoded and encoded for the
+rank; the compressed module takes the plan's place (:func:`wcodec.hf.tp.adopt`).
+
 ``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
 Embedding / expert weights held dense) and "kept" ({name: why such a weight was not fused}).
 """
