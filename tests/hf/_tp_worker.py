@@ -68,9 +68,10 @@ def main(out_path: str, root: str, specs: list[str]) -> None:
                 row["shards_equal"] = got.keys() == shards.keys() and all(torch.equal(got[k], shards[k])
                                                                            for k in shards)
             results[name][case] = row
-    dist.barrier()
     with open(out_path.replace("RANK", str(dist.get_rank())), "w") as f:
         json.dump(results, f)
+    dist.barrier()  # no rank leaves while the other may still be in a collective
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
