@@ -17,6 +17,13 @@ fixed-rate record as it is, or makes a just-in-time weight from the record, neve
 values; any other use of the tensor (transformers merging experts, a cast, a dense weight)
 decodes it there and then, on its device (the GPU decoder on CUDA). So a fixed or rANS folder
 kept compressed is read once, compressed, instead of decoded on the CPU and thrown away.
+
+Under a tensor-parallel plan (``tp_plan``) each rank indexes a slice with its shard's block
+(``DtensorShardOperation``: unit-step slices, :func:`region_of`): a plain load decodes only that
+block's part of the record (codec "fixed": the block's bytes; rANS: the chunks of its rows, so a
+column split decodes the whole tensor), a keep_compressed load gets a :class:`StoredTensor` of the
+block, which :mod:`wcodec.hf.keep` cuts from a fixed record or decodes and encodes for the rank
+(:mod:`wcodec.hf.tp`). :func:`decoded_bytes` counts what each load decoded, per tensor.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from pathlib import Path
 import torch
 from torch.utils._pytree import tree_map
 
+from ..codecs.base import itemsize
+
 CHECKPOINT_NAME = "wcodec-checkpoint.safetensors"  # named to transformers, never a file on disk
 
 
@@ -34,9 +43,33 @@ def is_checkpoint_name(path) -> bool:
     return Path(str(path)).name == CHECKPOINT_NAME
 
 
+def region_of(index, shape) -> list[tuple[int, int]] | None:
+    """The block ``[(start, stop)]`` (one pair per dim) that ``index`` selects from a tensor of
+    ``shape``, when it is one: a tuple of unit-step slices (an Ellipsis, or fewer slices than
+    dims, take the rest whole), as transformers' shard-on-read asks (``DtensorShardOperation``).
+    None for any other index (ints, steps, masks)."""
+    idx = index if isinstance(index, tuple) else (index,)
+    if sum(i is Ellipsis for i in idx) > 1:
+        return None
+    if any(i is Ellipsis for i in idx):
+        at = next(k for k, i in enumerate(idx) if i is Ellipsis)
+        idx = idx[:at] + (slice(None),) * (len(shape) - len(idx) + 1) + idx[at + 1:]
+    if len(idx) > len(shape) or any(not isinstance(i, slice) or i.step not in (None, 1) for i in idx):
+        return None
+    region = []
+    for k, n in enumerate(shape):
+        a, b, _ = (idx[k] if k < len(idx) else slice(None)).indices(n)
+        region.append((a, max(a, b)))
+    return region
+
+
 class LazySlice:
     """One stored tensor, as safetensors' ``get_slice`` gives it: shape and dtype from the
-    header, the values decoded (CPU, checksums checked) when indexed."""
+    header, the values decoded (CPU, checksums checked) when indexed. A block index (a
+    tensor-parallel rank's shard, see :func:`region_of`) decodes only that block's part of the
+    record (:func:`wcodec.codecs.partial.decode_region`: codec "fixed" the block's bytes, rANS
+    the chunks of its rows); during a keep_compressed load it gives a :class:`StoredTensor` of the
+    block instead, whose record is cut, not decoded, where a layer takes it as stored."""
 
     def __init__(self, view: "CheckpointView", name: str):
         self._view, self._name = view, name
@@ -51,11 +84,14 @@ class LazySlice:
         return self._dtype
 
     def __getitem__(self, index) -> torch.Tensor:
-        whole = index is Ellipsis or index == (Ellipsis,)
-        if whole and self._view.lazy:
-            return StoredTensor(self._view, self._name, self._shape, torch.device("cpu"))
-        t = self._view.get_tensor(self._name)
-        return t if whole else t[index]
+        region = region_of(index, self._shape)
+        if region is None:  # not a block: decoded whole, then indexed
+            return self._view.get_tensor(self._name)[index]
+        block = None if region == [(0, n) for n in self._shape] else region
+        if self._view.lazy:
+            shape = self._shape if block is None else [b - a for a, b in block]
+            return StoredTensor(self._view, self._name, shape, torch.device("cpu"), block)
+        return self._view.get_tensor(self._name) if block is None else self._view.read_region(self._name, block)
 
 
 _TO_COPY_NEUTRAL = {"layout": (None, torch.strided), "pin_memory": (None, False), "non_blocking": (None, False, True),
@@ -63,24 +99,29 @@ _TO_COPY_NEUTRAL = {"layout": (None, torch.strided), "pin_memory": (None, False)
 
 
 class StoredTensor(torch.Tensor):
-    """A stored record as a tensor with no data yet (a wrapper subclass: shape, dtype, device).
+    """A stored record, or the block ``region`` of it (``[(start, stop)]`` per dim: a
+    tensor-parallel shard; None: the whole tensor), as a tensor with no data yet (a wrapper
+    subclass: shape, dtype, device).
 
     ``.to(device)`` (same dtype) gives another StoredTensor on that device; every other
-    operation decodes the record on the tensor's device first (checksums checked; the GPU
-    decoder on CUDA) and runs on the decoded tensor. :func:`materialize` decodes explicitly.
-    Only made during a keep_compressed load, whose quantize operation takes every tensor."""
+    operation decodes the record (its block) on the tensor's device first (checksums checked;
+    the GPU decoder on CUDA for a whole tensor) and runs on the decoded tensor.
+    :func:`materialize` decodes explicitly. Only made during a keep_compressed load, whose
+    quantize operation takes every tensor."""
 
     @staticmethod
-    def __new__(cls, view: "CheckpointView", name: str, shape, device):
+    def __new__(cls, view: "CheckpointView", name: str, shape, device, region=None):
         from .._torch_tensors import torch_dtype
 
         dtype = torch_dtype(view.reader.entry(name)["dtype"])
         t = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype, device=device)
-        t.view_of, t.stored_name = view, name
+        t.view_of, t.stored_name, t.region = view, name, region
         return t
 
     def __repr__(self):
-        return f"StoredTensor({self.stored_name!r}, shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
+        cut = "" if self.region is None else f", region={self.region}"
+        return f"StoredTensor({self.stored_name!r}{cut}, shape={tuple(self.shape)}, dtype={self.dtype}, " \
+               f"device={self.device})"
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -90,9 +131,11 @@ class StoredTensor(torch.Tensor):
         if func is torch.ops.aten._to_copy.default and len(args) == 1 and isinstance(args[0], StoredTensor):
             src = args[0]
             if kwargs.get("dtype") in (None, src.dtype) and all(kwargs.get(k) in ok for k, ok in _TO_COPY_NEUTRAL.items()):
-                return StoredTensor(src.view_of, src.stored_name, src.shape, kwargs.get("device") or src.device)
+                return StoredTensor(src.view_of, src.stored_name, src.shape, kwargs.get("device") or src.device,
+                                    src.region)
         if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default) and isinstance(args[0], StoredTensor):
-            return StoredTensor(args[0].view_of, args[0].stored_name, args[0].shape, args[0].device)
+            a = args[0]
+            return StoredTensor(a.view_of, a.stored_name, a.shape, a.device, a.region)
         args, kwargs = tree_map(lambda a: materialize(a) if isinstance(a, StoredTensor) else a, (args, kwargs))
         return func(*args, **kwargs)
 
@@ -104,6 +147,9 @@ def materialize(t: torch.Tensor) -> torch.Tensor:
     from ..loading import load_tensors
 
     view, name = t.view_of, t.stored_name
+    if t.region is not None:
+        return view.read_region(name, t.region).to(t.device)
+    view.count(name, view.reader.numel(name))
     return load_tensors(view.reader, [name], t.device, "pt", view.verify)[name]
 
 
@@ -124,6 +170,32 @@ def keep_lazily(folder, on: bool, verify: bool = True) -> None:
             _LAZY.pop(key, None)
 
 
+_DECODED: dict[Path, dict[str, int]] = {}  # folder -> {tensor: bytes decoded}, see decoded_bytes
+_DECODED_LOCK = threading.Lock()
+
+
+def decoded_bytes(folder, reset: bool = False) -> dict[str, int]:
+    """{tensor name: bytes of values decoded for it} by this process's loads of ``folder`` (a
+    wcodec folder read through transformers) since the last reset: the values the codecs wrote,
+    whole rANS chunks / int8 tile rows / fixed rows or blocks, in the tensor's dtype. A
+    tensor-parallel rank decodes its shards only: compare with the tensors' sizes. ``reset``:
+    start counting again (the counts returned are those before)."""
+    key = Path(folder).resolve()
+    with _DECODED_LOCK:
+        out = dict(_DECODED.get(key, {}))
+        if reset:
+            _DECODED.pop(key, None)
+    return out
+
+
+def count_decoded(folder, reader, name: str, elements: int) -> None:
+    """Add ``elements`` of tensor ``name`` (a tensor of ``reader``, the folder's) to :func:`decoded_bytes`."""
+    nbytes = int(elements) * itemsize(reader.entry(name)["dtype"])
+    with _DECODED_LOCK:
+        per = _DECODED.setdefault(Path(folder).resolve(), {})
+        per[name] = per.get(name, 0) + nbytes
+
+
 class CheckpointView:
     """The .wcodec file(s) of ``folder`` with safetensors' ``safe_open`` interface (framework
     "pt", tensors decoded on the CPU; transformers moves each to its device). Names resolve
@@ -136,6 +208,8 @@ class CheckpointView:
         self.folder = Path(folder)
         self.reader = CheckpointReader(self.folder)
         self.verify = verify
+        self._verified: set = set()  # tensors whose section checksums a block read checked
+        self._lock = threading.Lock()  # transformers reads tensors on threads
         lazy = _LAZY.get(self.folder.resolve())
         self.lazy = lazy is not None
         if self.lazy:
@@ -155,7 +229,30 @@ class CheckpointView:
     def get_tensor(self, name: str) -> torch.Tensor:
         from ..api import _load
 
+        self.count(name, self.reader.numel(name))
         return _load(self.reader, [name], "cpu", "pt", self.verify)[name]
+
+    def read_region(self, name: str, region) -> torch.Tensor:
+        """The block ``region`` (``[(start, stop)]`` per dim) of tensor ``name``, decoded on the
+        CPU (:func:`wcodec.codecs.partial.decode_region`: only the part of the record holding it).
+        The section checksums are checked (each whole section is read for them) on the first
+        block of a tensor; the decoded-tensor checksum covers the whole tensor, so it is not."""
+        from ..codecs.partial import decode_region
+        from ..loading import to_torch
+
+        stored = self.reader.alias_of(name) or name
+        with self._lock:
+            check = self.verify and stored not in self._verified
+            self._verified.add(stored)
+        rec = self.reader.record(stored, verify=check, copy=False)
+        stats: dict = {}
+        arr = decode_region(rec, region, name, stats)
+        self.count(name, stats.get("decoded", 0))
+        return to_torch(arr, rec.dtype)
+
+    def count(self, name: str, elements: int) -> None:
+        """Add ``elements`` decoded for tensor ``name`` to this folder's :func:`decoded_bytes`."""
+        count_decoded(self.folder, self.reader, name, elements)
 
     def close(self) -> None:
         self.reader.close()

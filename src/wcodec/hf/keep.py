@@ -22,6 +22,10 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   multiply as the dense module does (``compress_expert_param(..., exact=True)``);
 - anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
 
+Under a tensor-parallel plan (``tp_plan``), ``value`` is this rank's shard: a block of a stored
+fixed record is cut from it (:func:`_cut_weight`), any other shard decoded and encoded for the
+rank; the compressed module takes the plan's place (:func:`wcodec.hf.tp.adopt`).
+
 ``model.wcodec_weights.report``: "fused", "compressed" (just in time), "decoded" (Linear /
 Embedding / expert weights held dense) and "kept" ({name: why such a weight was not fused}).
 """
@@ -31,10 +35,12 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
-from .checkpoint import materialize
+from . import tp
+from .checkpoint import StoredTensor, materialize
 
 
 @dataclass
@@ -84,7 +90,8 @@ def _locate(model, name: str):
 def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtype: bool = True) -> str | None:
     """The stored name whose record ``value`` is, unchanged (one source, same shape, and the same
     dtype unless ``same_dtype`` is False: a cast), else None (converted by transformers, or a
-    safetensors source)."""
+    safetensors source). A tensor-parallel shard read as a block of the record (a
+    :class:`StoredTensor` with a ``region``) is that record's block: its key too."""
     if state.reader is None or not sources or len(sources) != 1:
         return None
     key = sources[0]
@@ -94,9 +101,16 @@ def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtyp
 
     entry = state.reader.entry(key)
     stored = torch_dtype(entry["dtype"]) if entry["dtype"] in ("BF16", "F16", "F32", "F64") else None
-    if tuple(entry["shape"]) != tuple(value.shape) or stored is None or (same_dtype and stored != value.dtype):
+    region = _region(value)
+    shape = tuple(entry["shape"]) if region is None else tuple(b - a for a, b in region)
+    if shape != tuple(value.shape) or stored is None or (same_dtype and stored != value.dtype):
         return None
     return key
+
+
+def _region(value: torch.Tensor):
+    """The block of its record that ``value`` is (a tensor-parallel shard read lazily), else None."""
+    return value.region if isinstance(value, StoredTensor) else None
 
 
 def _why_not_fused(state: KeepState, model, module, name: str, value: torch.Tensor) -> str | None:
@@ -130,10 +144,28 @@ def _fixed_weight(state: KeepState, key: str | None, value: torch.Tensor):
     from ..gpu import fixed16 as fx16
 
     layout = fx16 if value.dtype == torch.float16 else fx
-    if key is not None:
+    region = _region(value)
+    if key is not None and region is not None:
+        fw = _cut_weight(state, key, region, value.device)
+        if fw is not None:
+            return fw
+    elif key is not None:
         rec = _stored(state, key, value.device)
         return layout.from_sections(rec.params, rec.sections, tuple(rec.shape), value.device, name=key)
-    return layout.encode_weight(value)
+    return layout.encode_weight(materialize(value))
+
+
+def _cut_weight(state: KeepState, key: str, region, device):
+    """A tensor-parallel shard of stored codec "fixed" record ``key``: the block ``region`` cut
+    from the record (:mod:`wcodec.codecs.fixed_slice`: no decode, only the block's bytes held) as
+    a FixedWeight on ``device``; None for a record of another codec or a region that is not one
+    block of it."""
+    from ..codecs.fixed_slice import slice_record
+    from ..gpu import fixed as fx
+
+    rec = state.reader.record(key, verify=state.verify, copy=False)
+    cut = slice_record(rec, region) if rec.codec == "fixed" else None
+    return None if cut is None else fx.from_sections(cut.params, cut.sections, tuple(cut.shape), device, name=key)
 
 
 def _stored(state: KeepState, key: str, device: torch.device):
@@ -172,7 +204,7 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if expert and state.mode in (True, "jit"):
         key = _fixed_record(state, _stored_record_key(state, sources, value), value.dtype)
-        why = _keep_expert(state, module, attr, name, value, key, exact=state.mode == "jit")
+        why = _keep_expert(state, model, module, attr, name, value, key, exact=state.mode == "jit")
         if why is None:
             return None
     elif state.mode is True and why is None:
@@ -191,9 +223,13 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         state.report["decoded"].append(name)
         return materialize(value)
     # the weight's shape over one zero element (strides 0): transformers' tie code reads shapes
-    # (it pads an output bias to its weight's rows) and compares tied values; no memory is held
-    placeholder = torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)
-    state.jit[_storage_id(placeholder)] = (placeholder, key, value.dtype, why)
+    # (it pads an output bias to its weight's rows) and compares tied values; no memory is held.
+    # A tensor-parallel shard's is on the meta device: transformers makes the DTensor of a shard
+    # from its contiguous local tensor, which would allocate a zero-stride one
+    sharded = tp.is_dtensor(current)
+    placeholder = torch.empty(value.shape, dtype=value.dtype, device="meta") if sharded else \
+        torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)
+    state.jit[_storage_id(placeholder)] = _Jit(placeholder, key, value.dtype, why, _region(value), value.device)
     return placeholder
 
 
@@ -213,13 +249,20 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
         if p is None or p.dtype not in (torch.bfloat16, torch.float16):
             continue
         hit = state.jit.get(_storage_id(p))
-        if hit is not None:
-            key = _fixed_record(state, hit[1], p.dtype)  # a stored fixed record is not decoded
-            value = p if key is not None else _load(state.reader, [hit[1]], p.device, "pt", state.verify)[hit[1]]
+        cut = _cut_weight(state, hit.key, hit.region, hit.device) if hit is not None and hit.region is not None \
+            and p.dtype == torch.bfloat16 else None
+        if cut is not None:  # a tensor-parallel shard of a fixed record: cut, not decoded
+            _fuse(state, model, module, target, cut)
+            why = None
+        elif hit is not None and hit.region is not None:  # a shard of another record: decoded, encoded
+            why = _fuse_weight(state, model, module, target, None, _shard_values(state, hit).to(p.dtype))
+        elif hit is not None:
+            key = _fixed_record(state, hit.key, p.dtype)  # a stored fixed record is not decoded
+            value = p if key is not None else _load(state.reader, [hit.key], p.device, "pt", state.verify)[hit.key]
             why = _fuse_weight(state, model, module, target, key, value.to(p.dtype))
             del value
         else:
-            why = _fuse_weight(state, model, module, target, None, p.detach())
+            why = _fuse_weight(state, model, module, target, None, tp.local(p.detach()))
         if why is not None:  # an fp16 layout that would not save: the tie stays
             state.report["kept"][target] = why
             continue
@@ -231,8 +274,55 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
 
 def _storage_id(t: torch.Tensor) -> int:
     """Identity of a tensor's storage: transformers wraps our placeholder in a new Parameter
-    object and ties parameters by object, both sharing the placeholder's storage."""
-    return t.untyped_storage()._cdata
+    object (a DTensor of it under a tensor-parallel plan) and ties parameters by object, all
+    sharing the placeholder's storage."""
+    return tp.local(t).untyped_storage()._cdata
+
+
+class _Jit(NamedTuple):
+    """A weight to decode just in time, as :func:`keep_tensor` left it to :func:`finish`."""
+
+    placeholder: torch.Tensor
+    key: str                 # its stored record
+    dtype: torch.dtype       # the module's dtype
+    why: str                 # why it is not fused
+    region: list | None      # the block of the record a tensor-parallel rank holds, else None
+    device: torch.device     # where it runs
+
+    @property
+    def cw_key(self) -> str:
+        return self.key if self.region is None else f"{self.key}{self.region}"
+
+
+def _shard_values(state: KeepState, hit: _Jit) -> torch.Tensor:
+    """A tensor-parallel shard's values decoded on the CPU (only the part of its record holding them)."""
+    from ..codecs.partial import decode_region
+    from ..loading import to_torch
+    from .checkpoint import count_decoded
+
+    stats: dict = {}
+    rec = state.reader.record(hit.key, verify=state.verify, copy=False)
+    arr = decode_region(rec, hit.region, hit.key, stats)
+    count_decoded(state.folder, state.reader, hit.key, stats.get("decoded", 0))
+    return to_torch(arr, rec.dtype)
+
+
+def _jit_record(state: KeepState, hit: _Jit):
+    """The record a weight decodes from just in time: the stored one; for a tensor-parallel
+    shard, the block of a stored fixed record (cut, not decoded), else the shard decoded and
+    encoded again (lossless) for this rank."""
+    if hit.region is None:
+        return state.reader.record(hit.key, verify=state.verify)
+    from ..codecs import encode_tensor
+    from ..codecs.fixed_slice import slice_record
+
+    rec = state.reader.record(hit.key, verify=state.verify, copy=False)
+    cut = slice_record(rec, hit.region) if rec.codec == "fixed" else None
+    if cut is not None:
+        return cut
+    arr = _shard_values(state, hit).contiguous()
+    bits = arr.view(torch.int16) if arr.dtype == torch.bfloat16 else arr
+    return encode_tensor(bits.numpy(), rec.dtype, name=hit.key)
 
 
 def _is_expert_param(module, attr: str, value: torch.Tensor) -> bool:
@@ -243,18 +333,21 @@ def _is_expert_param(module, attr: str, value: torch.Tensor) -> bool:
     return value.dim() == 3 and is_expert_param(module, attr)
 
 
-def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Tensor, key: str | None,
+def _keep_expert(state: KeepState, model, module, attr: str, name: str, value: torch.Tensor, key: str | None,
                  exact: bool = False) -> str | None:
     """None when the expert tensor is now held compressed by its module, else why not. ``key``:
     the stored fixed record ``value`` is (:func:`_fixed_record`), taken as stored where its
-    layout serves the experts as it is, never decoded. ``exact`` (keep_compressed="jit"): the
-    module decodes its experts for each call and multiplies as the dense module does (outputs
-    equal to the dense model's), listed as "compressed", not "fused"."""
+    layout serves the experts as it is, never decoded (a tensor-parallel shard of it is decoded
+    and encoded: each expert's block is strided in the [E, N*K] record). ``exact``
+    (keep_compressed="jit"): the module decodes its experts for each call and multiplies as the
+    dense module does (outputs equal to the dense model's), listed as "compressed", not "fused"."""
     from ..torch import experts as ex
 
     if value.dtype != torch.bfloat16:
         return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
-    entry = state.reader.entry(key) if key is not None else None
+    sharded = module._parameters.get(attr)
+    sharded = sharded if tp.is_dtensor(sharded) else None
+    entry = state.reader.entry(key) if key is not None and sharded is None else None
     try:
         with _device_scope(value):
             if entry is not None and ex.stored_record_fits(module, attr, entry["codec"], entry["dtype"],
@@ -265,6 +358,8 @@ def _keep_expert(state: KeepState, module, attr: str, name: str, value: torch.Te
                 ex.compress_expert_param(module, attr, materialize(value), exact=exact)
     except ex.ExpertsKeptDenseError as e:
         return str(e)
+    if sharded is not None:  # the class changed: the plan's style wraps the compressed forward
+        tp.install(model, name.rpartition(".")[0], module, sharded.device_mesh, rewrap=True)
     state.report["compressed" if exact else "fused"].append(name)
     state.held.setdefault(id(module), value.dtype)
     return None
@@ -300,6 +395,7 @@ def _fuse(state: KeepState, model, module, name: str, fw) -> None:
     for parent, cname in state.parents(model).get(id(module), []):
         parent._modules[cname] = new
     state.parents(model)[id(new)] = state.parents(model).pop(id(module), [])
+    tp.adopt(model, name.rpartition(".")[0], module, new)
     state.report["fused"].append(name)
     state.held[id(new)] = torch.float16 if isinstance(fw, Fixed16Weight) else torch.bfloat16
 
@@ -321,13 +417,12 @@ def finish(state: KeepState, model) -> None:
     if state.mode is True:
         _fuse_tied_linears(state, model)
     cws = {}
-    for placeholder, key, dtype, _ in state.jit.values():
-        dev = placeholder.device
-        cw = cws.get(dev)
+    for hit in state.jit.values():
+        cw = cws.get(hit.device)
         if cw is None:
-            cw = cws[dev] = CompressedWeights(dev, decoder=state.decoder, offload=state.offload)
-        if key not in cw.weights:
-            cw.add(key, key, state.reader.record(key, verify=state.verify), dtype)
+            cw = cws[hit.device] = CompressedWeights(hit.device, decoder=state.decoder, offload=state.offload)
+        if hit.cw_key not in cw.weights:
+            cw.add(hit.cw_key, hit.key, _jit_record(state, hit), hit.dtype)
     for cw in cws.values():
         with torch.cuda.device(cw.device) if cw.device.type == "cuda" else contextlib.nullcontext():
             cw.allocate()
@@ -337,18 +432,20 @@ def finish(state: KeepState, model) -> None:
             hit = state.jit.get(_storage_id(p)) if p is not None else None
             if hit is None:
                 continue
-            placeholder, key, dtype, why = hit
-            cw = cws[placeholder.device]
+            cw, key = cws[hit.device], hit.cw_key
             full = f"{mname}.{pname}" if mname else pname
-            state.report["kept"].setdefault(full, why)  # a tied partner: the same reason
+            state.report["kept"].setdefault(full, hit.why)  # a tied partner: the same reason
             if pname == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                 if id(p) not in params:
-                    params[id(p)] = torch.nn.Parameter(cw.weights[key].view, requires_grad=False)
+                    params[id(p)] = torch.nn.Parameter(tp.like(cw.weights[key].view, p), requires_grad=False)
                 module._parameters[pname] = params[id(p)]
+                before = module.__dict__.get("forward")
                 cw.attach(module, key)
+                if tp.is_dtensor(p) and module.__dict__.get("forward") is not before:
+                    tp.install(model, mname, module, p.device_mesh)  # the plan's style over attach's forward
                 state.report["compressed"].append(full)
             else:  # only Linear / Embedding weights decode just in time
-                module._parameters[pname] = torch.nn.Parameter(cw.materialize(key), requires_grad=False)
+                module._parameters[pname] = torch.nn.Parameter(tp.like(cw.materialize(key), p), requires_grad=False)
                 state.report["decoded"].append(full)
     state.report["compressed"] = sorted(set(state.report["compressed"]))
     for cw in cws.values():

@@ -65,12 +65,16 @@ def save_folder(model, save_directory, max_shard_size="5GB", progress: bool = Fa
 
     save_directory: created if missing; existing wcodec shards of the same name are replaced
     atomically (the index is written last). max_shard_size: bytes or a string such as "5GB".
-    Returns the written weight paths. Raises OSError, WcodecError subclasses.
+    Returns the written weight paths. Raises OSError, WcodecError subclasses (UnsupportedError
+    for a model split across tensor-parallel ranks, ``tp_plan``: its shards are not gathered).
     """
     from ..api import _item
     from ..format import ShardedWriter, encode_into
     from ..format.sharded import DEFAULT_MAX_SHARD_SIZE
     from .convert import codec_config
+    from .tp import refuse_sharded
+
+    refuse_sharded(model, "save_pretrained")
 
     out = Path(save_directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,8 +150,12 @@ def bind_save(model) -> None:
 def dequantize_model(model):
     """Every compressed module of ``model`` back to its plain one (bit-exact): CompressedLinear ->
     nn.Linear, CompressedEmbedding -> nn.Embedding, compressed experts -> dense parameters,
-    just-in-time weights -> decoded parameters. Returns ``model``."""
+    just-in-time weights -> decoded parameters. Returns ``model``. Raises UnsupportedError for
+    a model split across tensor-parallel ranks (``tp_plan``)."""
     from ..torch.linear import CompressedLinear
+    from .tp import refuse_sharded
+
+    refuse_sharded(model, "dequantize")
 
     parents: dict = {}
     for _, parent in model.named_modules(remove_duplicate=False):

@@ -57,7 +57,7 @@ def distinct_weights(model: torch.nn.Module) -> dict:
     found: dict = {}
     for _, m in model.named_modules():
         if isinstance(m, CompressedLinear):
-            key = ("linear", m.out_features, m.in_features, m.bias is not None, m.w_packed.device)
+            key = ("linear", *m._shape(), m.bias is not None, m.w_packed.device)
         elif isinstance(m, CompressedEmbedding):
             n, k = m._shape()
             key = ("embedding", n, k, m.w_packed.device)

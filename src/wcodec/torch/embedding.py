@@ -59,21 +59,34 @@ class CompressedEmbedding(FixedBuffers):
             raise ValueError("an embedding with max_norm rewrites its table: it cannot stay compressed")
         return cls(fx.encode_weight(embedding.weight.detach()), embedding.padding_idx)
 
-    def _shape(self) -> tuple[int, int]:
-        return self.num_embeddings, self.embedding_dim
-
     def decoded_weight(self) -> torch.Tensor:
         """The table, bit-exact: [num_embeddings, embedding_dim] bfloat16 (a new tensor)."""
         return fx.decode(self.fixed_weight)
 
     def get_extra_state(self) -> dict:
-        return {"base": self.base, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim}
+        n, k = self._shape()
+        return {"base": self.base, "num_embeddings": n, "embedding_dim": k}
+
+    #: (start, stop): the table holds rows [start, stop) of a vocabulary split across
+    #: tensor-parallel ranks (None: the whole table); see :meth:`forward`
+    vocab_range = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.vocab_range is None:
+            return self._lookup(input)
+        # a vocabulary-parallel shard (Megatron-LM's VocabParallelEmbedding, Shoeybi et al. 2019;
+        # DTensor's MaskPartial for transformers' "embedding_rowwise"): ids of other ranks' rows
+        # give zeros, and the ranks' lookups summed are the whole table's
+        start, stop = self.vocab_range
+        outside = (input < start) | (input >= stop)
+        rows = self._lookup((input - start).masked_fill(outside, 0))
+        return rows.masked_fill(outside.unsqueeze(-1), 0)
+
+    def _lookup(self, input: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():  # eager: skip the custom op's dispatch cost
             return fx.embedding(input, self.fixed_weight)
-        return _fixed_embedding(input, self.w_packed, self.base, self.num_embeddings, self.embedding_dim)
+        return _fixed_embedding(input, self.w_packed, self.base, self._n, self._k)
 
     def extra_repr(self) -> str:
-        return (f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
+        return (f"{self._n}, {self._k}, padding_idx={self.padding_idx}, "
                 f"bits/weight={self.fixed_weight.bits_per_weight:.2f}")

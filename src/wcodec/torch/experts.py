@@ -105,8 +105,9 @@ def _check(module: nn.Module, attr: str, value: torch.Tensor) -> None:
     if value.is_meta:
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: on the meta device (no values)")
     p = _dense_param(module, attr)
-    if p is not None and tuple(p.shape) != tuple(value.shape):
-        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: the module holds {tuple(p.shape)}, "
+    held = tuple(p.to_local().shape if hasattr(p, "to_local") else p.shape) if p is not None else None
+    if held is not None and held != tuple(value.shape):  # a tensor-parallel shard: its local shape
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: the module holds {held}, "
                                     f"got {tuple(value.shape)}")
 
 

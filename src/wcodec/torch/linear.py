@@ -75,18 +75,24 @@ class _FixedLinearFn(torch.autograd.Function):
 class FixedBuffers(nn.Module):
     """Holds a FixedWeight as one uint8 buffer ``w_packed`` (``wcodec.gpu.fixed.pack``:
     ``.to(device)`` moves it, ``state_dict`` saves it; one graph input per layer under
-    torch.compile). Subclasses give the weight's shape through ``_shape()``; a subclass of
-    another layout (``wcodec.torch.linear16``) also sets ``_view_type`` and ``_check_packed``."""
+    torch.compile). ``_shape()`` is the held weight's [N, K]: the module's declared sizes
+    (``in_features`` ...) are those too, but for a tensor-parallel shard, which declares the whole
+    layer's as nn.Linear does under transformers' plan (:mod:`wcodec.hf.tp`). A subclass of
+    another layout (``wcodec.torch.linear16``) also sets ``_view_type``, ``_pack`` and
+    ``_check_packed``."""
 
     #: the ``.weight`` view's class (its constructor takes packed, base, n, k)
     _view_type = FixedWeightTensor
+    #: the layout's packing into one uint8 buffer
+    _pack = staticmethod(fx.pack)
 
     def _register_fixed(self, fw: fx.FixedWeight) -> None:
-        self.register_buffer("w_packed", fx.pack(fw))
+        self.register_buffer("w_packed", self._pack(fw))
         self.base = fw.base
+        self._n, self._k = fw.N, fw.K
 
     def _shape(self) -> tuple[int, int]:
-        raise NotImplementedError
+        return self._n, self._k
 
     @property
     def weight(self) -> FixedWeightTensor:
@@ -207,9 +213,6 @@ class CompressedLinear(FixedBuffers):
         """A CompressedLinear computing what ``linear`` (bfloat16 weight) computes."""
         return cls.from_weight(linear.weight, linear.bias)
 
-    def _shape(self) -> tuple[int, int]:
-        return self.out_features, self.in_features
-
     def decoded_weight(self) -> torch.Tensor:
         """The weight, bit-exact: [out_features, in_features] bfloat16 (a new tensor)."""
         return fx.decode(self.fixed_weight)
@@ -217,8 +220,8 @@ class CompressedLinear(FixedBuffers):
     def to_linear(self) -> nn.Linear:
         """A plain nn.Linear with the decoded weight (bit-exact) and a copy of the bias."""
         w = self.decoded_weight()
-        lin = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                        device=w.device, dtype=w.dtype)
+        n, k = self._shape()
+        lin = nn.Linear(k, n, bias=self.bias is not None, device=w.device, dtype=w.dtype)
         with torch.no_grad():
             lin.weight.copy_(w)
             if self.bias is not None:
@@ -236,7 +239,8 @@ class CompressedLinear(FixedBuffers):
         super()._load_from_state_dict(*args, **kwargs)
 
     def get_extra_state(self) -> dict:
-        return {"base": self.base, "in_features": self.in_features, "out_features": self.out_features}
+        n, k = self._shape()
+        return {"base": self.base, "in_features": k, "out_features": n}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
@@ -246,12 +250,11 @@ class CompressedLinear(FixedBuffers):
             # inference replays recorded launches (wcodec.gpu.replay: host time of a layer)
             if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
                 return _FixedLinearFn.apply(x, bias, self.fixed_weight)
-            return self._replays(x, bias, self._buffers["w_packed"], self.out_features, self.base,
-                                 lambda: self.fixed_weight)
-        return _fixed_linear(x, self.w_packed, bias, self.base, self.out_features, self.in_features)
+            return self._replays(x, bias, self._buffers["w_packed"], self._n, self.base, lambda: self.fixed_weight)
+        return _fixed_linear(x, self.w_packed, bias, self.base, self._n, self._k)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+        return (f"in_features={self._k}, out_features={self._n}, "
                 f"bias={self.bias is not None}, bits/weight={self.fixed_weight.bits_per_weight:.2f}")
 
 

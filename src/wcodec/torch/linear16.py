@@ -114,14 +114,11 @@ class CompressedLinear16(CompressedLinear):
     Under torch.compile the matmul is one custom op (``wcodec::fixed16_linear``)."""
 
     _view_type = Fixed16WeightTensor
+    _pack = staticmethod(fx16.pack)
 
     def __init__(self, fw: fx16.Fixed16Weight, bias: torch.Tensor | None = None):
         super().__init__(fw, bias)
         self.weight_dtype = torch.float16
-
-    def _register_fixed(self, fw: fx16.Fixed16Weight) -> None:
-        self.register_buffer("w_packed", fx16.pack(fw))
-        self.base = fw.base
 
     def _check_packed(self, packed, base: int, n: int, k: int, where: str) -> None:
         check_packed16(packed, base, n, k, where)
@@ -151,7 +148,7 @@ class CompressedLinear16(CompressedLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
         if torch.compiler.is_compiling():
-            return _linear_op(x, self.w_packed, bias, self.base, self.out_features, self.in_features)
+            return _linear_op(x, self.w_packed, bias, self.base, self._n, self._k)
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             return _Fixed16LinearFn.apply(x, bias, self.fixed_weight)
         return fx16.linear(x, self.fixed_weight, bias)
