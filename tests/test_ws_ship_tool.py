@@ -51,3 +51,20 @@ def test_writes_entries_keeps_others(tmp_path):
     assert (ws64["split"], ws64["us"], ws64["config"]["kwargs"]) == (2, 22.0, configs(64)[0].kwargs)
     assert (ws128["split"], ws128["us"], ws128["config"]["kwargs"]) == (2, 29.0, configs(128)[1].kwargs)
     assert ws64["config"]["num_warps"] == 4 and ws128["cublas_us"] == 16.0
+
+
+def test_register_a_kernel_entries(tmp_path):
+    """--kernel ra: ra_kernel.json's rows (under "rows"), heavy-tailed rows summed at every M,
+    variants outside fixed_ra.configs (names beyond c<i>s<split>) never shipped."""
+    pytest.importorskip("wcodec.gpu.fixed_ra", reason="the register-A kernel needs Gluon's linear layouts")
+    from wcodec.gpu.fixed_ra import configs
+    rows = [dict(N=4096, K=4096, M=32, dist="normal", cublas=13.0, c0s4=15.0, c1s4=14.0, c1ds2=10.0),
+            dict(N=4096, K=4096, M=32, dist="t3", cublas=13.0, c0s4=19.0, c1s4=21.0)]
+    res = tmp_path / "ra_kernel.json"
+    res.write_text(json.dumps({"bad": [], "rows": rows, "regs": {}}))
+    cfg = tmp_path / "sm90.json"
+    cfg.write_text(json.dumps({"arch": "sm90", "entries": []}))
+    assert ws_ship.main([str(res), str(cfg), "--kernel", "ra", "--ms", "32"]) == 0
+    (e,) = json.loads(cfg.read_text())["entries"]
+    assert (e["kind"], e["mb"], e["split"], e["us"]) == ("ra32", 32, 4, 15.0)  # 15 + 19 against 14 + 21
+    assert e["config"]["kwargs"] == configs(32)[0].kwargs

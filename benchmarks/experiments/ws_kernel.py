@@ -37,15 +37,18 @@ def weights(si: int, dist: str):
     return w, ws_, [fx.encode_weight(w_) for w_ in ws_], 20 // len(ws_) + 1, g
 
 
-def call(x, f, cfg, split, y, ws, kernel=fixed_ws_kernel, **extra):
+def call(x, f, cfg, split, y, ws, kernel=fixed_ws_kernel, b=None, **extra):
+    """y = x @ W.T (+ b) by ``kernel`` (one of the swapped Gluon kernels: grid (N tiles, split))
+    with ``cfg`` in ``split`` K slices (ws: their fp32 scratch); returns the compiled kernel."""
     M, K = x.shape
     kw = dict(cfg.kwargs)
-    kernel[(fx._cdiv(f.N, kw["BN"]), split)](
-        x, f.lo, f.nib, f.eptr, f.ecol, f.eval, f.erow, y, y, ws, M, f.N, K, f.kpad // 8, x.stride(0), y.stride(0),
-        f.base, kw["BM"], split, HAS_BIAS=False, num_warps=cfg.num_warps,
+    k = kernel[(fx._cdiv(f.N, kw["BN"]), split)](
+        x, f.lo, f.nib, f.eptr, f.ecol, f.eval, f.erow, y if b is None else b, y, ws, M, f.N, K, f.kpad // 8,
+        x.stride(0), y.stride(0), f.base, kw["BM"], split, HAS_BIAS=b is not None, num_warps=cfg.num_warps,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}), **kw, **extra)
     if split > 1:
-        fx._reduce(ws, y, y, split, False, None, 0)
+        fx._reduce(ws, y if b is None else b, y, split, b is not None, None, 0)
+    return k
 
 
 def main(argv=None) -> int:

@@ -101,8 +101,9 @@ def rel(a, b):
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     """Every row block of the kernel (16-128 rows, several blocks above 128), whatever M the
-    routing gives it today (MMA_MAX_M)."""
+    routing gives it today (MMA_MAX_M; the register-A kernel, first at 17-32 rows on sm_90, off)."""
     monkeypatch.setattr(fx, "MMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "RA_MAX_M", 0)
     fw, x, b, ref = case(N, K, M, bias)
     assert fx.pick_kind(M, x) == "mm"
     check_kernel(fw, x, b, ref, fx._mma_kind(M), monkeypatch)
@@ -116,6 +117,7 @@ def test_every_config_matches_reference(bm, monkeypatch):
     whose rows and K slices end inside a tile, with escapes and bias, at 1 and 3 K slices."""
     from wcodec.gpu.fixed_mma import configs
     monkeypatch.setattr(fx, "MMA_MAX_M", 256)
+    monkeypatch.setattr(fx, "RA_MAX_M", 0)
     fw, x, b, ref = case(300, 1032, bm - 3, True)
     M = x.shape[0]
     kind, mb = fx._mma_kind(M), 1 << (M - 1).bit_length()
@@ -170,16 +172,26 @@ def test_a_failing_kernel_warns_once_and_falls_back(monkeypatch):
     w = weight(200, 136, seed=3)
     fw = fx.encode_weight(w)
     x = torch.randn(7, 136, device="cuda").to(torch.bfloat16)
-    real = fx._kernel
-
-    class Broken:
-        def __getitem__(self, grid):
-            raise RuntimeError("simulated compile failure")
-
-    monkeypatch.setattr(fx, "_kernel", lambda kind: (Broken(), {}) if kind.startswith("mma") else real(kind))
+    break_kernel("mma", monkeypatch)
     monkeypatch.setattr(fx, "_MMA_OK", {})
     monkeypatch.setattr(fx, "_BEST", {})
     with pytest.warns(RuntimeWarning, match="simulated compile failure"):
         y = fx.linear(x, fw)
     assert rel(y, x.float() @ w.float().T) < 5e-3
     assert not fx._mma_ready(x)  # off for the rest of the process: no second warning
+
+
+def break_kernel(prefix: str, monkeypatch) -> None:
+    """Make the kernels of kinds starting with ``prefix`` fail wherever they are touched: launched,
+    or their function asked for (the shipped configs' lookup reads it before a launch)."""
+    real = fx._kernel
+
+    class Broken:
+        def __getitem__(self, grid):
+            raise RuntimeError("simulated compile failure")
+
+        @property
+        def fn(self):
+            raise RuntimeError("simulated compile failure")
+
+    monkeypatch.setattr(fx, "_kernel", lambda kind: (Broken(), {}) if kind.startswith(prefix) else real(kind))

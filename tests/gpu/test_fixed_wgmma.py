@@ -48,6 +48,15 @@ def compile_sm90(kernel, consts, num_warps):
              if n.endswith("_ptr") or n in ("K", "G", "stride_xm")}
     return triton.compile(GluonASTSource(kernel, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+def stack_bytes(k):  # the compiled kernel's stack frame (spills) in bytes by cuobjdump; None: none said
+    f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
+    f.write(k.asm["cubin"])
+    f.close()
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    stack = re.search(r"STACK:(\\d+)", usage)
+    return int(stack.group(1)) if stack else None
 """
 
 _COMPILE = """
@@ -55,14 +64,8 @@ from wcodec.gpu.fixed_wgmma import configs, fixed_wgmma_kernel
 cfg = configs(64)[0]
 k = compile_sm90(fixed_wgmma_kernel, {"XPF": True, "STAGES": 0, **cfg.kwargs, "HAS_BIAS": True}, cfg.num_warps)
 ptx = k.asm["ptx"]
-f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
-f.write(k.asm["cubin"])
-f.close()
-tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-stack = re.search(r"STACK:(\\d+)", usage)
 print("RESULT " + json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "wait1": ptx.count("wgmma.wait_group.sync.aligned 1"),
-                              "st_v4": ptx.count("st.shared.v4"), "stack": int(stack.group(1)) if stack else None}))
+                              "st_v4": ptx.count("st.shared.v4"), "stack": stack_bytes(k)}))
 """
 
 

@@ -49,6 +49,7 @@ def test_matches_reference_and_triton_kernel(N, K, M, bias, monkeypatch):
     monkeypatch.setattr(fx, "WS_MIN_M", 16)
     monkeypatch.setattr(fx, "WS_MAX_M", 256)
     monkeypatch.setattr(fx, "MMA_MAX_M", 16)
+    monkeypatch.setattr(fx, "RA_MAX_M", 0)  # the register-A kernel comes first at 17-32 rows
     fw, x, b, ref = case(N, K, M, bias)
     assert fx._runs_ws(x) and fx.pick_kind(M, x) == "mm"
     check_kernel(fw, x, b, ref, f"ws{max(32, 1 << (M - 1).bit_length())}", monkeypatch)
@@ -75,6 +76,7 @@ def test_every_config_matches_reference(bm, monkeypatch):
     monkeypatch.setattr(fx, "WS_MIN_M", 16)
     monkeypatch.setattr(fx, "WS_MAX_M", 256)
     monkeypatch.setattr(fx, "MMA_MAX_M", 16)
+    monkeypatch.setattr(fx, "RA_MAX_M", 0)  # the register-A kernel comes first at 17-32 rows
     fw, x, b, ref = case(300, 1040, bm - 3, True)
     M = x.shape[0]
     for cfg in configs(bm):

@@ -180,7 +180,7 @@ def _check_calls(layer, xs, bias):
 
 
 @cuda
-@pytest.mark.parametrize("m", [1, 3, 16, 40])
+@pytest.mark.parametrize("m", [1, 3, 16, 24, 40])
 @pytest.mark.parametrize("bias", [False, True])
 def test_replay_equals_the_normal_launch(m, bias):
     layer = _layer(bias=bias, device="cuda")

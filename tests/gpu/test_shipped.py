@@ -73,8 +73,8 @@ def test_fixed_takes_the_config_and_split_without_tuning(table, monkeypatch):
 
 
 def _kernel_args(kind: str):
-    if kind.startswith(("mma", "wgmma", "ws")):
-        name = {"m": "fixed_mma", "w": "fixed_wgmma"}[kind[0]] if not kind.startswith("ws") else "fixed_ws"
+    if kind.startswith(("mma", "wgmma", "ws", "ra")):
+        name = "fixed_ws" if kind.startswith("ws") else {"m": "fixed_mma", "w": "fixed_wgmma", "r": "fixed_ra"}[kind[0]]
         mod = pytest.importorskip(f"wcodec.gpu.{name}", reason="the mma kernels need Triton's Gluon")
         return getattr(mod, f"{name}_kernel").arg_names
     from wcodec.gpu import fixed_kernels as fk

@@ -1,7 +1,8 @@
 """The fixed-rate layout on a torch device: encode (transcode), decode, and matmuls that decode
 in registers (Triton kernels in :mod:`wcodec.gpu.fixed_kernels`, the Gluon mma kernel in
-:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, on sm_90 the warp-specialised
-kernel in :mod:`wcodec.gpu.fixed_ws` for 33-128 rows and the Hopper wgmma kernel in
+:mod:`wcodec.gpu.fixed_mma` for 3-32 rows of bf16 activations, on sm_90 the register-A wgmma
+kernel in :mod:`wcodec.gpu.fixed_ra` before it for 17-32 rows, the warp-specialised kernel in
+:mod:`wcodec.gpu.fixed_ws` for 33-128 rows and the Hopper wgmma kernel in
 :mod:`wcodec.gpu.fixed_wgmma` as its fallback; torch ops on the CPU). Tile configs come from
 the files shipped per GPU architecture (:mod:`wcodec.gpu.shipped`), else from Triton's autotuner.
 
@@ -78,6 +79,19 @@ WS_MAX_M = 128
 WS_ANY_MAX_M = 64
 #: WCODEC_WS=0 keeps those rows off the warp-specialised kernel (for comparisons)
 WS_ENABLED = os.environ.get("WCODEC_WS", "1") != "0"
+#: bf16 x of RA_MIN_M < M <= RA_MAX_M rows on an sm_90 GPU (K and x's row stride multiples of 16,
+#: x 4-byte aligned) runs the register-A wgmma kernel (fixed_ra: each warpgroup decodes its 64
+#: rows of W straight into wgmma's A registers, x's tile in shared memory), before the mma
+#: kernel (its fallback). H200, 2026-12-01 (benchmarks/serving_kernels.py, M = 32), time / cuBLAS
+#: on 4096x4096, 11008x4096, 4096x11008, 14336x4096: 1.10 / 1.33 / 1.17 / 1.29x against the mma
+#: kernel's 1.38 / 1.85 / 1.38 / 1.55x; Student-t 1.45 / 1.74 / 1.69 / 1.73x against 1.50 / 2.01 /
+#: 1.83 / 1.80x. At 16 rows it lost on Student-t weights, at 64 it tied the warp-specialised
+#: kernel, at 128-256 it lost to it and to decode + cuBLAS (x's tile is copied per W tile:
+#: benchmarks/HISTORY.md "kern7")
+RA_MIN_M = 16
+RA_MAX_M = 32
+#: WCODEC_RA=0 keeps those rows off the register-A kernel (for comparisons)
+RA_ENABLED = os.environ.get("WCODEC_RA", "1") != "0"
 #: the row-block heights of x the mma kernel is built for (see _mma_rows)
 MMA_BLOCK_ROWS = (16, 32, 64, 128)
 #: WCODEC_MMA=0 keeps bf16 activations on the Triton kernel (for comparisons)
@@ -479,16 +493,18 @@ def _kernel(kind: str):
     results are kept in Triton's cache directory (its key: Triton, the GPU architecture, the
     kernel's source, the shape key, the config list), so a later process skips the timing runs
     and their 256 MB L2-flush buffer at its first calls."""
-    if kind.startswith(("mma", "wgmma", "ws")):  # "mma16" .. "mma128", "wgmma64" .. "wgmma256", "ws32" .. "ws256"
+    if kind.startswith(("mma", "wgmma", "ws", "ra")):  # "mma16" .. "mma128", "wgmma64" .., "ws32" .., "ra16" ..
         if kind not in _TUNED:  # (never interpreted)
             import triton
             if kind.startswith("mma"):
                 from .fixed_mma import configs, fixed_mma_kernel as fn
             elif kind.startswith("ws"):
                 from .fixed_ws import configs, fixed_ws_kernel as fn
+            elif kind.startswith("ra"):
+                from .fixed_ra import configs, fixed_ra_kernel as fn
             else:
                 from .fixed_wgmma import configs, fixed_wgmma_kernel as fn
-            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgmas"))), key=["N", "K", "MB", "SPLIT"],
+            _TUNED[kind] = triton.autotune(configs=configs(int(kind.lstrip("wgmasr"))), key=["N", "K", "MB", "SPLIT"],
                                            cache_results=True)(fn)
         return _TUNED[kind], {}
     from . import fixed_kernels as fk
@@ -676,18 +692,42 @@ def _ws_ready(x: torch.Tensor) -> bool:
     """Whether :func:`linear` of x may run the warp-specialised kernel (:mod:`wcodec.gpu.fixed_ws`):
     as :func:`_wgmma_ready`, plus a Gluon with ``warp_specialize`` and mbarriers, and no failure
     of that kernel earlier in this process, not WCODEC_WS=0."""
-    if not (WS_ENABLED and _wgmma_ready(x)):
+    return _hopper_ready(x, WS_ENABLED, _WS_OK, ws=True)
+
+
+def _hopper_ready(x: torch.Tensor, enabled: bool, ok: dict, **features) -> bool:
+    """_wgmma_ready(x), ``enabled``, and (cached per device in ``ok``, which a failure sets to
+    False) a Gluon with the Hopper ops and ``features`` (see _gluon_available)."""
+    if not (enabled and _wgmma_ready(x)):
         return False
     i = _cuda_index(x.device)
-    if i not in _WS_OK:
-        _WS_OK[i] = _gluon_available(hopper=True, ws=True)
-    return _WS_OK[i]
+    if i not in ok:
+        ok[i] = _gluon_available(hopper=True, **features)
+    return ok[i]
 
 
 def _runs_ws(x2: torch.Tensor) -> bool:
     """Whether :func:`linear` runs the warp-specialised kernel for the tensor-core path of x2 [M, K]
     (rows of x 16-element aligned: see _ws_fits)."""
     return WS_MIN_M < x2.shape[0] <= WS_MAX_M and _ws_fits(x2) and x2.stride(0) % 16 == 0 and _ws_ready(x2)
+
+
+_RA_OK: dict = {}
+
+
+def _ra_ready(x: torch.Tensor) -> bool:
+    """Whether :func:`linear` of x may run the register-A kernel (:mod:`wcodec.gpu.fixed_ra`): as
+    :func:`_wgmma_ready`, plus a Gluon with explicit linear layouts, not WCODEC_RA=0, and no
+    failure of that kernel earlier in this process."""
+    return _hopper_ready(x, RA_ENABLED, _RA_OK, linear_layouts=True)
+
+
+def _runs_ra(x2: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs the register-A kernel for x2 [M, K]: RA_MIN_M < M <= RA_MAX_M,
+    K and the row stride multiples of 16 (see _ws_fits) and x 4-byte aligned (its copies are
+    4-byte cp.async of column pairs)."""
+    return RA_MIN_M < x2.shape[0] <= RA_MAX_M and _ws_fits(x2) and x2.stride(0) % 16 == 0 \
+        and x2.data_ptr() % 4 == 0 and _ra_ready(x2)
 
 
 def _ws_fits(x: torch.Tensor) -> bool:
@@ -697,26 +737,29 @@ def _ws_fits(x: torch.Tensor) -> bool:
     return x.shape[-1] % 16 == 0
 
 
-def _gluon_available(hopper: bool = False, ws: bool = False) -> bool:
+def _gluon_available(hopper: bool = False, ws: bool = False, linear_layouts: bool = False) -> bool:
     try:
         import inspect
 
+        from triton.experimental import gluon
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.language.nvidia import ampere
         if hopper:
             from triton.experimental.gluon.language.nvidia import hopper as h
             return all(hasattr(h, f) for f in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared")) \
-                and (not ws or hasattr(gl, "warp_specialize") and hasattr(h, "mbarrier"))
+                and (not ws or hasattr(gl, "warp_specialize") and hasattr(h, "mbarrier")) \
+                and (not linear_layouts or hasattr(gl, "DistributedLinearLayout") and hasattr(gluon, "constexpr_function"))
         return hasattr(ampere, "mma_v2") and "assert_trivial" in inspect.signature(gl.convert_layout).parameters
     except Exception:  # no Gluon, or one without a piece the kernel uses: the Triton kernel runs
         return False
 
 
 def _mma_failed(err: Exception, family: str = "mma") -> None:
-    """The Gluon kernel ``family`` ("mma", "wgmma", "ws") failed at its first launch: warn once,
-    use the next kernel (ws: the wgmma kernel or the Triton kernel; the others: the Triton kernel)."""
+    """The Gluon kernel ``family`` ("mma", "wgmma", "ws", "ra") failed at its first launch: warn
+    once, use the next kernel (ra: the mma kernel; ws: the wgmma kernel or the Triton kernel; the
+    others: the Triton kernel)."""
     import warnings
-    ok = {"mma": _MMA_OK, "wgmma": _WGMMA_OK, "ws": _WS_OK}[family]
+    ok = {"mma": _MMA_OK, "wgmma": _WGMMA_OK, "ws": _WS_OK, "ra": _RA_OK}[family]
     for i in list(ok) or [torch.cuda.current_device()]:
         ok[i] = False
     warnings.warn(f"wcodec: the fused {family} kernel failed on this GPU/Triton ({type(err).__name__}: "
@@ -726,7 +769,8 @@ def _mma_failed(err: Exception, family: str = "mma") -> None:
 def pick_kind(M: int, x: torch.Tensor | None = None, fw: FixedWeight | None = None) -> str:
     """The kernel :func:`linear` runs for M activation rows of ``x`` on weight ``fw`` (see
     GEMV_MAX_M, MMA_GEMV_MAX_M, MMA_MAX_M, LARGE_M, WS_MAX_M, WS_ANY_MAX_M, WGMMA_MAX_M and
-    WGMMA_MAX_ESCAPES); without x, as for activations that cannot take the mma kernels; without
+    WGMMA_MAX_ESCAPES; which tensor-core kernel serves "mm" is chosen in :func:`linear`:
+    RA_MAX_M); without x, as for activations that cannot take the mma kernels; without
     fw, as for a weight of few escapes. This is the one place that routes by M."""
     mma = x is not None and _mma_ready(x)
     if M <= (MMA_GEMV_MAX_M if mma else GEMV_MAX_M):
@@ -748,7 +792,9 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
     above (for bf16 x of up to MMA_MAX_M rows on a GPU of compute capability >= 8.0, the Gluon
     kernel of :mod:`wcodec.gpu.fixed_mma`; it warns once and gives way to the Triton kernel if
     it fails to compile; bf16 x of WIDE_MIN_M < M <= WIDE_MAX_M rows that reaches the Triton
-    kernel takes all its rows in one block; on sm_90, bf16 x of WS_MIN_M < M <= WS_MAX_M rows
+    kernel takes all its rows in one block; on sm_90, bf16 x of RA_MIN_M < M <= RA_MAX_M rows
+    with K and the row stride multiples of 16 the register-A kernel of :mod:`wcodec.gpu.fixed_ra`
+    first (the mma kernel its fallback), bf16 x of WS_MIN_M < M <= WS_MAX_M rows
     with K a multiple of 16 the warp-specialised kernel of :mod:`wcodec.gpu.fixed_ws`, else of
     WGMMA_MIN_M < M <= WGMMA_MAX_M rows the wgmma kernel of :mod:`wcodec.gpu.fixed_wgmma`),
     decode + cuBLAS from LARGE_M rows (``kind``
@@ -795,7 +841,8 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         xw = x64 if x64 is not None else x2
         _launch("gemv", grid, key, x2, xw, *args, BM=BM, EB=32, HAS_BIAS=bias is not None, X64=x64 is not None,
                 record=record, subs=(x2, xw, b, y, y))
-    elif not (_runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)
+    elif not (_runs_ra(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, "ra")
+              or _runs_mma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record)
               or _runs_ws(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, "ws")
               or _runs_wgmma(x2) and _linear_mma(x2, fw, args, key, b, y, split, record, "wgmma")):
         _linear_tiled(x2, fw, args, key, b, y, split, record)
@@ -831,15 +878,18 @@ def _linear_tiled(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, rec
 
 def _linear_mma(x2, fw: FixedWeight, args: tuple, key: tuple, b, y, split, record, family: str = "mma") -> bool:
     """y = x2 @ W.T (+ bias) by the Gluon kernel ``family`` ("mma"; "wgmma": the Hopper wgmma
-    kernel; "ws": the warp-specialised one) and, for split > 1, the split-K sum; False (nothing
-    launched) when the kernel fails at its first launch (see _mma_failed)."""
+    kernel; "ws": the warp-specialised one; "ra": the register-A one) and, for split > 1, the
+    split-K sum; False (nothing launched) when the kernel fails at its first launch (see
+    _mma_failed)."""
     M = x2.shape[0]
     wgmma = family != "mma"
-    kind = {"mma": _mma_kind(M), "wgmma": f"wgmma{max(64, _pow2(M))}", "ws": f"ws{max(32, _pow2(M))}"}[family]
+    kind = {"mma": _mma_kind(M), "wgmma": f"wgmma{max(64, _pow2(M))}", "ws": f"ws{max(32, _pow2(M))}",
+            "ra": f"ra{max(16, _pow2(M))}"}[family]
     mb = _pow2(M) if M <= 256 else _bucket(M)  # tuned per power of two: 32 and 64 rows take other tiles
     if split is None:
         split = _shipped_split(kind, fw.N, fw.K, mb, x2.device) \
-            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if family == "wgmma" else 0, ws=family == "ws")
+            or split_k(M, fw.N, fw.K, x2.device, mma=not wgmma, wide=64 if family == "wgmma" else 0,
+                       ws=family == "ws", ra=family == "ra")
     ws = torch.empty((split, M, fw.N), dtype=torch.float32, device=x2.device) if split > 1 else y
     grid = lambda meta: (_cdiv(M, meta["BM"]) * _cdiv(fw.N, meta["BN"]), split)  # noqa: E731
     recorded = len(record) if record is not None else 0
@@ -878,7 +928,8 @@ MIN_SPLIT_COLS = 1024
 MMA_MIN_SPLIT_COLS = 512
 
 
-def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws: bool = False) -> int:
+def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws: bool = False,
+            ra: bool = False) -> int:
     """K slices for the tiled kernels (``SPLIT``): with few output tiles (e.g. M = 16 on a
     4096-row weight: 128 tiles of 16x32 for 132 SMs) each program streams a long row of W and
     the GPU waits on memory latency; slicing K doubles the programs until there are two per SM
@@ -891,6 +942,8 @@ def split_k(M: int, N: int, K: int, device, mma: bool = False, wide: int = 0, ws
     sms = _sm_count(device)
     if ws:  # the warp-specialised kernel: tiles of 64 rows of W, one program an SM (registers)
         return _ws_split(N, K, sms)
+    if ra:  # the register-A kernel: tiles of 64 rows of W, two programs an SM (H200, M = 32: the
+        return _ws_split(N, K, 2 * sms)  # fastest of 1, 2, 4, 8 on 4096x4096, 4096x11008, 14336x4096)
     if mma:
         tiles, programs, cols = _cdiv(N, 64) * _cdiv(M, _mma_rows(M)), 3 * sms // 2, MMA_MIN_SPLIT_COLS
     elif wide:  # one row block of ``wide`` rows: tiles of 64 rows of W
@@ -1028,4 +1081,4 @@ def grad_input(g: torch.Tensor, fw: FixedWeight) -> torch.Tensor:
 
 __all__ = ["FixedWeight", "encode_weight", "from_sections", "to_sections", "pack", "unpack", "decode", "decode_rows",
            "decode_launch", "linear", "grad_input", "pick_kind", "split_k", "tuned_configs", "Recording", "LinearReplays",
-           "KINDS", "GEMV_MAX_M", "LARGE_M", "WS_MIN_M", "WS_MAX_M", "WS_ANY_MAX_M"]
+           "KINDS", "GEMV_MAX_M", "LARGE_M", "WS_MIN_M", "WS_MAX_M", "WS_ANY_MAX_M", "RA_MIN_M", "RA_MAX_M"]
