@@ -718,8 +718,10 @@ typedef struct {
     void *out;
     int32_t *status;
     uint32_t *crcs;             /* [n_chunks]: CRC-32 of each chunk's decoded bytes, or NULL */
-    /* sections read from a file by the tasks themselves (decode_float_many), piece by piece */
+    /* sections read from a file by the tasks themselves (decode_float_file), piece by piece */
     int fd;                     /* >= 0: words, tail and low bytes are read from this file */
+    const uint8_t *src;         /* or, not NULL, the file's src_len bytes in memory: pieces in place */
+    int64_t src_len;
     int64_t words_at, tail_at;  /* their file offsets */
     int64_t low_at[2];          /* raw low plane q's bytes, or coded low plane q's words */
     uint32_t *piece_crc;        /* [4][n_pairs]: CRC-32 of each pair's words, tail, low1, low0 bytes, or NULL */
@@ -1075,21 +1077,38 @@ static int64_t file_work_bytes(int64_t cs, int coded) {
     return ((coded ? 6 : 2) * cs + 63) / 64 * 64 + 4 * AREA(cs) + 3 * (int64_t)sizeof(lut_cache_t);
 }
 static int64_t work_bytes(const merge_ctx *ctx) {
-    if (ctx->fd >= 0) return file_work_bytes(ctx->p.chunk_size, ctx->low_coded[0] || ctx->low_coded[1]);
+    if (ctx->fd >= 0 || ctx->src) return file_work_bytes(ctx->p.chunk_size, ctx->low_coded[0] || ctx->low_coded[1]);
     return (sym_bytes(ctx) + 63) / 64 * 64;
 }
 
-/* one piece of a file-read task into dst, checksummed (piece CRC to *crc when crc is not NULL);
- * 0, or the read's error (see read_at) recorded in ctx->io_err */
-static int read_piece(merge_ctx *ctx, void *dst, int64_t len, int64_t at, uint32_t *crc) {
-    int e = read_at(ctx->fd, dst, len, at);
+/* len bytes at offset `at` of the decode's source into dst: pread from its file, or a copy
+ * from its bytes in memory; 0, an errno, or -1 when the source ends first */
+static int src_read(const merge_ctx *ctx, void *dst, int64_t len, int64_t at) {
+    if (!ctx->src) return read_at(ctx->fd, dst, len, at);
+    if (at < 0 || len < 0 || at > ctx->src_len || len > ctx->src_len - at) return -1;
+    memcpy(dst, ctx->src + at, (size_t)len);
+    return 0;
+}
+
+/* one piece of a file-read task: read into `area`, or (a source in memory) where it lies;
+ * checksummed (its CRC to *crc when crc is not NULL). The piece, or NULL after recording the
+ * read's error (see read_at) in ctx->io_err. */
+static const uint8_t *get_piece(merge_ctx *ctx, uint8_t *area, int64_t len, int64_t at, uint32_t *crc) {
+    const uint8_t *piece = area;
+    int e;
+    if (ctx->src) {
+        e = at < 0 || len < 0 || at > ctx->src_len || len > ctx->src_len - at ? -1 : 0;
+        piece = ctx->src + at;
+    } else {
+        e = read_at(ctx->fd, area, len, at);
+    }
     if (e) {
         int zero = 0;
         __atomic_compare_exchange_n(&ctx->io_err, &zero, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-        return e;
+        return NULL;
     }
-    if (crc) *crc = wc_crc32(dst, len, 0);
-    return 0;
+    if (crc) *crc = wc_crc32(piece, len, 0);
+    return piece;
 }
 
 /* Pair t of a merge: decode head chunks 2t, 2t + 1 (and the coded low planes' same chunks) and
@@ -1100,7 +1119,7 @@ static void merge_pair(merge_ctx *ctx, int64_t t, uint8_t *work) {
     const int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
     const int k = c0 + 1 < n_chunks ? 2 : 1;
     const int64_t start = c0 * cs, end = ctx->p.n < start + k * cs ? ctx->p.n : start + k * cs, m = end - start;
-    const int R = ctx->tail_bits, ob = ctx->out_bytes, file = ctx->fd >= 0;
+    const int R = ctx->tail_bits, ob = ctx->out_bytes, file = ctx->fd >= 0 || ctx->src;
     const int64_t n_pairs = (n_chunks + 1) / 2;
     merge_ctx local; /* this pair's view: output, tail and planes from the pair's first value */
     memcpy(&local, ctx, sizeof local);
@@ -1116,27 +1135,27 @@ static void merge_pair(merge_ctx *ctx, int64_t t, uint8_t *work) {
         lut_cache_t *lc = (lut_cache_t *)(area + 4 * AREA(cs)); /* head, low1, low0 */
         uint32_t *pc = ctx->piece_crc; /* [4][n_pairs]: words, tail, low1, low0 */
         int64_t base = ctx->p.offsets[c0], nw = (int64_t)ctx->p.offsets[c0 + k] - base;
-        uint16_t *w = (uint16_t *)area;
-        bad |= read_piece(ctx, w, 2 * nw, ctx->words_at + 2 * base, pc ? pc + t : NULL);
-        if (!nw) w[0] = 0;
-        pair_view(&ctx->p, c0, k, w, nw ? nw : 1, base, offs[0], &local.p);
+        static const uint16_t zero_word[1] = {0}; /* a pair without words: the loads' one word */
+        const uint8_t *got = get_piece(ctx, area, 2 * nw, ctx->words_at + 2 * base, pc ? pc + t : NULL);
+        bad |= !got;
+        pair_view(&ctx->p, c0, k, nw && got ? (const uint16_t *)got : zero_word, nw ? nw : 1, base, offs[0], &local.p);
         if (ctx->p.full) pair_lookup(&ctx->p, c0, k, &lc[0], &local.p);
-        uint8_t *tl = area + AREA(cs);
-        bad |= read_piece(ctx, tl, local.n_tail, ctx->tail_at + t0, pc ? pc + n_pairs + t : NULL);
-        local.tail = tl;
+        got = get_piece(ctx, area + AREA(cs), local.n_tail, ctx->tail_at + t0, pc ? pc + n_pairs + t : NULL);
+        bad |= !got;
+        local.tail = got;
         for (int q = 0; q < 2 && ctx->low_planes; q++) {
             uint8_t *la = area + (2 + q) * AREA(cs);
             uint32_t *lcrc = pc ? pc + (2 + q) * n_pairs + t : NULL;
             if (ctx->low_coded[q]) {
                 const plane_t *lp = &ctx->low_plane[q];
                 int64_t lb = lp->offsets[c0], ln = (int64_t)lp->offsets[c0 + k] - lb;
-                bad |= read_piece(ctx, la, 2 * ln, ctx->low_at[q] + 2 * lb, lcrc);
-                if (!ln) ((uint16_t *)la)[0] = 0;
-                pair_view(lp, c0, k, (uint16_t *)la, ln ? ln : 1, lb, offs[1 + q], &local.low_plane[q]);
+                got = get_piece(ctx, la, 2 * ln, ctx->low_at[q] + 2 * lb, lcrc);
+                bad |= !got;
+                pair_view(lp, c0, k, ln && got ? (const uint16_t *)got : zero_word, ln ? ln : 1, lb, offs[1 + q],
+                          &local.low_plane[q]);
                 if (lp->full) pair_lookup(lp, c0, k, &lc[1 + q], &local.low_plane[q]);
             } else {
-                bad |= read_piece(ctx, la, m, ctx->low_at[q] + start, lcrc);
-                low[q] = la;
+                bad |= !(low[q] = get_piece(ctx, la, m, ctx->low_at[q] + start, lcrc));
             }
         }
     } else {
@@ -1240,6 +1259,7 @@ static int merge_setup(merge_ctx *ctx, bufs_t *bs, PyObject *const *o, long long
     PyObject *o_lowc1 = o[10], *o_lowc0 = o[11];
     int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
     ctx->fd = -1;
+    ctx->src = NULL;
     ctx->crcs = NULL;
     ctx->piece_crc = NULL;
     ctx->io_err = 0;
@@ -1399,12 +1419,12 @@ static int read_small(merge_ctx *ctx, const int64_t *row, const int *idx, int k,
     }
     if (lo < hi && hi - lo <= total + 4096) { /* one read of the span, then each section moved down */
         uint8_t *span = buf + total;          /* the caller gave room for total + 4096 more */
-        if (read_at(ctx->fd, span, hi - lo, lo)) return FF_E_READ;
+        if (src_read(ctx, span, hi - lo, lo)) return FF_E_READ;
         for (int i = 0; i < k; i++)
             if (SEC_SIZE(row, idx[i]) > 0) memmove(buf + pos[i], span + (SEC_OFF(row, idx[i]) - lo), SEC_SIZE(row, idx[i]));
     } else {
         for (int i = 0; i < k; i++)
-            if (SEC_SIZE(row, idx[i]) > 0 && read_at(ctx->fd, buf + pos[i], SEC_SIZE(row, idx[i]), SEC_OFF(row, idx[i])))
+            if (SEC_SIZE(row, idx[i]) > 0 && src_read(ctx, buf + pos[i], SEC_SIZE(row, idx[i]), SEC_OFF(row, idx[i])))
                 return FF_E_READ;
     }
     if (verify)
@@ -1718,17 +1738,26 @@ static void ff_finish(ftensor_t *ft, int64_t n_pairs, int verify) {
 }
 
 static PyObject *py_decode_float_file(PyObject *self, PyObject *args) {
-    int fd, threads, verify;
-    PyObject *o_rows, *o_outs, *fast = NULL, *res = NULL;
-    if (!PyArg_ParseTuple(args, "iOOip", &fd, &o_rows, &o_outs, &threads, &verify)) return NULL;
+    int fd = -1, threads, verify;
+    PyObject *o_src, *o_rows, *o_outs, *fast = NULL, *res = NULL;
+    if (!PyArg_ParseTuple(args, "OOOip", &o_src, &o_rows, &o_outs, &threads, &verify)) return NULL;
     bufs_t bs = {.k = 0};
-    int64_t n_vals;
+    int64_t n_vals, src_len = 0;
+    const uint8_t *src = NULL; /* the file's bytes in memory, or (NULL) fd */
+    if (PyLong_Check(o_src)) {
+        long v = PyLong_AsLong(o_src);
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        fd = v >= 0 && v <= INT32_MAX ? (int)v : -1;
+    } else if (!(src = get_buf(&bs, o_src, 0, 0, &src_len, "source"))) {
+        return NULL;
+    }
+    if (src) src_len = bs.b[0].len;
     const int64_t *rows = get_buf(&bs, o_rows, 0, 8, &n_vals, "rows");
-    if (!rows) return NULL;
+    if (!rows) goto done0;
     if (!(fast = PySequence_Fast(o_outs, "decode_float_file: outs must be a sequence of buffers"))) goto done0;
     Py_ssize_t nt = PySequence_Fast_GET_SIZE(fast), held = 0;
-    if (n_vals != (int64_t)nt * FF_COLS || fd < 0) {
-        PyErr_SetString(PyExc_ValueError, "decode_float_file: rows must be [len(outs), FF_COLS] int64, fd a file");
+    if (n_vals != (int64_t)nt * FF_COLS || (!src && fd < 0)) {
+        PyErr_SetString(PyExc_ValueError, "decode_float_file: rows must be [len(outs), FF_COLS] int64, src a file or bytes");
         goto done0;
     }
     uint8_t *block = NULL;
@@ -1777,6 +1806,8 @@ static PyObject *py_decode_float_file(PyObject *self, PyObject *args) {
         int64_t cs = 32 * row[FF_HEAD + 2], n_chunks = (row[FF_N] + cs - 1) / cs;
         ft->row = row;
         ctx->fd = fd;
+        ctx->src = src;
+        ctx->src_len = src_len;
         ctx->out = views[t].buf;
         ctx->p.n = row[FF_N]; /* until set up: the pair count below */
         ctx->p.chunk_size = cs;

@@ -76,39 +76,51 @@ class _ReadPlan:
 
 
 class Reader:
-    """An open .wcodec file.
+    """An open .wcodec file, or the bytes of one.
 
     Args:
-        path: the file. Raises FormatError (not a .wcodec file, unknown version),
-            CorruptDataError / ChecksumError (bad header, offsets, sizes; names the tensor),
-            OSError (cannot open).
+        path: the file (with ``data``: only the name errors give). data: the file's bytes
+            (bytes, bytearray, memoryview), read in place (never copied, held until close).
+        Raises FormatError (not a .wcodec file, unknown version), CorruptDataError /
+        ChecksumError (bad header, offsets, sizes; names the tensor), OSError (cannot open).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, data=None):
         self.path = Path(path)
         self._mm = None
-        f = _io.open_regular(self.path, ".wcodec file")
+        self._mem = None if data is None else memoryview(data).cast("B")
+        f = None if data is not None else _io.open_regular(self.path, ".wcodec file")
         try:
-            size = os.fstat(f.fileno()).st_size
-            pre = f.read(spec.PREAMBLE_SIZE)
+            size = os.fstat(f.fileno()).st_size if f is not None else len(self._mem)
+            pre = f.read(spec.PREAMBLE_SIZE) if f is not None else bytes(self._mem[:spec.PREAMBLE_SIZE])
             h_off, h_size, h_crc = spec.parse_preamble(pre, size)
-            raw = os.pread(f.fileno(), h_size, h_off)
+            raw = os.pread(f.fileno(), h_size, h_off) if f is not None else bytes(self._mem[h_off:h_off + h_size])
             if len(raw) != h_size:
                 raise CorruptDataError("truncated header")
             self.header = spec.parse_header(raw, h_crc)
             spec.check_versions(pre, self.header)
             spec.validate_tensors(self.header["tensors"], h_off)
         except (CorruptDataError, FormatError) as e:
-            f.close()
+            self._drop(f)
             raise type(e)(f"{self.path.name}: {e}") from None
         except BaseException:
-            f.close()
+            self._drop(f)
             raise
         self._f = f
         self._tensors = self.header["tensors"]
         self._plans: dict[str, _ReadPlan] = {}
         self.header_offset = h_off
         self.file_size = size
+
+    def _drop(self, f) -> None:
+        if f is not None:
+            f.close()
+        self._mem = None  # (views of it handed out keep the bytes alive)
+
+    @property
+    def _source(self):
+        """What the C decoders read sections from: the file's descriptor, or its bytes."""
+        return self._f.fileno() if self._f is not None else self._mem
 
     # -- index ---------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -166,18 +178,22 @@ class Reader:
         before a bulk copy, or prefer :meth:`read_span`.
         """
         self._open_check()
+        if self._mem is not None:
+            return self._mem.toreadonly()
         if self._mm is None:
             self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
         self.check_size()
         return memoryview(self._mm)
 
     def _open_check(self) -> None:
-        if self._f is None:
+        if self._f is None and self._mem is None:
             raise ValueError(f"{self.path.name} is closed")
 
     def check_size(self) -> None:
         """Raise CorruptDataError if the file no longer has the size it had when opened."""
         self._open_check()
+        if self._f is None:
+            return  # bytes in memory: held, they cannot shrink
         now = os.fstat(self._f.fileno()).st_size
         if now != self.file_size:
             raise CorruptDataError(f"{self.path.name}: the file changed size from {self.file_size} to "
@@ -190,7 +206,9 @@ class Reader:
         Raises CorruptDataError when the file has been truncated meanwhile (a short read).
         """
         buf = self._span_buffer(start, end, into)
-        if not _io.pread_into(self._f.fileno(), buf, start):
+        if self._f is None:
+            buf[:] = np.frombuffer(self._mem, dtype=np.uint8, count=end - start, offset=start)
+        elif not _io.pread_into(self._f.fileno(), buf, start):
             raise self._short_read(start, end)
         return buf
 
@@ -234,6 +252,7 @@ class Reader:
         self._open_check()
         plan = self._plan(name)
         got = None
+        copy = copy and self._f is not None  # bytes in memory: views of them, they cannot change size
         if copy:
             start = plan.start
             if verify and native.has_pread_crc():  # checksummed piece by piece as the bytes land
@@ -295,7 +314,7 @@ class Reader:
                 out = outs.get(n)
                 flat.append(np.empty(k, dtype=UINT[LAYOUT[e["dtype"]][0]]) if out is None else self._out_view(n, out))
                 i += 1
-            codes = native.decode_float_file(self._f.fileno(), np.array(rows, dtype=np.int64), flat, verify)
+            codes = native.decode_float_file(self._source, np.array(rows, dtype=np.int64), flat, verify)
             for n, code, f in zip(group, codes, flat):
                 if code:  # the reference decodes it again, and raises what is wrong
                     done[n] = self._get_numpy(n, verify, outs.get(n))
@@ -356,9 +375,8 @@ class Reader:
         """Close the file; arrays handed out stay valid (a mapping from :meth:`buffer` stays
         alive until its views are freed)."""
         self._mm = None
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self._drop(self._f)
+        self._f = None
 
     def __enter__(self):
         return self
