@@ -206,3 +206,58 @@ def test_truncated_while_open_is_an_error(tmp_path):
             with pytest.raises(CorruptDataError, match="truncated"):
                 r.decode_floats(r.keys())
     assert cases
+
+
+def test_bytes_read_in_place_as_the_file(tmp_path):
+    """A Reader over the file's bytes (``wcodec.load``) decodes every tensor as the file does,
+    float records through the same C call, and never copies or changes the bytes."""
+    from _container_helpers import write_mixed
+
+    import wcodec
+
+    write_mixed(tmp_path / "m.wcodec")
+    _write(tmp_path / "f.wcodec", CASES[:3] + CASES[-2:])
+    for name in ("m.wcodec", "f.wcodec"):
+        data = (tmp_path / name).read_bytes()
+        with Reader(tmp_path / name) as rf, Reader("<bytes>", data=data) as rm:
+            assert rm.keys() == rf.keys() and rm.file_size == len(data)
+            for n in rf.keys():
+                assert rm.get_numpy(n).tobytes() == rf.get_numpy(n).tobytes(), n
+            fast = [n for n in rf.keys() if rf.file_decodable(n) and not rf.alias_of(n)]
+            if fast and native.ext() is not None:
+                rows = np.array([file_row(rm.entry(n), rm.numel(n)) for n in fast], dtype=np.int64)
+                outs = [np.empty(rm.numel(n), dtype=UINT[LAYOUT[rm.entry(n)["dtype"]][0]]) for n in fast]
+                assert native.decode_float_file(memoryview(data), rows, outs, True) == [0] * len(fast)
+        got = wcodec.load(bytearray(data), framework="np")
+        assert data == (tmp_path / name).read_bytes()
+        assert {k: v.tobytes() for k, v in got.items()} == \
+            {k: v.tobytes() for k, v in wcodec.load_file(tmp_path / name, framework="np").items()}
+
+
+def test_hostile_bytes_raise_only_wcodec_errors(tmp_path):
+    import wcodec
+
+    _write(tmp_path / "f.wcodec", CASES[:2] + CASES[-1:])
+    good, _, header = read_header(tmp_path / "f.wcodec")
+    rng = np.random.default_rng(3)
+    for cut in (0, 8, 64, len(good) // 2, len(good) - 1):
+        with pytest.raises(WcodecError):
+            wcodec.load(good[:cut], framework="np")
+    for _ in range(40):
+        data = bytearray(good)
+        for _ in range(4):
+            data[int(rng.integers(64, len(good)))] ^= 1 << int(rng.integers(8))
+        try:
+            wcodec.load(bytes(data), framework="np")
+        except WcodecError:
+            pass
+
+
+def test_save_builds_the_bytes_save_file_writes(tmp_path):
+    import wcodec
+
+    t = {n: a for n, (_, a) in _write(tmp_path / "unused.wcodec", CASES[:2] + CASES[-3:]).items()}
+    t["raw"] = np.arange(5, dtype=np.int64)
+    wcodec.save_file(t, tmp_path / "s.wcodec", metadata={"k": "v"})
+    assert wcodec.save(t, metadata={"k": "v"}) == (tmp_path / "s.wcodec").read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
