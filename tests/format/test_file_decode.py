@@ -261,3 +261,19 @@ def test_save_builds_the_bytes_save_file_writes(tmp_path):
     wcodec.save_file(t, tmp_path / "s.wcodec", metadata={"k": "v"})
     assert wcodec.save(t, metadata={"k": "v"}) == (tmp_path / "s.wcodec").read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_one_worker_encodes_on_the_calling_thread_alike(tmp_path):
+    """workers=1 with the C extension encodes on the calling thread (no pool): the same bytes
+    as two workers, and an error still aborts the file in write order."""
+    import wcodec
+    from wcodec.errors import UnsupportedError
+
+    t = {n: a for n, (_, a) in _write(tmp_path / "unused.wcodec", CASES[:3]).items()}
+    wcodec.save_file(t, tmp_path / "one.wcodec", workers=1)
+    wcodec.save_file(t, tmp_path / "two.wcodec", workers=2)
+    assert (tmp_path / "one.wcodec").read_bytes() == (tmp_path / "two.wcodec").read_bytes()
+    with pytest.raises(UnsupportedError):  # a dtype the format lacks, after tensors already written
+        wcodec.save_file({**t, "z": np.zeros(3, dtype=np.complex128)}, tmp_path / "bad.wcodec", workers=1)
+    assert not (tmp_path / "bad.wcodec").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.wcodec", "two.wcodec", "unused.wcodec"]
