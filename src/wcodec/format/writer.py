@@ -7,7 +7,6 @@ by :meth:`Writer.commit`, so an interrupted write never leaves a partial ``.wcod
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -57,6 +56,36 @@ def prepare_sections(record) -> dict:
 _ZEROS = memoryview(bytes(spec.ALIGN))
 
 
+class _Pieces:
+    """The in-memory file of ``Writer(None)``: what is written is kept (buffers, not copies) and
+    joined once by :meth:`getvalue` (a BytesIO's growth copied the file over and over: 11.9
+    against 1.4 ms for MiniLM's 28 MB). Written front to back; a ``seek(0)`` then rewrites the
+    first piece (the preamble, whose size it keeps)."""
+
+    def __init__(self):
+        self.pieces, self._front = [], False
+
+    def write(self, b) -> int:
+        if self._front:
+            if len(b) != len(self.pieces[0]):
+                raise ValueError("only the first piece can be rewritten, at its size")
+            self.pieces[0], self._front = b, False
+        else:
+            self.pieces.append(b)
+        return len(b)
+
+    def seek(self, pos: int) -> None:
+        if pos != 0:
+            raise ValueError("an in-memory .wcodec file is rewritten at its start only")
+        self._front = True
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def close(self) -> None:
+        self.pieces = []
+
+
 def check_name(name: str) -> None:
     """Tensor names may not hold NUL bytes (C readers truncate them). Raises UnsupportedError."""
     if "\x00" in name:
@@ -91,7 +120,7 @@ class Writer:
         self.tensors: dict[str, dict] = {}
         self.data: bytes | None = None
         if self.path is None:  # in memory: each section copied once, into the file's bytes
-            self._tmp, self._f = None, io.BytesIO()
+            self._tmp, self._f = None, _Pieces()
         else:
             if not self.path.parent.is_dir():  # else the OSError would name our temporary file
                 raise NotFoundError(self.path.parent, "folder",
@@ -200,7 +229,6 @@ class Writer:
             self._f.write(spec.pack_preamble(h_off, len(raw), spec.crc32(raw), self._version))
             if self._tmp is None:
                 self.data, self._done = self._f.getvalue(), True
-                self._f.close()
                 return None
             self._f.flush()
             if self.durable:
