@@ -298,17 +298,26 @@ FILE_SECTIONS = ("head.alphabet", "tail", *(f"head.{k}" for k in _PLANE_SECTIONS
 FILE_COLS = 8 + 5 + 2 * 6 + 3 * len(FILE_SECTIONS)
 _NO_PLANE = (0,) * 6
 _NO_SECTION = (-1, 0, 0)
+_HEAD_SECTIONS = ("head.alphabet", "tail", *(f"head.{k}" for k in _PLANE_SECTIONS))
+_LOW_CODED = [tuple(f"{lo}.{k}" for k in _PLANE_SECTIONS) for lo in ("low1", "low0")]
+_LOW_RAW = [(f"{lo}.raw",) for lo in ("low1", "low0")]
 
 
 def reads_from_file(entry: dict) -> bool:
     """Whether a validated header entry's record decodes straight from its file
     (``native.decode_float_file``, here): a float record of format version 1 (no joint low
-    plane) whose coded low planes, if any, have the head's chunk length."""
+    plane) whose coded low planes, if any, have the head's chunk length, holding exactly the
+    sections its decode reads (so that every section's checksum is checked there, as
+    ``Reader.record`` checks them all)."""
     if entry.get("codec") != "float" or entry.get("dtype") not in LAYOUT or not K.has_file_decode(FILE_COLS):
         return False
     p = entry.get("params", {})
     steps = p["head"]["chunk_steps"]
-    return "low_joint" not in p and all(not lp.get("coded") or lp["chunk_steps"] == steps for lp in p["low"])
+    if "low_joint" in p or any(lp.get("coded") and lp["chunk_steps"] != steps for lp in p["low"]):
+        return False
+    want = _HEAD_SECTIONS + sum((_LOW_CODED[k] if lp.get("coded") else _LOW_RAW[k] for k, lp in enumerate(p["low"])), ())
+    secs = entry["sections"]
+    return len(secs) == len(want) and all(k in secs for k in want)
 
 
 def file_row(entry: dict, numel: int) -> list:
