@@ -106,9 +106,8 @@ def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str =
     _save(tensors, filename, metadata, mode, workers, codec, qp, target_snr_db)
 
 
-def _save(tensors, filename, metadata, mode, workers, codec=None, qp=None, target_snr_db=None,
-          durable: bool = True) -> None:
-    """save_file's work; durable=False skips the fsync (a file read back and removed at once)."""
+def _save(tensors, filename, metadata, mode, workers, codec=None, qp=None, target_snr_db=None) -> bytes | None:
+    """save_file's work; filename None: the file's bytes, built in memory, returned."""
     from .encodeopts import mode_of
 
     _check_args(tensors, metadata)
@@ -116,8 +115,9 @@ def _save(tensors, filename, metadata, mode, workers, codec=None, qp=None, targe
     # name order: save()'s bytes are canonical whatever the dict order (as safetensors')
     items = sorted(((str(k), v) for k, v in tensors.items()), key=lambda kv: kv[0])
     meta = None if metadata is None else dict(sorted(metadata.items()))
-    with Writer(filename, meta, durable=durable) as w:
+    with Writer(filename, meta) as w:
         _encode(w, (_item(k, v) for k, v in items), mode, workers, codec=codec)
+    return w.data
 
 
 def load_file(filename, device="cpu", framework: str = "pt", verify: bool = True, backend: str = "mmap") -> dict:
@@ -258,24 +258,18 @@ def decode_to_folder(src, dst, progress: bool = False) -> list[Path]:
 
 def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless", workers: int | None = None) -> bytes:
     """The .wcodec file of ``tensors`` as bytes (as ``safetensors.torch.save``); arguments and
-    errors as :func:`save_file`. The container is written through a temporary file (the writer
-    streams to disk; no fsync: it is read back and removed at once)."""
-    import tempfile
-    _check_args(tensors, metadata)
-    with tempfile.TemporaryDirectory(prefix="wcodec-") as d:
-        path = Path(d) / "data.wcodec"
-        _save(tensors, path, metadata, mode, workers, durable=False)
-        return path.read_bytes()
+    errors as :func:`save_file`. Built in memory (each section copied once into the bytes), the
+    same bytes save_file writes."""
+    return _save(tensors, None, metadata, mode, workers)
 
 
 def load(data: bytes, device="cpu", framework: str = "pt", verify: bool = True) -> dict:
     """Decode every tensor of a .wcodec file given as bytes (as ``safetensors.torch.load``).
-    Arguments and errors as :func:`load_file`; the bytes are memory-mapped from a temporary file."""
-    import tempfile
+    Arguments and errors as :func:`load_file` (errors name the file ``<bytes>``); the bytes are
+    read in place, never copied, and are not modified."""
+    from .format import Reader
+
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInputError(f"data must be bytes, got {type(data).__name__}")
-    with tempfile.TemporaryDirectory(prefix="wcodec-") as d:
-        path = Path(d) / "data.wcodec"
-        path.write_bytes(data)
-        out = load_file(path, device, framework, verify)
-        return out
+    with Reader("<bytes>", data=data) as r:
+        return _load(r, r.keys(), device, framework, verify)

@@ -22,8 +22,10 @@ BACKENDS = ("mmap", "pread")
 
 
 def check_backend(backend) -> None:
-    """safetensors' ``backend`` argument: "mmap" or "pread" (wcodec reads both ways alike: the
-    reader maps the file and checks its size first). Raises InvalidInputError (a ValueError)."""
+    """safetensors' ``backend`` argument: "mmap" or "pread". wcodec reads a .wcodec file both
+    ways alike, with pread: the float decoder reads each pair of chunks' bytes just before it
+    decodes them (a mapping was no faster here, and a file truncated while mapped would raise
+    SIGBUS: SECURITY.md). Raises InvalidInputError (a ValueError)."""
     if backend not in BACKENDS:
         raise InvalidInputError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
@@ -141,14 +143,34 @@ def cpu_decoder(reader: CheckpointReader, verify: bool = True):
     return decode
 
 
+def decode_cpu(reader: CheckpointReader, names: list[str], verify: bool = True) -> dict:
+    """{name: numpy array} of stored tensors ``names`` decoded on the CPU: each shard's float
+    records in one call of ``Reader.decode_floats`` (their chunks over the C extension's
+    threads, sections read as they are decoded), the other records in threads
+    (:func:`cpu_decoder`, the largest first)."""
+    shards: dict = {}
+    for n in names:
+        r = reader.reader(n) if isinstance(reader, CheckpointReader) else reader
+        shards.setdefault(id(r), (r, []))[1].append(n)
+    out, rest = {}, []
+    for r, group in shards.values():
+        fast = [n for n in group if r.file_decodable(n)]
+        if fast:
+            out.update(r.decode_floats(fast, verify))
+        rest += [n for n in group if n not in out]
+    if rest:
+        out.update(map_in_threads(cpu_decoder(reader, verify), rest, cost=reader.numel))
+    return out
+
+
 def load_tensors(reader: CheckpointReader, names: list[str], device, framework: str, verify: bool) -> dict:
     """Decode ``names``; aliases come back as the same object as their target (tied weights)."""
     target = {n: reader.alias_of(n) or n for n in names}
-    stored = list(dict.fromkeys(target.values()))  # cost=reader.numel: the largest start first
+    stored = list(dict.fromkeys(target.values()))
     if framework in ("np", "numpy"):
         if str(device) != "cpu":
             raise InvalidInputError("framework='np' only loads to device='cpu'")
-        out = map_in_threads(cpu_decoder(reader, verify), stored, cost=reader.numel)
+        out = decode_cpu(reader, stored, verify)
     elif framework in ("pt", "torch"):
         dev, post = placement(device)
         if post is not None:
@@ -169,7 +191,9 @@ def load_tensors(reader: CheckpointReader, names: list[str], device, framework: 
             # compressed checkpoint in memory
             out = load_records([(n, reader.record(n, verify=False, copy=False)) for n in stored], dev,
                                crcs=crcs)
-        else:
+        elif dev.type == "cpu":
+            out = {n: to_torch(a, reader.entry(n)["dtype"]) for n, a in decode_cpu(reader, stored, verify).items()}
+        else:  # each tensor moved as it is decoded: the host holds a few tensors, not all
             decode = cpu_decoder(reader, verify)
             out = map_in_threads(lambda n: to_torch(decode(n), reader.entry(n)["dtype"]).to(dev), stored,
                                  cost=reader.numel)

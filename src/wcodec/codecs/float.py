@@ -287,4 +287,64 @@ class FloatCodec(Codec):
         return out.view(DTYPES[record.dtype]).reshape(record.shape), (crc[0] if crc else None)
 
 
+#: a plane's params as a row of :func:`file_row` holds them (wcodec_cext.c: FF_HEAD, FF_LOW1 + 1, ...)
+_PLANE = ("n_symbols", "prob_bits", "chunk_steps", "chunks_per_table", "alphabet_size")
+_PLANE_SECTIONS = ("freqs", "freqs_big", "states", "offsets", "words")
+#: the sections of a row, in wcodec_cext.c's FS_* order: (offset, size, crc32) each
+FILE_SECTIONS = ("head.alphabet", "tail", *(f"head.{k}" for k in _PLANE_SECTIONS),
+                 *(f"{lo}.{k}" for lo in ("low1", "low0") for k in ("raw", *_PLANE_SECTIONS)))
+#: columns of a row: n, output bytes, E, M, L, head_bits, tail_bits, crc32, the head plane's 5
+#: params, per low plane (coded, its 5 params), then the sections'
+FILE_COLS = 8 + 5 + 2 * 6 + 3 * len(FILE_SECTIONS)
+_NO_PLANE = (0,) * 6
+_NO_SECTION = (-1, 0, 0)
+_HEAD_SECTIONS = ("head.alphabet", "tail", *(f"head.{k}" for k in _PLANE_SECTIONS))
+_LOW_CODED = [tuple(f"{lo}.{k}" for k in _PLANE_SECTIONS) for lo in ("low1", "low0")]
+_LOW_RAW = [(f"{lo}.raw",) for lo in ("low1", "low0")]
+
+
+def reads_from_file(entry: dict) -> bool:
+    """Whether a validated header entry's record decodes straight from its file
+    (``native.decode_float_file``, here): a float record of format version 1 (no joint low
+    plane) whose coded low planes, if any, have the head's chunk length, holding exactly the
+    sections its decode reads (so that every section's checksum is checked there, as
+    ``Reader.record`` checks them all)."""
+    if entry.get("codec") != "float" or entry.get("dtype") not in LAYOUT or not K.has_file_decode(FILE_COLS):
+        return False
+    p = entry.get("params", {})
+    steps = p["head"]["chunk_steps"]
+    if "low_joint" in p or any(lp.get("coded") and lp["chunk_steps"] != steps for lp in p["low"]):
+        return False
+    want = _HEAD_SECTIONS + sum((_LOW_CODED[k] if lp.get("coded") else _LOW_RAW[k] for k, lp in enumerate(p["low"])), ())
+    secs = entry["sections"]
+    return len(secs) == len(want) and all(k in secs for k in want)
+
+
+def file_row(entry: dict, numel: int) -> list:
+    """The FILE_COLS ints that ``native.decode_float_file`` reads a float record by, from its
+    validated header entry (one that :func:`reads_from_file` accepts): its layout and params,
+    its decoded bytes' CRC-32, and each section's (offset, size, crc32), (-1, 0, 0) if absent."""
+    W, E, M, L = LAYOUT[entry["dtype"]]
+    p, secs = entry["params"], entry["sections"]
+    head = p["head"]
+    row = [numel, W // 8, E, M, L, p["head_bits"], p["tail_bits"], entry["crc32"], *[head[k] for k in _PLANE]]
+    for lp in p["low"] + [None] * (2 - L):
+        row += [1, *[lp[k] for k in _PLANE]] if lp is not None and lp["coded"] else _NO_PLANE
+    for name in FILE_SECTIONS:
+        sec = secs.get(name)
+        row += _NO_SECTION if sec is None else (sec["offset"], sec["size"], sec["crc32"])
+    return row
+
+
+def lookup_bytes(entry: dict) -> int:
+    """Bytes of the decode lookups of a float record's coded planes (4 << prob_bits per table):
+    what a decode holds besides its output."""
+    planes = [entry["params"]["head"]] + [lp for lp in entry["params"]["low"] if lp.get("coded")]
+    total = 0
+    for pl in planes:
+        chunks = -(-pl["n_symbols"] // (32 * pl["chunk_steps"]))
+        total += -(-max(chunks, 1) // pl["chunks_per_table"]) * (4 << pl["prob_bits"])
+    return total
+
+
 register(FloatCodec())

@@ -31,6 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <errno.h>
+#ifndef _WIN32
+#include <unistd.h> /* pread */
+#endif
 
 #include "crc32.h" /* wc_crc32 / wc_crc32_join: checksums of chunks a kernel just wrote or read */
 
@@ -182,6 +186,7 @@ typedef struct {
     int64_t chunk_size;
     int64_t chunks_per_table;
     const uint32_t *lookup;  /* [n_tables << prob_bits] */
+    const uint16_t *full;    /* or NULL: [n_tables, 256] frequency tables, the lookups built per task */
     int prob_bits;
 } plane_t;
 
@@ -713,6 +718,14 @@ typedef struct {
     void *out;
     int32_t *status;
     uint32_t *crcs;             /* [n_chunks]: CRC-32 of each chunk's decoded bytes, or NULL */
+    /* sections read from a file by the tasks themselves (decode_float_file), piece by piece */
+    int fd;                     /* >= 0: words, tail and low bytes are read from this file */
+    const uint8_t *src;         /* or, not NULL, the file's src_len bytes in memory: pieces in place */
+    int64_t src_len;
+    int64_t words_at, tail_at;  /* their file offsets */
+    int64_t low_at[2];          /* raw low plane q's bytes, or coded low plane q's words */
+    uint32_t *piece_crc;        /* [4][n_pairs]: CRC-32 of each pair's words, tail, low1, low0 bytes, or NULL */
+    int io_err;                 /* the first read error: an errno, or -1 when the file ended early */
 } merge_ctx;
 
 /* p + k, where p may be NULL (no low planes) */
@@ -960,52 +973,243 @@ static uint64_t merge_range_avx512_w(const merge_ctx *ctx, const uint8_t *sym, c
 }
 #endif
 
-/* Decode head chunks 2t, 2t + 1 and merge them; coded low planes (F32) are decoded chunk by chunk
- * into a buffer beside the head symbols, so no plane ever goes through memory whole. */
-static void merge_task(void *vctx, int64_t t) {
-    merge_ctx *ctx = vctx;
-    int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
-    uint8_t stackbuf[65536];
-    int any_coded = ctx->low_coded[0] || ctx->low_coded[1];
-    /* head symbols of the two chunks, then (F32) each coded low plane's two chunks; malloc'd
-     * blocks of one size are reused by the allocator, so this costs no page faults per task */
-    int64_t need = (any_coded ? 6 : 2) * cs;
-    uint8_t *buf = need <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)need);
-    if (!buf) {
-        for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->status[c] = 5;
+/* Plane p's chunks [c0, c0 + k) (k = 1 or 2) as a plane of their own, for one merge task: its
+ * states and first lookup table are c0's, its offsets (into offs, k + 1 of them) count from word
+ * `base` of p, and its words are `words` (wlen >= 1 of them, word `base` of p first). Nothing is
+ * copied but the offsets; the decoders' reads stay inside [words, words + wlen). */
+static void pair_view(const plane_t *p, int64_t c0, int k, const uint16_t *words, int64_t wlen, int64_t base,
+                      uint32_t *offs, plane_t *q) {
+    const int64_t cs = p->chunk_size, ta = c0 / p->chunks_per_table, tb = (c0 + k - 1) / p->chunks_per_table;
+    q->states = p->states + c0 * LANES;
+    for (int i = 0; i <= k; i++) offs[i] = (uint32_t)(p->offsets[c0 + i] - base);
+    q->offsets = offs;
+    q->words = words;
+    q->words_len = wlen;
+    q->n = p->n - c0 * cs < k * cs ? p->n - c0 * cs : k * cs;
+    q->chunk_size = cs;
+    /* c0 + 1's table is this one or the next (a plane without lookups: pair_lookup's) */
+    q->lookup = p->lookup ? p->lookup + (ta << p->prob_bits) : NULL;
+    q->full = NULL;
+    q->chunks_per_table = tb == ta ? 2 : 1;
+    q->prob_bits = p->prob_bits;
+}
+
+/* plane p's chunks [c0, c0 + k) viewing p's own words (in memory): from word offsets[c0], or the
+ * last word when none is left (the decoders always load one), so reads are clamped to p's words
+ * exactly as a whole-plane decode clamps them */
+static void pair_view_mem(const plane_t *p, int64_t c0, int k, uint32_t *offs, plane_t *q) {
+    int64_t base = p->offsets[c0] < p->words_len ? p->offsets[c0] : p->words_len - 1;
+    pair_view(p, c0, k, p->words + base, p->words_len - base, base, offs, q);
+}
+
+/* the packed decode lookup of one frequency table ([256], absent symbols 0); -1 unless it sums
+ * to 2**pb (the sums are checked before, this is the same bound as decode_lookup's) */
+static int fill_lookup(const uint16_t *f, int pb, uint32_t *o) {
+    uint32_t cum = 0;
+    for (int s = 0; s < 256; s++) {
+        /* locals: with -fno-strict-aliasing the stores to o could change f[s], so reading it in
+         * the loop kept the fill scalar (measured 4 us per table, now vectorised) */
+        const uint32_t fs = f[s];
+        if (cum + fs > (1u << pb)) return -1;
+        if (fs) {
+            const uint32_t head = (uint32_t)s | (fs - 1) << 8;
+            uint32_t *dst = o + cum;
+            for (uint32_t k = 0; k < fs; k++) dst[k] = head | k << 20;
+        }
+        cum += fs;
+    }
+    return cum == (1u << pb) ? 0 : -1;
+}
+
+/* the lookups one task of a file decode built for a plane: its (first, last) table and them */
+typedef struct {
+    const plane_t *plane;
+    int64_t ta, tb;
+    uint32_t lut[2 << 12];
+} lut_cache_t;
+
+/* the pair view q of chunks [c0, c0 + k) of a plane whose lookups are not built (p->full): its
+ * one or two tables' lookups, from the task's cache when its last pair of this plane used them
+ * (tables hold many chunks), so a call holds two tables per plane and task, not every table of
+ * every tensor (MiniLM F32: 7.5 MB, fresh pages on every load) */
+static void pair_lookup(const plane_t *p, int64_t c0, int k, lut_cache_t *lc, plane_t *q) {
+    int64_t ta = c0 / p->chunks_per_table, tb = (c0 + k - 1) / p->chunks_per_table;
+    if (lc->plane != p || lc->ta != ta || lc->tb != tb) {
+        const int pb = p->prob_bits;
+        fill_lookup(p->full + 256 * ta, pb, lc->lut); /* the sums were checked: cannot fail */
+        if (tb != ta) fill_lookup(p->full + 256 * tb, pb, lc->lut + (1 << pb));
+        lc->plane = p;
+        lc->ta = ta;
+        lc->tb = tb;
+    }
+    q->lookup = lc->lut;
+}
+
+/* len bytes at file offset `at` into dst: 0, an errno, or -1 when the file ends first */
+static int read_at(int fd, void *dst, int64_t len, int64_t at) {
+#ifdef _WIN32
+    (void)fd, (void)dst, (void)len, (void)at;
+    return ENOSYS; /* no pread: wcodec.native passes no file there */
+#else
+    uint8_t *d = dst;
+    int64_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, d + got, (size_t)(len - got), (off_t)(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return errno ? errno : EIO;
+        if (r == 0) return -1;
+        got += r;
+    }
+    return 0;
+#endif
+}
+
+/* bytes of one scratch area of a file-read merge task: a pair's words, tail bytes or low bytes
+ * (each at most 4 bytes per value: 2 chunks of cs values, <= cs words per chunk, tails <= 16 bits) */
+#define AREA(cs) (4 * (cs) + 64)
+/* bytes of a merge task's symbols: two chunks' head symbols, and the coded low planes' */
+static int64_t sym_bytes(const merge_ctx *ctx) {
+    return (ctx->low_coded[0] || ctx->low_coded[1] ? 6 : 2) * ctx->p.chunk_size;
+}
+/* the work buffer of one merge task: its symbols, then, reading from a file, four areas for its
+ * pieces (64-byte aligned) and a lookup cache per plane (head, low1, low0) */
+static int64_t file_work_bytes(int64_t cs, int coded) {
+    return ((coded ? 6 : 2) * cs + 63) / 64 * 64 + 4 * AREA(cs) + 3 * (int64_t)sizeof(lut_cache_t);
+}
+static int64_t work_bytes(const merge_ctx *ctx) {
+    if (ctx->fd >= 0 || ctx->src) return file_work_bytes(ctx->p.chunk_size, ctx->low_coded[0] || ctx->low_coded[1]);
+    return (sym_bytes(ctx) + 63) / 64 * 64;
+}
+
+/* len bytes at offset `at` of the decode's source into dst: pread from its file, or a copy
+ * from its bytes in memory; 0, an errno, or -1 when the source ends first */
+static int src_read(const merge_ctx *ctx, void *dst, int64_t len, int64_t at) {
+    if (!ctx->src) return read_at(ctx->fd, dst, len, at);
+    if (at < 0 || len < 0 || at > ctx->src_len || len > ctx->src_len - at) return -1;
+    memcpy(dst, ctx->src + at, (size_t)len);
+    return 0;
+}
+
+/* one piece of a file-read task: read into `area`, or (a source in memory) where it lies;
+ * checksummed (its CRC to *crc when crc is not NULL). The piece, or NULL after recording the
+ * read's error (see read_at) in ctx->io_err. */
+static const uint8_t *get_piece(merge_ctx *ctx, uint8_t *area, int64_t len, int64_t at, uint32_t *crc) {
+    const uint8_t *piece = area;
+    int e;
+    if (ctx->src) {
+        e = at < 0 || len < 0 || at > ctx->src_len || len > ctx->src_len - at ? -1 : 0;
+        piece = ctx->src + at;
+    } else {
+        e = read_at(ctx->fd, area, len, at);
+    }
+    if (e) {
+        int zero = 0;
+        __atomic_compare_exchange_n(&ctx->io_err, &zero, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    if (crc) *crc = wc_crc32(piece, len, 0);
+    return piece;
+}
+
+/* Pair t of a merge: decode head chunks 2t, 2t + 1 (and the coded low planes' same chunks) and
+ * merge them into the output. In memory the planes and sections are read in place; from a file
+ * (ctx->fd >= 0) the pair's words, tail and low bytes are read first into `work` (its pieces'
+ * CRC-32s to ctx->piece_crc, while in cache), so no section goes through memory whole. */
+static void merge_pair(merge_ctx *ctx, int64_t t, uint8_t *work) {
+    const int64_t cs = ctx->p.chunk_size, c0 = 2 * t, n_chunks = (ctx->p.n + cs - 1) / cs;
+    const int k = c0 + 1 < n_chunks ? 2 : 1;
+    const int64_t start = c0 * cs, end = ctx->p.n < start + k * cs ? ctx->p.n : start + k * cs, m = end - start;
+    const int R = ctx->tail_bits, ob = ctx->out_bytes, file = ctx->fd >= 0 || ctx->src;
+    const int64_t n_pairs = (n_chunks + 1) / 2;
+    merge_ctx local; /* this pair's view: output, tail and planes from the pair's first value */
+    memcpy(&local, ctx, sizeof local);
+    local.out = (uint8_t *)ctx->out + start * ob;
+    const int64_t t0 = start * R / 8; /* chunk starts are multiples of 32: whole tail bytes */
+    local.n_tail = (end * R + 7) / 8 - t0;
+    uint32_t offs[3][3];
+    uint8_t *sym = work, *lsym = work + 2 * cs;
+    const uint8_t *low[2] = {NULL, NULL};
+    int st[2] = {0, 0}, lst[2][2] = {{0, 0}, {0, 0}}, bad = 0;
+    if (file) {
+        uint8_t *area = work + (sym_bytes(ctx) + 63) / 64 * 64;
+        lut_cache_t *lc = (lut_cache_t *)(area + 4 * AREA(cs)); /* head, low1, low0 */
+        uint32_t *pc = ctx->piece_crc; /* [4][n_pairs]: words, tail, low1, low0 */
+        int64_t base = ctx->p.offsets[c0], nw = (int64_t)ctx->p.offsets[c0 + k] - base;
+        static const uint16_t zero_word[1] = {0}; /* a pair without words: the loads' one word */
+        const uint8_t *got = get_piece(ctx, area, 2 * nw, ctx->words_at + 2 * base, pc ? pc + t : NULL);
+        bad |= !got;
+        pair_view(&ctx->p, c0, k, nw && got ? (const uint16_t *)got : zero_word, nw ? nw : 1, base, offs[0], &local.p);
+        if (ctx->p.full) pair_lookup(&ctx->p, c0, k, &lc[0], &local.p);
+        got = get_piece(ctx, area + AREA(cs), local.n_tail, ctx->tail_at + t0, pc ? pc + n_pairs + t : NULL);
+        bad |= !got;
+        local.tail = got;
+        for (int q = 0; q < 2 && ctx->low_planes; q++) {
+            uint8_t *la = area + (2 + q) * AREA(cs);
+            uint32_t *lcrc = pc ? pc + (2 + q) * n_pairs + t : NULL;
+            if (ctx->low_coded[q]) {
+                const plane_t *lp = &ctx->low_plane[q];
+                int64_t lb = lp->offsets[c0], ln = (int64_t)lp->offsets[c0 + k] - lb;
+                got = get_piece(ctx, la, 2 * ln, ctx->low_at[q] + 2 * lb, lcrc);
+                bad |= !got;
+                pair_view(lp, c0, k, ln && got ? (const uint16_t *)got : zero_word, ln ? ln : 1, lb, offs[1 + q],
+                          &local.low_plane[q]);
+                if (lp->full) pair_lookup(lp, c0, k, &lc[1 + q], &local.low_plane[q]);
+            } else {
+                bad |= !(low[q] = get_piece(ctx, la, m, ctx->low_at[q] + start, lcrc));
+            }
+        }
+    } else {
+        local.tail = ctx->tail + t0;
+        pair_view_mem(&ctx->p, c0, k, offs[0], &local.p);
+        for (int q = 0; q < 2 && ctx->low_planes; q++) {
+            if (ctx->low_coded[q]) pair_view_mem(&ctx->low_plane[q], c0, k, offs[1 + q], &local.low_plane[q]);
+            else low[q] = (q ? ctx->low0 : ctx->low1) + start;
+        }
+    }
+    if (bad) { /* the read failed (ctx->io_err says why): these chunks hold nothing */
+        for (int64_t c = c0; c < c0 + k; c++) ctx->status[c] = 6;
         return;
     }
-    int st[2] = {0, 0}, lst[2][2] = {{0, 0}, {0, 0}};
-    decode_two(&ctx->p, t, buf, buf + cs, st);
-    for (int k = 0; k < 2; k++)
-        if (ctx->low_coded[k]) {
-            decode_two(&ctx->low_plane[k], t, buf + (2 + 2 * k) * cs, buf + (3 + 2 * k) * cs, lst[k]);
-            for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) ctx->low_status[k * n_chunks + c] = lst[k][c - c0];
+    decode_two(&local.p, 0, sym, sym + cs, st);
+    for (int q = 0; q < 2; q++)
+        if (ctx->low_coded[q]) {
+            decode_two(&local.low_plane[q], 0, lsym + 2 * q * cs, lsym + (2 * q + 1) * cs, lst[q]);
+            for (int j = 0; j < k; j++) ctx->low_status[q * n_chunks + c0 + j] = lst[q][j];
         }
-    for (int64_t c = c0; c < c0 + 2 && c < n_chunks; c++) {
-        int64_t start = c * cs, end = ctx->p.n < start + cs ? ctx->p.n : start + cs;
-        const uint8_t *sym = buf + (c - c0) * cs;
-        const uint8_t *low[2] = {WC_AT(ctx->low1, start), WC_AT(ctx->low0, start)};
-        for (int k = 0; k < 2; k++)
-            if (ctx->low_coded[k]) low[k] = buf + (2 + 2 * k + (c - c0)) * cs;
-        if (st[c - c0] == 0 && lst[0][c - c0] == 0 && lst[1][c - c0] == 0) {
+    for (int j = 0; j < k; j++) {
+        int64_t a = j * cs, b = m < a + cs ? m : a + cs;
+        const uint8_t *lp[2];
+        for (int q = 0; q < 2; q++) lp[q] = ctx->low_coded[q] ? lsym + (2 * q + j) * cs : WC_AT(low[q], a);
+        if (st[j] == 0 && lst[0][j] == 0 && lst[1][j] == 0) {
             uint64_t seen;
 #ifdef WC_X86
-            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(ctx, sym, low[0], low[1], start, end);
-            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(ctx, sym, low[0], low[1], start, end);
-            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(ctx, sym, low[0], low[1], start, end);
+            if (g_isa == ISA_AVX512 && ctx->fast16) seen = merge_range_avx512_w(&local, sym + a, lp[0], lp[1], a, b);
+            else if (g_isa == ISA_AVX512) seen = merge_range_avx512(&local, sym + a, lp[0], lp[1], a, b);
+            else if (g_isa == ISA_AVX2) seen = merge_range_avx2(&local, sym + a, lp[0], lp[1], a, b);
             else
 #endif
-                seen = merge_range_scalar(ctx, sym, low[0], low[1], start, end);
-            if (seen & BAD_SYMBOL) st[c - c0] = 4;
+                seen = merge_range_scalar(&local, sym + a, lp[0], lp[1], a, b);
+            if (seen & BAD_SYMBOL) st[j] = 4;
             /* the decoded tensor's checksum from the bytes just written, still in cache (a
              * separate pass over the tensor re-read it from memory: issue 30) */
-            if (ctx->crcs)
-                ctx->crcs[c] = wc_crc32((const uint8_t *)ctx->out + start * ctx->out_bytes,
-                                        (end - start) * ctx->out_bytes, 0);
+            if (ctx->crcs) ctx->crcs[c0 + j] = wc_crc32((const uint8_t *)local.out + a * ob, (b - a) * ob, 0);
         }
-        ctx->status[c] = st[c - c0];
+        ctx->status[c0 + j] = st[j];
     }
+}
+
+/* one task of decode_merge_float: pair t, its symbols in a stack buffer where they fit */
+static void merge_task(void *vctx, int64_t t) {
+    merge_ctx *ctx = vctx;
+    uint8_t stackbuf[65536];
+    int64_t need = work_bytes(ctx);
+    uint8_t *buf = need <= (int64_t)sizeof stackbuf ? stackbuf : malloc((size_t)need);
+    if (!buf) {
+        int64_t cs = ctx->p.chunk_size, n_chunks = (ctx->p.n + cs - 1) / cs;
+        for (int64_t c = 2 * t; c < 2 * t + 2 && c < n_chunks; c++) ctx->status[c] = 5;
+        return;
+    }
+    merge_pair(ctx, t, buf);
     if (buf != stackbuf) free(buf);
 }
 
@@ -1028,91 +1232,115 @@ static int get_low_plane(bufs_t *bs, PyObject *o, int64_t n, int64_t cs, plane_t
     return check_plane(p, ns, no, nl);
 }
 
-static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
-    PyObject *o_states, *o_offsets, *o_words, *o_lookup, *o_placed, *o_tail, *o_low1, *o_low0, *o_out, *o_status;
-    PyObject *o_lowc1 = Py_None, *o_lowc0 = Py_None, *o_lowst = Py_None;
-    long long n, cs, cpt;
-    int pb, threads, want_crc = 0;
-    merge_ctx ctx;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOOp", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_lookup,
-                          &pb, &o_placed, &o_tail, &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o_low1,
-                          &o_low0, &o_out, &o_status, &threads, &o_lowc1, &o_lowc0, &o_lowst, &want_crc))
-        return NULL;
-    ctx.crcs = NULL;
-    bufs_t bs = {.k = 0};
-    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
-    ctx.low_coded[0] = o_lowc1 != Py_None;
-    ctx.low_coded[1] = o_lowc0 != Py_None;
-    ctx.low_planes = (o_low1 != Py_None || ctx.low_coded[0]) ? 2 : 0;
-    ctx.low1 = ctx.low0 = NULL;
-    ctx.low_status = NULL;
-    ctx.p.states = get_buf(&bs, o_states, 0, 4, &ns, "states");
-    if (!ctx.p.states) goto fail;
-    ctx.p.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets");
-    if (!ctx.p.offsets) goto fail;
-    ctx.p.words = get_buf(&bs, o_words, 0, 2, &ctx.p.words_len, "words");
-    if (!ctx.p.words) goto fail;
-    ctx.p.lookup = get_buf(&bs, o_lookup, 0, 4, &nl, "lookup");
-    if (!ctx.p.lookup) goto fail;
-    ctx.placed = get_buf(&bs, o_placed, 0, 8, &np_, "placed");
-    if (!ctx.placed) goto fail;
-    ctx.tail = get_buf(&bs, o_tail, 0, 1, &ctx.n_tail, "tail");
-    if (!ctx.tail) goto fail;
-    /* each low plane: raw bytes (low1/low0) or coded (lowc1/lowc0, statuses to low_status) */
-    if (ctx.low_planes) {
-        if (ctx.low_coded[0]) {
-            if (get_low_plane(&bs, o_lowc1, n, cs, &ctx.low_plane[0]) < 0) goto fail;
-            nlow = n;
-        } else if (!(ctx.low1 = get_buf(&bs, o_low1, 0, 1, &nlow, "low1"))) {
-            goto fail;
-        }
-        if (ctx.low_coded[1]) {
-            if (get_low_plane(&bs, o_lowc0, n, cs, &ctx.low_plane[1]) < 0) goto fail;
-            nlow0 = n;
-        } else if (!(ctx.low0 = get_buf(&bs, o_low0, 0, 1, &nlow0, "low0"))) {
-            goto fail;
-        }
-        if (ctx.low_coded[0] || ctx.low_coded[1]) {
-            if (!(ctx.low_status = get_buf(&bs, o_lowst, 1, 4, &nlst, "low_status"))) goto fail;
-        }
-    } else if (ctx.low_coded[1] || o_low0 != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "decode_merge_float: low0 without low1");
-        goto fail;
-    }
-    ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out");
-    if (!ctx.out) goto fail;
-    ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
-    ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status");
-    if (!ctx.status) goto fail;
-    ctx.p.n = n;
-    ctx.p.chunk_size = cs;
-    ctx.p.chunks_per_table = cpt;
-    ctx.p.prob_bits = pb;
-    if (check_plane(&ctx.p, ns, no, nl) < 0) goto fail;
-    int64_t n_chunks = no - 1;
-    int R = ctx.tail_bits;
-    if (np_ != 256 || nout != n || nst != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4) ||
-        R < 1 || R > 16 || ctx.n_tail != (n * R + 7) / 8 ||
-        (ctx.low_planes && (nlow != n || nlow0 != n || ctx.out_bytes != 4)) ||
-        (ctx.low_status && nlst != 2 * (no - 1)) ||
-        ctx.sign_shift < 0 || ctx.sign_shift >= 8 * ctx.out_bytes || ctx.tail_shift < 0 || ctx.tail_shift > 16) {
-        PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
-        goto fail;
-    }
-    ctx.n_valid = 256;
+/* the merge's tables derived from ctx->placed (placed32, placed16, n_valid, fast16) */
+static void merge_derive(merge_ctx *ctx) {
+    const int R = ctx->tail_bits;
+    ctx->n_valid = 256;
     for (int s = 255; s >= 0; s--) {
-        ctx.placed32[s] = (uint32_t)ctx.placed[s];
-        if (ctx.placed[s] & BAD_SYMBOL) ctx.n_valid = (uint32_t)s;
+        ctx->placed32[s] = (uint32_t)ctx->placed[s];
+        if (ctx->placed[s] & BAD_SYMBOL) ctx->n_valid = (uint32_t)s;
     }
     /* BF16 (sign at 15, tail at 0) or F32 with both low planes (sign at 31, tail at 16, heads in
      * the upper half): the upper 16 bits of every value are laid out alike */
-    int upper = ctx.out_bytes == 4 ? 16 : 0;
-    ctx.fast16 = R <= 8 && ctx.sign_shift == upper + 15 && ctx.tail_shift == upper &&
-                 (ctx.out_bytes == 2 ? ctx.low_planes == 0 : ctx.low_planes == 2);
+    int upper = ctx->out_bytes == 4 ? 16 : 0;
+    ctx->fast16 = R <= 8 && ctx->sign_shift == upper + 15 && ctx->tail_shift == upper &&
+                  (ctx->out_bytes == 2 ? ctx->low_planes == 0 : ctx->low_planes == 2);
     for (int s = 0; s < 256; s++) {
-        ctx.placed16[s] = (uint16_t)(ctx.placed32[s] >> upper);
-        if (upper && (ctx.placed32[s] & 0xFFFF) && s < (int)ctx.n_valid) ctx.fast16 = 0;
+        ctx->placed16[s] = (uint16_t)(ctx->placed32[s] >> upper);
+        if (upper && (ctx->placed32[s] & 0xFFFF) && s < (int)ctx->n_valid) ctx->fast16 = 0;
     }
+}
+
+/* decode_merge_float's arguments (in memory) into ctx, their buffers held in bs: (states,
+ * offsets, words, lookup, placed, tail, low1, low0, out, status, lowc1, lowc0, low_status) in o,
+ * checked against each other; 0, or -1 with an exception */
+static int merge_setup(merge_ctx *ctx, bufs_t *bs, PyObject *const *o, long long n, long long cs, long long cpt,
+                       int pb) {
+    PyObject *o_lowc1 = o[10], *o_lowc0 = o[11];
+    int64_t ns, no, nl, np_, nlow = 0, nlow0 = 0, nout, nst, nlst = 0;
+    ctx->fd = -1;
+    ctx->src = NULL;
+    ctx->crcs = NULL;
+    ctx->piece_crc = NULL;
+    ctx->io_err = 0;
+    ctx->low_coded[0] = o_lowc1 != Py_None;
+    ctx->low_coded[1] = o_lowc0 != Py_None;
+    ctx->low_planes = (o[6] != Py_None || ctx->low_coded[0]) ? 2 : 0;
+    ctx->low1 = ctx->low0 = NULL;
+    ctx->low_status = NULL;
+    if (!(ctx->p.states = get_buf(bs, o[0], 0, 4, &ns, "states"))) return -1;
+    if (!(ctx->p.offsets = get_buf(bs, o[1], 0, 4, &no, "offsets"))) return -1;
+    if (!(ctx->p.words = get_buf(bs, o[2], 0, 2, &ctx->p.words_len, "words"))) return -1;
+    if (!(ctx->p.lookup = get_buf(bs, o[3], 0, 4, &nl, "lookup"))) return -1;
+    if (!(ctx->placed = get_buf(bs, o[4], 0, 8, &np_, "placed"))) return -1;
+    if (!(ctx->tail = get_buf(bs, o[5], 0, 1, &ctx->n_tail, "tail"))) return -1;
+    /* each low plane: raw bytes (low1/low0) or coded (lowc1/lowc0, statuses to low_status) */
+    if (ctx->low_planes) {
+        if (ctx->low_coded[0]) {
+            if (get_low_plane(bs, o_lowc1, n, cs, &ctx->low_plane[0]) < 0) return -1;
+            nlow = n;
+        } else if (!(ctx->low1 = get_buf(bs, o[6], 0, 1, &nlow, "low1"))) {
+            return -1;
+        }
+        if (ctx->low_coded[1]) {
+            if (get_low_plane(bs, o_lowc0, n, cs, &ctx->low_plane[1]) < 0) return -1;
+            nlow0 = n;
+        } else if (!(ctx->low0 = get_buf(bs, o[7], 0, 1, &nlow0, "low0"))) {
+            return -1;
+        }
+        if (ctx->low_coded[0] || ctx->low_coded[1]) {
+            if (!(ctx->low_status = get_buf(bs, o[12], 1, 4, &nlst, "low_status"))) return -1;
+        }
+    } else if (ctx->low_coded[1] || o[7] != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "decode_merge_float: low0 without low1");
+        return -1;
+    }
+    if (!(ctx->out = get_buf(bs, o[8], 1, 0, &nout, "out"))) return -1;
+    ctx->out_bytes = (int)bs->b[bs->k - 1].itemsize;
+    if (!(ctx->status = get_buf(bs, o[9], 1, 4, &nst, "status"))) return -1;
+    ctx->p.n = n;
+    ctx->p.chunk_size = cs;
+    ctx->p.chunks_per_table = cpt;
+    ctx->p.prob_bits = pb;
+    if (check_plane(&ctx->p, ns, no, nl) < 0) return -1;
+    int64_t n_chunks = no - 1;
+    int R = ctx->tail_bits;
+    if (np_ != 256 || nout != n || nst != n_chunks || (ctx->out_bytes != 2 && ctx->out_bytes != 4) ||
+        R < 1 || R > 16 || ctx->n_tail != (n * R + 7) / 8 ||
+        (ctx->low_planes && (nlow != n || nlow0 != n || ctx->out_bytes != 4)) ||
+        (ctx->low_status && nlst != 2 * (no - 1)) ||
+        ctx->sign_shift < 0 || ctx->sign_shift >= 8 * ctx->out_bytes || ctx->tail_shift < 0 || ctx->tail_shift > 16) {
+        PyErr_SetString(PyExc_ValueError, "decode_merge_float: inconsistent arguments");
+        return -1;
+    }
+    merge_derive(ctx);
+    return 0;
+}
+
+/* the checksum of the decoded tensor from its chunks' (ctx->crcs) */
+static uint32_t merge_out_crc(const merge_ctx *ctx) {
+    int64_t cs = ctx->p.chunk_size, n = ctx->p.n, n_chunks = (n + cs - 1) / cs;
+    return wc_crc32_join(ctx->crcs, n_chunks, cs * ctx->out_bytes, (n - (n_chunks - 1) * cs) * ctx->out_bytes);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+ *                    placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
+ *                    threads[, lowc1, lowc0, low_status, checksum]) -> CRC-32 of out or None    */
+
+static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
+    PyObject *o[13];
+    long long n, cs, cpt;
+    int pb, threads, want_crc = 0;
+    merge_ctx ctx;
+    o[10] = o[11] = o[12] = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOOp", &o[0], &o[1], &o[2], &n, &cs, &cpt, &o[3], &pb, &o[4],
+                          &o[5], &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o[6], &o[7], &o[8], &o[9],
+                          &threads, &o[10], &o[11], &o[12], &want_crc))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    if (merge_setup(&ctx, &bs, o, n, cs, cpt, pb) < 0) goto fail;
+    int64_t n_chunks = (ctx.p.n + cs - 1) / cs;
     if (want_crc && n_chunks > 0) {
         /* calloc: a chunk that fails leaves 0 (its status says so; the CRC is then unused) */
         ctx.crcs = calloc((size_t)n_chunks, sizeof *ctx.crcs);
@@ -1125,7 +1353,7 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
     uint32_t crc = 0;
     Py_BEGIN_ALLOW_THREADS
     run_parallel(merge_task, &ctx, (n_chunks + 1) / 2, threads);
-    if (ctx.crcs) crc = wc_crc32_join(ctx.crcs, n_chunks, cs * ctx.out_bytes, (n - (n_chunks - 1) * cs) * ctx.out_bytes);
+    if (ctx.crcs) crc = merge_out_crc(&ctx);
     Py_END_ALLOW_THREADS
     free(ctx.crcs);
     bufs_release(&bs);
@@ -1134,6 +1362,522 @@ static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
 fail:
     bufs_release(&bs);
     return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* decode_float_file(fd, rows, outs, threads, verify) -> [code per tensor]
+ *
+ * Float records (format version 1) straight from their file: each row (FF_COLS int64, the
+ * layout below; wcodec.codecs.float.file_row builds them from the validated header) names a
+ * tensor's params and sections. Per tensor, on the extension's threads: its small sections
+ * (alphabet, tables, states, offsets) are read and checked as wcodec.codecs.float.parse checks
+ * them (the Python reference: every check it makes is made here, some stricter); then all
+ * tensors' chunk pairs decode, each pair's words, tail and low bytes read just before it and its
+ * tables' lookups built by the task that needs them (merge_pair, pair_lookup). Code 0: the
+ * tensor is in its out buffer and every check passed (with verify: every section's and the
+ * decoded bytes' CRC-32). Any other code (FF_E_*) leaves the tensor to the reference path, which
+ * raises the precise error. */
+
+enum { FF_N, FF_OBYTES, FF_E, FF_M, FF_L, FF_J, FF_R, FF_CRC, FF_HEAD, FF_LOW1 = FF_HEAD + 5,
+       FF_LOW0 = FF_LOW1 + 6, FF_SEC = FF_LOW0 + 6 };
+/* a plane's params: n_symbols, prob_bits, chunk_steps, chunks_per_table, alphabet_size (a low
+ * plane's first: coded 0/1); the sections: (offset, size in bytes, CRC-32), offset -1 absent */
+enum { FS_ALPHABET, FS_TAIL, FS_HEAD, FS_LOW1 = FS_HEAD + 5, FS_LOW0 = FS_LOW1 + 6, FS_COUNT = FS_LOW0 + 6 };
+/* within a plane's sections: the plane's 5 (a low plane: raw, then the 5) */
+enum { FP_FREQS, FP_BIG, FP_STATES, FP_OFFSETS, FP_WORDS };
+#define FF_COLS (FF_SEC + 3 * FS_COUNT)
+
+enum { FF_OK, FF_E_SECTION, FF_E_ALPHABET, FF_E_PLANE, FF_E_READ, FF_E_CRC, FF_E_CHUNK, FF_E_OUT_CRC, FF_E_MEMORY };
+
+typedef struct {
+    const int64_t *row;
+    merge_ctx ctx;
+    uint8_t *mem;    /* the small sections and unpacked tables of this tensor */
+    uint64_t placed[256];
+    int code;
+} ftensor_t;
+
+/* section k of a row: its offset (-1: absent), size, CRC */
+#define SEC_OFF(row, k) ((row)[FF_SEC + 3 * (k)])
+#define SEC_SIZE(row, k) ((row)[FF_SEC + 3 * (k) + 1])
+#define SEC_CRC(row, k) ((row)[FF_SEC + 3 * (k) + 2])
+
+/* read `k` sections (row indices idx) into buf, one after another at 8-byte aligned places
+ * (pos[i]): one pread when they lie close together (the writer's order, padding between), else
+ * one each; with verify, each checked against its CRC-32. Returns 0 or an FF_E_* code. */
+static int read_small(merge_ctx *ctx, const int64_t *row, const int *idx, int k, uint8_t *buf, int64_t *pos,
+                      int verify) {
+    int64_t lo = INT64_MAX, hi = 0, total = 0;
+    for (int i = 0; i < k; i++) {
+        int64_t sz = SEC_SIZE(row, idx[i]);
+        pos[i] = total;
+        total += (sz + 7) / 8 * 8;
+        if (sz > 0) {
+            if (SEC_OFF(row, idx[i]) < lo) lo = SEC_OFF(row, idx[i]);
+            if (SEC_OFF(row, idx[i]) + sz > hi) hi = SEC_OFF(row, idx[i]) + sz;
+        }
+    }
+    if (lo < hi && hi - lo <= total + 4096) { /* one read of the span, then each section moved down */
+        uint8_t *span = buf + total;          /* the caller gave room for total + 4096 more */
+        if (src_read(ctx, span, hi - lo, lo)) return FF_E_READ;
+        for (int i = 0; i < k; i++)
+            if (SEC_SIZE(row, idx[i]) > 0) memmove(buf + pos[i], span + (SEC_OFF(row, idx[i]) - lo), SEC_SIZE(row, idx[i]));
+    } else {
+        for (int i = 0; i < k; i++)
+            if (SEC_SIZE(row, idx[i]) > 0 && src_read(ctx, buf + pos[i], SEC_SIZE(row, idx[i]), SEC_OFF(row, idx[i])))
+                return FF_E_READ;
+    }
+    if (verify)
+        for (int i = 0; i < k; i++)
+            if (wc_crc32(buf + pos[i], SEC_SIZE(row, idx[i]), 0) != (uint32_t)SEC_CRC(row, idx[i])) return FF_E_CRC;
+    return 0;
+}
+
+/* one rANS plane of a row (params at pcol, sections from scol: freqs, freqs_big, states, offsets,
+ * words) into q, its small sections read into mem (advanced past what it used), checked as
+ * RansPlane.from_sections / validate check them; n: the symbols it must hold. 0 or FF_E_*. */
+static int plane_from_row(merge_ctx *ctx, const int64_t *row, int pcol, int scol, int64_t n, plane_t *q,
+                          uint8_t **mem, int verify) {
+    const int64_t ns = row[pcol], pb = row[pcol + 1], steps = row[pcol + 2], cpt = row[pcol + 3], asz = row[pcol + 4];
+    if (ns != n || ns < 0 || ns >= ((int64_t)1 << 40) || (pb != 11 && pb != 12) || steps < 1 || steps > 65536 ||
+        cpt < 1 || cpt > ((int64_t)1 << 32) || asz < 1 || asz > 256)
+        return FF_E_PLANE;
+    for (int k = 0; k < 5; k++)
+        if (SEC_OFF(row, scol + k) < 0) return FF_E_SECTION;
+    const int64_t cs = 32 * steps, n_chunks = (ns + cs - 1) / cs, n_tables = ((n_chunks > 1 ? n_chunks : 1) + cpt - 1) / cpt;
+    const int64_t small = SEC_SIZE(row, scol + FP_FREQS), big = SEC_SIZE(row, scol + FP_BIG) / 2;
+    const int64_t st_bytes = SEC_SIZE(row, scol + FP_STATES), of_bytes = SEC_SIZE(row, scol + FP_OFFSETS);
+    const int64_t n_words = SEC_SIZE(row, scol + FP_WORDS) / 2;
+    /* bounds_error: symbols per stored byte (tables counted unpacked, 2 bytes each), tables per symbol */
+    const int64_t stored = 2 * small + st_bytes + of_bytes + 2 * n_words;
+    if (ns > 1024 * stored + ((int64_t)1 << 20) || n_tables > 1024 + ns / 1024) return FF_E_PLANE;
+    if (small != n_tables * asz || st_bytes != n_chunks * LANES * 4 || of_bytes != (n_chunks + 1) * 4) return FF_E_PLANE;
+    int idx[4] = {scol + FP_FREQS, scol + FP_BIG, scol + FP_STATES, scol + FP_OFFSETS};
+    int64_t pos[4];
+    int e = read_small(ctx, row, idx, 4, *mem, pos, verify);
+    if (e) return e;
+    const uint8_t *f8 = *mem + pos[0];
+    const uint16_t *f16 = (const uint16_t *)(*mem + pos[1]);
+    const uint32_t *offs = (const uint32_t *)(*mem + pos[3]);
+    q->states = (const uint32_t *)(*mem + pos[2]);
+    q->offsets = offs;
+    int64_t used = pos[3] + (of_bytes + 7) / 8 * 8;
+    /* the tables: escapes (255) taken in order from freqs_big, widened to 256 entries, each
+     * summing to 2**prob_bits (their lookups are built by the tasks: pair_lookup) */
+    uint16_t *full = (uint16_t *)(*mem + used);
+    int64_t esc = 0;
+    for (int64_t t = 0; t < n_tables; t++) {
+        uint16_t *ft = full + 256 * t;
+        int64_t sum = 0;
+        for (int64_t s = 0; s < 256; s++) {
+            uint16_t v = 0;
+            if (s < asz) {
+                v = f8[t * asz + s];
+                if (v == 255) {
+                    if (esc >= big) return FF_E_PLANE;
+                    v = f16[esc++];
+                }
+            }
+            ft[s] = v;
+            sum += v;
+        }
+        if (sum != ((int64_t)1 << pb)) return FF_E_PLANE;
+    }
+    if (esc != big) return FF_E_PLANE;
+    /* offsets: from 0 to the words' count, each chunk at most a chunk's symbols of words */
+    if (offs[0] != 0 || (int64_t)offs[n_chunks] != n_words) return FF_E_PLANE;
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (offs[c + 1] < offs[c] || (int64_t)(offs[c + 1] - offs[c]) > cs) return FF_E_PLANE;
+    q->lookup = NULL;
+    q->full = full;
+    q->words = NULL;
+    q->words_len = n_words > 0 ? n_words : 1;
+    q->n = ns;
+    q->chunk_size = cs;
+    q->chunks_per_table = cpt;
+    q->prob_bits = (int)pb;
+    *mem += used + n_tables * 512;
+    return 0;
+}
+
+/* bytes plane_from_row may use of mem for a plane of this row (small sections, slack for one
+ * span read, unpacked tables), or -1 when the plane's params break the decoders' bounds (then
+ * nothing is allocated for it: the reference refuses it) */
+static int64_t plane_mem(const int64_t *row, int pcol, int scol) {
+    const int64_t ns = row[pcol], pb = row[pcol + 1], steps = row[pcol + 2], cpt = row[pcol + 3];
+    if (ns < 0 || ns >= ((int64_t)1 << 40) || steps < 1 || steps > 65536 || cpt < 1 || cpt > ((int64_t)1 << 32) ||
+        (pb != 11 && pb != 12))
+        return -1;
+    const int64_t cs = 32 * steps, n_chunks = (ns + cs - 1) / cs, n_tables = ((n_chunks > 1 ? n_chunks : 1) + cpt - 1) / cpt;
+    if (n_tables > 1024 + ns / 1024) return -1; /* bounds_error's tables per symbol */
+    int64_t total = 4096 + 64;
+    for (int k = 0; k < 4; k++) total += 2 * ((SEC_SIZE(row, scol + k) + 7) / 8 * 8) + 8;
+    return total + n_tables * 512;
+}
+
+/* Buffers a thread keeps from one file decode to the next (slot 0: a worker's, 1: the set-up's):
+ * one allocated per call was handed back to the system between loads, and its fresh pages (a
+ * fault per 4 KiB) cost more than the reads. Up to TL_KEEP bytes each are kept; a larger one is
+ * the caller's to free (*own). Freed when the thread exits. */
+#define TL_KEEP ((size_t)8 << 20)
+#ifdef WC_THREADS
+typedef struct {
+    uint8_t *buf[2];
+    size_t cap[2];
+} tl_cache_t;
+static pthread_key_t g_tl_key;
+static pthread_once_t g_tl_once = PTHREAD_ONCE_INIT;
+static int g_tl_ok;
+static void tl_free(void *v) {
+    tl_cache_t *c = v;
+    free(c->buf[0]);
+    free(c->buf[1]);
+    free(c);
+}
+static void tl_init(void) { g_tl_ok = pthread_key_create(&g_tl_key, tl_free) == 0; }
+#endif
+static uint8_t *tl_take(int k, size_t n, int *own) {
+    *own = 1;
+#ifdef WC_THREADS
+    pthread_once(&g_tl_once, tl_init);
+    if (g_tl_ok && n <= TL_KEEP) {
+        tl_cache_t *c = pthread_getspecific(g_tl_key);
+        if (!c && (c = calloc(1, sizeof *c)) && pthread_setspecific(g_tl_key, c)) {
+            free(c);
+            c = NULL;
+        }
+        if (c) {
+            if (c->cap[k] < n) {
+                free(c->buf[k]);
+                c->cap[k] = 0;
+                if (!(c->buf[k] = malloc(n))) return NULL;
+                c->cap[k] = n;
+            }
+            *own = 0;
+            return c->buf[k];
+        }
+    }
+#endif
+    return malloc(n ? n : 1);
+}
+
+/* bytes of ff_setup's memory for a row (alphabet, planes: see plane_mem), or -1 when its
+ * planes break the decoders' bounds */
+static int64_t ff_need(const int64_t *row) {
+    int64_t need = plane_mem(row, FF_HEAD, FS_HEAD), more;
+    for (int q = 0; q < 2 && row[FF_L]; q++)
+        if (row[FF_LOW1 + 6 * q]) need = (more = plane_mem(row, FF_LOW1 + 6 * q + 1, FS_LOW1 + 6 * q + 1)) < 0 ? -1 : need + more;
+    int64_t abytes = (SEC_SIZE(row, FS_ALPHABET) + 7) / 8 * 8;
+    return need < 0 || abytes < 0 ? -1 : (need + 2 * abytes + 64 + 63) / 64 * 64;
+}
+
+/* task t of the set-up: tensor t's sections read and checked, its merge context ready */
+static void ff_setup(void *vctx, int64_t t) {
+    ftensor_t *ft = (ftensor_t *)vctx + t;
+    const int64_t *row = ft->row;
+    merge_ctx *ctx = &ft->ctx;
+    const int verify = ctx->crcs != NULL;
+    const int64_t n = row[FF_N], E = row[FF_E], M = row[FF_M], L = row[FF_L], j = row[FF_J], R = row[FF_R];
+    const int ob = (int)row[FF_OBYTES];
+    int e = FF_OK;
+    if (ft->code) return; /* (its bounds, before any memory was given) */
+    /* what parse / check_params check of the layout (the header's schema check did too) */
+    if (n < 0 || (ob != 2 && ob != 4) || (L != 0 && L != 2) || (L == 2 && ob != 4) || j < 0 || j > 4 ||
+        R != 1 + M - 8 * L - j || R < 1 || R > 16 || E < 1 || E + j > 16 || M - j < 0 || 8 * L + R - 1 >= 8 * ob) {
+        ft->code = FF_E_PLANE;
+        return;
+    }
+    const int64_t abytes = (SEC_SIZE(row, FS_ALPHABET) + 7) / 8 * 8; /* (a read uses twice that) */
+    uint8_t *mem = ft->mem;
+    /* the alphabet: 1..256 head values (if any weight), each below 2**(E + head_bits) */
+    int ia = FS_ALPHABET;
+    int64_t pa, na = SEC_SIZE(row, FS_ALPHABET) / 2;
+    if (SEC_OFF(row, FS_ALPHABET) < 0 || SEC_OFF(row, FS_TAIL) < 0) {
+        ft->code = FF_E_SECTION;
+        return;
+    }
+    if ((n && (na < 1 || na > 256)) || na > 256) {
+        ft->code = FF_E_ALPHABET;
+        return;
+    }
+    if ((e = read_small(ctx, row, &ia, 1, mem, &pa, verify))) {
+        ft->code = e;
+        return;
+    }
+    const uint16_t *alphabet = (const uint16_t *)(mem + pa);
+    for (int64_t s = 0; s < na; s++)
+        if (alphabet[s] >= ((int64_t)1 << (E + j))) {
+            ft->code = FF_E_ALPHABET;
+            return;
+        }
+    for (int s = 0; s < 256; s++) ft->placed[s] = s < na ? (uint64_t)alphabet[s] << (M - j) : BAD_SYMBOL;
+    mem += 2 * abytes + 8;
+    if ((e = plane_from_row(ctx, row, FF_HEAD, FS_HEAD, n, &ctx->p, &mem, verify))) {
+        ft->code = e;
+        return;
+    }
+    ctx->words_at = SEC_OFF(row, FS_HEAD + FP_WORDS);
+    /* the tail: R bits per weight; the low planes (F32): raw bytes, or coded with the head's chunks */
+    if (SEC_SIZE(row, FS_TAIL) != (n * R + 7) / 8) {
+        ft->code = FF_E_SECTION;
+        return;
+    }
+    ctx->tail_at = SEC_OFF(row, FS_TAIL);
+    ctx->n_tail = SEC_SIZE(row, FS_TAIL);
+    ctx->low_planes = (int)L;
+    for (int q = 0; q < 2; q++) {
+        ctx->low_coded[q] = 0;
+        if (!L) continue;
+        const int pcol = FF_LOW1 + 6 * q, scol = FS_LOW1 + 6 * q;
+        if (row[pcol]) {
+            if (row[pcol + 3] != row[FF_HEAD + 2]) { /* not decoded beside the head: the reference's */
+                ft->code = FF_E_PLANE;
+                return;
+            }
+            if ((e = plane_from_row(ctx, row, pcol + 1, scol + 1, n, &ctx->low_plane[q], &mem, verify))) {
+                ft->code = e;
+                return;
+            }
+            ctx->low_coded[q] = 1;
+            ctx->low_at[q] = SEC_OFF(row, scol + 1 + FP_WORDS);
+        } else {
+            if (SEC_OFF(row, scol) < 0 || SEC_SIZE(row, scol) != n) {
+                ft->code = FF_E_SECTION;
+                return;
+            }
+            ctx->low_at[q] = SEC_OFF(row, scol);
+        }
+    }
+    ctx->placed = ft->placed;
+    ctx->tail_shift = (int)(8 * L);
+    ctx->sign_shift = 8 * ob - 1;
+    ctx->out_bytes = ob;
+    merge_derive(ctx);
+}
+
+/* worker `slot` of decode_float_file: pairs taken one by one from the shared counter, over every
+ * tensor (largest first as the caller orders them), with one work buffer for all of them */
+typedef struct {
+    ftensor_t *ts;
+    int64_t n;
+    int64_t *first; /* [n + 1]: each tensor's first pair in the task numbering */
+    int64_t next;   /* the next pair to take (atomic) */
+    int64_t work;   /* bytes of each worker's work buffer */
+    int oom;        /* a worker found no memory for its buffer (atomic) */
+} ff_ctx;
+
+static void ff_worker(void *vctx, int64_t slot) {
+    ff_ctx *m = vctx;
+    (void)slot;
+    int own;
+    uint8_t *work = tl_take(0, (size_t)m->work, &own);
+    if (!work) {
+        __atomic_store_n(&m->oom, 1, __ATOMIC_RELAXED);
+        return; /* the other workers take its pairs; none left: oom */
+    }
+    lut_cache_t *lc = (lut_cache_t *)(work + m->work - 3 * (int64_t)sizeof(lut_cache_t));
+    for (int q = 0; q < 3; q++) lc[q].plane = NULL; /* (a cache of an earlier call) */
+    for (;;) {
+        int64_t i = __atomic_fetch_add(&m->next, 1, __ATOMIC_RELAXED);
+        if (i >= m->first[m->n]) break;
+        int64_t lo = 0, hi = m->n - 1; /* the tensor holding pair i: first[lo] <= i < first[lo + 1] */
+        while (lo < hi) {
+            int64_t mid = (lo + hi + 1) / 2;
+            if (m->first[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        merge_pair(&m->ts[lo].ctx, i - m->first[lo], work);
+    }
+    if (own) free(work);
+}
+
+/* CRC-32 of a section read in pieces of varying length (a plane's words: each pair's) */
+static uint32_t join_words(const uint32_t *crc, const plane_t *p, int64_t n_pairs) {
+    uint32_t c = 0;
+    int64_t n_chunks = (p->n + p->chunk_size - 1) / p->chunk_size;
+    for (int64_t t = 0; t < n_pairs; t++) {
+        int64_t c1 = 2 * t + 2 < n_chunks ? 2 * t + 2 : n_chunks;
+        c = wc_crc32_combine(c, crc[t], 2 * ((int64_t)p->offsets[c1] - p->offsets[2 * t]));
+    }
+    return c;
+}
+
+/* after the decode: tensor ft's statuses, read error and (verify) checksums into its code */
+static void ff_finish(ftensor_t *ft, int64_t n_pairs, int verify) {
+    merge_ctx *ctx = &ft->ctx;
+    const int64_t *row = ft->row;
+    if (ft->code) return;
+    if (ctx->io_err) {
+        ft->code = FF_E_READ;
+        return;
+    }
+    int64_t cs = ctx->p.chunk_size, n_chunks = (ctx->p.n + cs - 1) / cs;
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (ctx->status[c] || (ctx->low_status && (ctx->low_status[c] || ctx->low_status[n_chunks + c]))) {
+            ft->code = FF_E_CHUNK;
+            return;
+        }
+    if (!verify) return;
+    const uint32_t *pc = ctx->piece_crc;
+    int64_t last_vals = n_pairs ? ctx->p.n - 2 * (n_pairs - 1) * cs : 0, R = ctx->tail_bits;
+    uint32_t got[4] = {join_words(pc, &ctx->p, n_pairs),
+                       wc_crc32_join(pc + n_pairs, n_pairs, 2 * cs * R / 8, (last_vals * R + 7) / 8), 0, 0};
+    int secs[4] = {FS_HEAD + FP_WORDS, FS_TAIL, -1, -1};
+    for (int q = 0; q < 2 && ctx->low_planes; q++) {
+        const uint32_t *lc = pc + (2 + q) * n_pairs;
+        got[2 + q] = ctx->low_coded[q] ? join_words(lc, &ctx->low_plane[q], n_pairs)
+                                       : wc_crc32_join(lc, n_pairs, 2 * cs, last_vals);
+        secs[2 + q] = ctx->low_coded[q] ? FS_LOW1 + 6 * q + 1 + FP_WORDS : FS_LOW1 + 6 * q;
+    }
+    for (int k = 0; k < 4; k++)
+        if (secs[k] >= 0 && got[k] != (uint32_t)SEC_CRC(row, secs[k])) {
+            ft->code = FF_E_CRC;
+            return;
+        }
+    if ((ctx->crcs ? merge_out_crc(ctx) : 0) != (uint32_t)row[FF_CRC]) ft->code = FF_E_OUT_CRC;
+}
+
+static PyObject *py_decode_float_file(PyObject *self, PyObject *args) {
+    int fd = -1, threads, verify;
+    PyObject *o_src, *o_rows, *o_outs, *fast = NULL, *res = NULL;
+    if (!PyArg_ParseTuple(args, "OOOip", &o_src, &o_rows, &o_outs, &threads, &verify)) return NULL;
+    bufs_t bs = {.k = 0};
+    int64_t n_vals, src_len = 0;
+    const uint8_t *src = NULL; /* the file's bytes in memory, or (NULL) fd */
+    if (PyLong_Check(o_src)) {
+        long v = PyLong_AsLong(o_src);
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        fd = v >= 0 && v <= INT32_MAX ? (int)v : -1;
+    } else if (!(src = get_buf(&bs, o_src, 0, 0, &src_len, "source"))) {
+        return NULL;
+    }
+    if (src) src_len = bs.b[0].len;
+    const int64_t *rows = get_buf(&bs, o_rows, 0, 8, &n_vals, "rows");
+    if (!rows) goto done0;
+    if (!(fast = PySequence_Fast(o_outs, "decode_float_file: outs must be a sequence of buffers"))) goto done0;
+    Py_ssize_t nt = PySequence_Fast_GET_SIZE(fast), held = 0;
+    if (n_vals != (int64_t)nt * FF_COLS || (!src && fd < 0)) {
+        PyErr_SetString(PyExc_ValueError, "decode_float_file: rows must be [len(outs), FF_COLS] int64, src a file or bytes");
+        goto done0;
+    }
+    uint8_t *block = NULL;
+    int own_block = 0;
+    ftensor_t *ts = calloc((size_t)(nt ? nt : 1), sizeof *ts);
+    Py_buffer *views = calloc((size_t)(nt ? nt : 1), sizeof *views);
+    int64_t *first = calloc((size_t)nt + 1, sizeof *first);
+    int32_t **status = calloc((size_t)(nt ? nt : 1), sizeof *status);
+    if (!ts || !views || !first || !status) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; held < nt; held++) {
+        const int64_t *row = rows + held * FF_COLS;
+        Py_buffer *v = &views[held];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, held), v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (row[FF_N] < 0 || (row[FF_OBYTES] != 2 && row[FF_OBYTES] != 4) || v->len != row[FF_N] * row[FF_OBYTES] ||
+            row[FF_HEAD + 2] < 1 || row[FF_HEAD + 2] > 65536) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "decode_float_file: an out buffer does not hold its tensor");
+            goto done;
+        }
+    }
+    /* every allocation here, on the calling thread (helper threads' arenas hand their pages
+     * back between calls: fresh pages each load), one block for all tensors' set-up memory */
+    int fail = 0;
+    int64_t total = 0;
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        int64_t need = ff_need(rows + t * FF_COLS);
+        if (need < 0) ts[t].code = FF_E_PLANE;
+        else total += need;
+    }
+    if (!(block = tl_take(1, (size_t)total, &own_block))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t t = 0, at = 0; t < nt; t++)
+        if (!ts[t].code) {
+            ts[t].mem = block + at;
+            at += ff_need(rows + t * FF_COLS);
+        }
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        const int64_t *row = rows + t * FF_COLS;
+        ftensor_t *ft = &ts[t];
+        merge_ctx *ctx = &ft->ctx;
+        int64_t cs = 32 * row[FF_HEAD + 2], n_chunks = (row[FF_N] + cs - 1) / cs;
+        ft->row = row;
+        ctx->fd = fd;
+        ctx->src = src;
+        ctx->src_len = src_len;
+        ctx->out = views[t].buf;
+        ctx->p.n = row[FF_N]; /* until set up: the pair count below */
+        ctx->p.chunk_size = cs;
+        ctx->tail_bits = (int)row[FF_R];
+        status[t] = calloc((size_t)(3 * n_chunks + 1), sizeof **status);
+        ctx->status = status[t];
+        ctx->low_status = row[FF_L] && (row[FF_LOW1] || row[FF_LOW0]) ? status[t] + n_chunks : NULL;
+        if (verify) {
+            ctx->crcs = calloc((size_t)(n_chunks + 1), sizeof *ctx->crcs);
+            ctx->piece_crc = calloc((size_t)(4 * ((n_chunks + 1) / 2) + 1), sizeof *ctx->piece_crc);
+        }
+        if (!status[t] || (verify && (!ctx->crcs || !ctx->piece_crc))) fail = 1;
+        first[t + 1] = first[t] + (n_chunks + 1) / 2;
+    }
+    if (fail) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* the workers' buffers: each for the largest pair of any tensor */
+    int64_t work = 0;
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        const int64_t *row = rows + t * FF_COLS;
+        int64_t w = file_work_bytes(32 * row[FF_HEAD + 2], row[FF_L] && (row[FF_LOW1] || row[FF_LOW0]));
+        if (w > work) work = w;
+    }
+    int oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(ff_setup, ts, nt, pick_threads(threads, nt));
+    /* tensors that failed their set-up decode nothing: their pairs are taken out of the numbering */
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        int64_t pairs = ts[t].code ? 0 : first[t + 1] - first[t];
+        first[t + 1] = first[t] + pairs;
+    }
+    if (first[nt] > 0) {
+        ff_ctx m = {ts, nt, first, 0, work, 0};
+        int workers = pick_threads(threads, first[nt]);
+        run_parallel(ff_worker, &m, workers, workers);
+        if (m.oom && m.next < first[nt]) oom = 1; /* no worker had a buffer: pairs left undone */
+    }
+    for (Py_ssize_t t = 0; t < nt && !oom; t++) ff_finish(&ts[t], first[t + 1] - first[t], verify);
+    Py_END_ALLOW_THREADS
+    if (oom) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(res = PyList_New(nt))) goto done;
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        PyObject *c = PyLong_FromLong(ts[t].code);
+        if (!c) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyList_SET_ITEM(res, t, c);
+    }
+done:
+    if (own_block) free(block);
+    for (Py_ssize_t t = 0; t < nt && ts && status; t++) {
+        free(ts[t].ctx.crcs);
+        free(ts[t].ctx.piece_crc);
+        free(status[t]);
+    }
+    for (Py_ssize_t t = 0; t < held; t++) PyBuffer_Release(&views[t]);
+    free(ts);
+    free(views);
+    free(first);
+    free(status);
+done0:
+    Py_XDECREF(fast);
+    bufs_release(&bs);
+    return res;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -2717,29 +3461,11 @@ static PyObject *py_decode_lookup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "decode_lookup: bad sizes");
         goto fail;
     }
-    for (int64_t t = 0; t < nf / 256; t++) {
-        const uint16_t *f = freqs + t * 256;
-        uint32_t *o = out + (t << pb), cum = 0;
-        for (int s = 0; s < 256; s++) {
-            /* locals: with -fno-strict-aliasing the stores to o could change f[s], so reading it
-             * in the loop kept the fill scalar (measured 4 us per table, now vectorised) */
-            const uint32_t fs = f[s];
-            if (cum + fs > (1u << pb)) {
-                PyErr_SetString(PyExc_ValueError, "decode_lookup: a table sums past 2**prob_bits");
-                goto fail;
-            }
-            if (fs) {
-                const uint32_t head = (uint32_t)s | (fs - 1) << 8;
-                uint32_t *dst = o + cum;
-                for (uint32_t k = 0; k < fs; k++) dst[k] = head | k << 20;
-            }
-            cum += fs;
-        }
-        if (cum != (1u << pb)) {
+    for (int64_t t = 0; t < nf / 256; t++)
+        if (fill_lookup(freqs + t * 256, pb, out + (t << pb)) < 0) {
             PyErr_SetString(PyExc_ValueError, "decode_lookup: a table does not sum to 2**prob_bits");
             goto fail;
         }
-    }
     bufs_release(&bs);
     Py_RETURN_NONE;
 fail:
@@ -2824,6 +3550,7 @@ int wc_isa(void) { return g_isa; }
 static PyMethodDef methods[] = {
     {"decode_chunks", py_decode_chunks, METH_VARARGS, "rANS decode of a plane's chunks (see module docstring)"},
     {"decode_merge_float", py_decode_merge_float, METH_VARARGS, "fused rANS decode + float merge"},
+    {"decode_float_file", py_decode_float_file, METH_VARARGS, "float records straight from their file: checked, read piece by piece, decoded in one call"},
     {"chunk_histograms", py_chunk_histograms, METH_VARARGS, "per-chunk symbol histograms"},
     {"head_histogram", py_head_histogram, METH_VARARGS, "histogram of (bits >> shift) & mask"},
     {"block_head_histograms", py_block_head_histograms, METH_VARARGS, "head histograms per block of values"},
@@ -2872,5 +3599,7 @@ PyMODINIT_FUNC PyInit__cext(void) {
 #ifdef WC_THREADS
     pthread_atfork(NULL, NULL, pool_after_fork);
 #endif
-    return PyModule_Create(&moduledef);
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m && PyModule_AddIntConstant(m, "FLOAT_FILE_COLS", FF_COLS) < 0) Py_CLEAR(m);
+    return m;
 }

@@ -9,6 +9,7 @@ names let two writers mix their output.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -59,6 +60,29 @@ def pread_into(fd: int, buf, offset: int) -> bool:
             return False
         got += n
     return True
+
+
+def write_all(f, pieces: list) -> None:
+    """Write the buffers ``pieces`` (memoryviews, bytes) to ``f`` in order: one ``os.writev``
+    for an unbuffered file (a tensor's sections and padding in one system call), else
+    ``f.write`` each (an in-memory file). Raises OSError."""
+    if not isinstance(f, io.FileIO) or not hasattr(os, "writev"):
+        for p in pieces:
+            f.write(p)
+        return
+    fd, views = f.fileno(), [memoryview(p).cast("B") for p in pieces if len(p)]
+    while views:  # a writev writes at most ~2 GiB: go on from where it stopped
+        n = os.writev(fd, views[:_IOV_MAX])
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views and n:
+            views[0] = views[0][n:]
+
+
+try:  # buffers per writev
+    _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 16
 
 
 def _reject_constant(name):

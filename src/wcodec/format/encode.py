@@ -11,7 +11,7 @@ import os
 import threading
 import warnings
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -121,9 +121,13 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
         if progress is not None:
             progress.update(nbytes)
 
-    # Always encode in pool threads, even for workers=1: numba parallel kernels entered from the
-    # main thread were measured 5-10x slower here (about 0.35 s per small tensor, omp layer).
-    ex = ThreadPoolExecutor(workers)
+    # numba parallel kernels entered from the main thread were measured 5-10x slower here (about
+    # 0.35 s per small tensor, omp layer): with numba, pool threads even for workers=1; the C
+    # kernels encode one worker's tensors on the calling thread (a pool thread's hand-offs cost
+    # ~0.15 ms of CPU per tensor: 6 of MiniLM's 35 ms, issue 30)
+    from .. import native
+
+    ex = _Inline() if workers == 1 and native.available() else ThreadPoolExecutor(workers)
     interrupted = False
     try:
         for item in items:
@@ -153,6 +157,22 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
         # large lossy tensor) finishes in its thread, its result unused
         ex.shutdown(wait=not interrupted)
     return totals
+
+
+class _Inline:
+    """The part of ThreadPoolExecutor that :func:`encode_into` uses, running each call at submit
+    on the calling thread (an exception is raised at its result, as a pool's; Ctrl-C at once)."""
+
+    def submit(self, fn, *args) -> Future:
+        fut = Future()
+        try:
+            fut.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001 - re-raised by fut.result(), in write order
+            fut.set_exception(e)
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 def map_in_threads(fn, names: list, workers: int | None = None, cost=None) -> dict:

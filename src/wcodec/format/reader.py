@@ -6,7 +6,8 @@ its byte span (not exposed as views of a memory map: a file truncated in place w
 kills the process with SIGBUS on the next touch of a lost page; a short read is an error
 instead), so a GPU loader still uploads a tensor's span in one copy. ``record(copy=False)``
 gives zero-copy views of a memory map instead (size checked first) for loaders that copy the
-bytes at once.
+bytes at once. Float records decode on the CPU without a span buffer (:meth:`Reader.decode_floats`:
+the C extension reads each pair of chunks' bytes just before it decodes them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from . import _io, spec
 
 _EMPTY = np.empty(0, dtype=np.uint8)
 _EMPTY.flags.writeable = False
+#: weights, and bytes of decode lookups, per call of :meth:`Reader.decode_floats` at most (one
+#: tensor may exceed them): bounds what a large or hostile checkpoint holds besides its outputs
+GROUP_NUMEL = 1 << 28
+GROUP_TABLES = 1 << 28
 
 
 class SpanBuffer:
@@ -71,39 +76,51 @@ class _ReadPlan:
 
 
 class Reader:
-    """An open .wcodec file.
+    """An open .wcodec file, or the bytes of one.
 
     Args:
-        path: the file. Raises FormatError (not a .wcodec file, unknown version),
-            CorruptDataError / ChecksumError (bad header, offsets, sizes; names the tensor),
-            OSError (cannot open).
+        path: the file (with ``data``: only the name errors give). data: the file's bytes
+            (bytes, bytearray, memoryview), read in place (never copied, held until close).
+        Raises FormatError (not a .wcodec file, unknown version), CorruptDataError /
+        ChecksumError (bad header, offsets, sizes; names the tensor), OSError (cannot open).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, data=None):
         self.path = Path(path)
         self._mm = None
-        f = _io.open_regular(self.path, ".wcodec file")
+        self._mem = None if data is None else memoryview(data).cast("B")
+        f = None if data is not None else _io.open_regular(self.path, ".wcodec file")
         try:
-            size = os.fstat(f.fileno()).st_size
-            pre = f.read(spec.PREAMBLE_SIZE)
+            size = os.fstat(f.fileno()).st_size if f is not None else len(self._mem)
+            pre = f.read(spec.PREAMBLE_SIZE) if f is not None else bytes(self._mem[:spec.PREAMBLE_SIZE])
             h_off, h_size, h_crc = spec.parse_preamble(pre, size)
-            raw = os.pread(f.fileno(), h_size, h_off)
+            raw = os.pread(f.fileno(), h_size, h_off) if f is not None else bytes(self._mem[h_off:h_off + h_size])
             if len(raw) != h_size:
                 raise CorruptDataError("truncated header")
             self.header = spec.parse_header(raw, h_crc)
             spec.check_versions(pre, self.header)
             spec.validate_tensors(self.header["tensors"], h_off)
         except (CorruptDataError, FormatError) as e:
-            f.close()
+            self._drop(f)
             raise type(e)(f"{self.path.name}: {e}") from None
         except BaseException:
-            f.close()
+            self._drop(f)
             raise
         self._f = f
         self._tensors = self.header["tensors"]
         self._plans: dict[str, _ReadPlan] = {}
         self.header_offset = h_off
         self.file_size = size
+
+    def _drop(self, f) -> None:
+        if f is not None:
+            f.close()
+        self._mem = None  # (views of it handed out keep the bytes alive)
+
+    @property
+    def _source(self):
+        """What the C decoders read sections from: the file's descriptor, or its bytes."""
+        return self._f.fileno() if self._f is not None else self._mem
 
     # -- index ---------------------------------------------------------------------------------
     def keys(self) -> list[str]:
@@ -161,18 +178,22 @@ class Reader:
         before a bulk copy, or prefer :meth:`read_span`.
         """
         self._open_check()
+        if self._mem is not None:
+            return self._mem.toreadonly()
         if self._mm is None:
             self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
         self.check_size()
         return memoryview(self._mm)
 
     def _open_check(self) -> None:
-        if self._f is None:
+        if self._f is None and self._mem is None:
             raise ValueError(f"{self.path.name} is closed")
 
     def check_size(self) -> None:
         """Raise CorruptDataError if the file no longer has the size it had when opened."""
         self._open_check()
+        if self._f is None:
+            return  # bytes in memory: held, they cannot shrink
         now = os.fstat(self._f.fileno()).st_size
         if now != self.file_size:
             raise CorruptDataError(f"{self.path.name}: the file changed size from {self.file_size} to "
@@ -185,7 +206,9 @@ class Reader:
         Raises CorruptDataError when the file has been truncated meanwhile (a short read).
         """
         buf = self._span_buffer(start, end, into)
-        if not _io.pread_into(self._f.fileno(), buf, start):
+        if self._f is None:
+            buf[:] = np.frombuffer(self._mem, dtype=np.uint8, count=end - start, offset=start)
+        elif not _io.pread_into(self._f.fileno(), buf, start):
             raise self._short_read(start, end)
         return buf
 
@@ -229,6 +252,7 @@ class Reader:
         self._open_check()
         plan = self._plan(name)
         got = None
+        copy = copy and self._f is not None  # bytes in memory: views of them, they cannot change size
         if copy:
             start = plan.start
             if verify and native.has_pread_crc():  # checksummed piece by piece as the bytes land
@@ -254,6 +278,62 @@ class Reader:
                              {k: r.view(dt) for k, r, dt in zip(plan.names, raw, plan.dtypes)},
                              dict(e.get("info", {})))
 
+    def file_decodable(self, name: str) -> bool:
+        """Whether :meth:`decode_floats` decodes stored tensor ``name`` (a float record, the C
+        extension's file decode here: ``codecs.float.reads_from_file``)."""
+        from ..codecs.float import reads_from_file
+        return reads_from_file(self._entry(name))
+
+    def decode_floats(self, names: list, verify: bool = True, outs: dict | None = None) -> dict:
+        """{name: decoded array (BF16 as uint16, the tensor's shape)} of stored tensors ``names``
+        that :meth:`file_decodable` accepts, decoded straight from the file in C calls over the
+        extension's threads (``native.decode_float_file``, one call for up to GROUP_NUMEL weights):
+        each tensor's small sections read and checked as the float codec's ``parse`` checks them,
+        each pair of chunks' words, tail and low bytes read just before it is decoded and
+        checksummed as it lands (no copy of a whole section, no fresh pages for one). Every check
+        of :meth:`get_numpy` is made (with ``verify`` the sections' and the decoded bytes'
+        CRC-32s); a tensor that fails any goes through get_numpy's reference path, which raises
+        the precise error. outs: {name: destination} (what ``codecs.check_out`` accepts) for
+        some names; the others get new arrays. Raises as get_numpy (the first failing tensor, in
+        descending size order)."""
+        from ..codecs.base import DTYPES
+        from ..codecs.float import LAYOUT, UINT, file_row, lookup_bytes
+
+        outs = outs or {}
+        todo = sorted(names, key=self.numel, reverse=True)  # the largest first: their pairs start first
+        done, i = {}, 0
+        while i < len(todo):
+            group, rows, flat, numel, tables = [], [], [], 0, 0
+            while i < len(todo) and (not group or (numel + self.numel(todo[i]) <= GROUP_NUMEL
+                                                   and tables + lookup_bytes(self._entry(todo[i])) <= GROUP_TABLES)):
+                n = todo[i]
+                e, k = self._entry(n), self.numel(n)
+                numel, tables = numel + k, tables + lookup_bytes(e)
+                group.append(n)
+                rows.append(file_row(e, k))
+                out = outs.get(n)
+                flat.append(np.empty(k, dtype=UINT[LAYOUT[e["dtype"]][0]]) if out is None else self._out_view(n, out))
+                i += 1
+            codes = native.decode_float_file(self._source, np.array(rows, dtype=np.int64), flat, verify)
+            for n, code, f in zip(group, codes, flat):
+                if code:  # the reference decodes it again, and raises what is wrong
+                    done[n] = self._get_numpy(n, verify, outs.get(n))
+                else:
+                    e = self._entry(n)
+                    done[n] = f.view(DTYPES[e["dtype"]]).reshape(e["shape"])
+        return {n: done[n] for n in names}
+
+    def _out_view(self, name: str, out) -> np.ndarray:
+        """``out`` checked as the destination of stored tensor ``name`` (``codecs.check_out``),
+        flat, as the unsigned words the decoder writes."""
+        from ..codecs import check_out
+        from ..codecs.base import EncodedTensor
+        from ..codecs.float import LAYOUT, UINT
+
+        e = self._entry(name)
+        flat = check_out(EncodedTensor(e["codec"], e["dtype"], tuple(e["shape"]), {}, {}), out, name)
+        return flat.view(UINT[LAYOUT[e["dtype"]][0]])
+
     def get_numpy(self, name: str, verify: bool = True, out: np.ndarray | None = None,
                   into: "SpanBuffer | None" = None) -> np.ndarray:
         """Decode ``name`` on the CPU to a new numpy array of its dtype and shape (BF16 as uint16).
@@ -267,6 +347,12 @@ class Reader:
         Raises a WcodecError subclass naming the tensor on corrupt data (``out`` may then be
         partly written), InvalidInputError for an ``out`` of the wrong dtype, shape or layout.
         """
+        if self.file_decodable(name):  # read piece by piece as it decodes: no span buffer
+            return self.decode_floats([name], verify, None if out is None else {name: out})[name]
+        return self._get_numpy(name, verify, out, into)
+
+    def _get_numpy(self, name: str, verify: bool, out, into=None) -> np.ndarray:
+        """get_numpy's reference path: the record read whole (:meth:`record`), then decoded."""
         from ..codecs import decode_tensor
 
         rec = self.record(name, verify=verify, into=into)
@@ -289,9 +375,8 @@ class Reader:
         """Close the file; arrays handed out stay valid (a mapping from :meth:`buffer` stays
         alive until its views are freed)."""
         self._mm = None
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        self._drop(self._f)
+        self._f = None
 
     def __enter__(self):
         return self

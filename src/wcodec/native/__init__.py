@@ -349,6 +349,21 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
                                                 prob_bits, placed, tail, tail_bits, tail_shift, sign_shift, low,
                                                 out, size=n if n_chunks > 1 else 0)
         return (status, None, None) if checksum else (status, None)
+    job = float_job(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail,
+                    tail_bits, tail_shift, sign_shift, low, out, coded)
+    crc = e.decode_merge_float(*job[:17], _threads_for(n), *job[17:], checksum)
+    return (job[16], job[19], crc) if checksum else (job[16], job[19])
+
+
+def float_job(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail, tail_bits,
+              tail_shift, sign_shift, low, out, coded=()) -> tuple:
+    """The C arguments of one fused float decode (:func:`decode_merge_float`'s): (states,
+    offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail, tail_bits,
+    tail_shift, sign_shift, low1, low0, out, status [n_chunks] int32, coded low1, coded low0,
+    low status [2, n_chunks] int32 or None); ``coded`` as in decode_merge_float."""
+    n = out.size
+    n_chunks = -(-n // chunk_size)
+    coded = list(coded) + [None] * (len(low) - len(coded))
     status = np.empty(n_chunks, dtype=np.int32)
     low1, low0 = low if len(low) else (None, None)
     args = [None, None, None]
@@ -358,10 +373,30 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
                 lk, wk = plane_inputs(pl)
                 args[k] = (pl.states, pl.offsets, wk, lk, pl.chunks_per_table, pl.prob_bits)
         args[2] = np.zeros((2, n_chunks), dtype=np.int32)
-    crc = e.decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
-                               placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
-                               _threads_for(n), *args, checksum)
-    return (status, args[2], crc) if checksum else (status, args[2])
+    return (states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail,
+            tail_bits, tail_shift, sign_shift, low1, low0, out, status, *args)
+
+
+def has_file_decode(cols: int) -> bool:
+    """Whether :func:`decode_float_file` runs here (the C extension, on a system with pread)
+    with rows of ``cols`` columns (the caller's layout must be the extension's)."""
+    e = ext()
+    return e is not None and getattr(e, "FLOAT_FILE_COLS", None) == cols and os.name == "posix"
+
+
+def decode_float_file(fd: int, rows: np.ndarray, outs: list, verify: bool = True) -> list[int]:
+    """Decode float records straight from the open file ``fd`` (C extension only:
+    :func:`has_file_decode`), all in one call over the extension's threads: rows [k, FF_COLS]
+    int64, one per tensor (``wcodec.codecs.float.file_rows``: params, section offsets, sizes and
+    CRC-32s from the validated header), outs: k writable buffers of the tensors' bytes. Each
+    tensor's small sections are read and checked as ``codecs.float.parse`` checks them, then
+    every tensor's chunk pairs decode, each pair's words, tail and low bytes read just before it
+    (into a buffer of its own, checksummed while in cache: no copy of a whole section, no fresh
+    pages, no SIGBUS). Returns a code per tensor: 0, decoded into its out buffer with every check
+    passed (with ``verify`` every section's and the decoded bytes' CRC-32s); another code, left to
+    the reference decoder (which raises the precise error; ``out`` may be partly written).
+    Raises ValueError for rows and buffers that do not fit, MemoryError."""
+    return ext().decode_float_file(fd, rows, outs, 0, verify)
 
 
 # ---- joint low plane (16-bit symbols, format version 2) ------------------------------------
