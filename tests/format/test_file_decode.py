@@ -194,6 +194,24 @@ def test_never_accepts_what_the_reference_refuses(tmp_path, verify):
 
 
 @needs_ext
+def test_a_tensor_failing_its_set_up_leaves_the_others_numbered_right(tmp_path):
+    """A record that fails its set-up decodes no pair, and the records after it decode exactly
+    their own pairs (the pair numbering once gave the next record the failed one's count too: its
+    extra pairs wrote past its buffers, a heap overflow found by AddressSanitizer)."""
+    cases = _write(tmp_path / "f.wcodec", [("BF16", (40000,), {"chunk_steps": 1}), ("BF16", (4,), {}),
+                                            ("F32", (4097,), {"chunk_steps": 5})])
+    with Reader(tmp_path / "f.wcodec") as r:
+        names = r.keys()
+        rows = np.array([file_row(r.entry(n), r.numel(n)) for n in names], dtype=np.int64)
+        rows[0, 6] = 0  # tail_bits 0: a layout the set-up refuses
+        outs = [np.full(r.numel(n), 0x5A, dtype=UINT[LAYOUT[r.entry(n)["dtype"]][0]]) for n in names]
+        codes = native.decode_float_file(r._f.fileno(), rows, outs, True)
+        assert codes[0] != 0 and codes[1:] == [0, 0]
+        for n, o in zip(names[1:], outs[1:]):
+            assert o.tobytes() == np.ascontiguousarray(cases[n][1]).tobytes()
+
+
+@needs_ext
 def test_truncated_while_open_is_an_error(tmp_path):
     cases = _write(tmp_path / "f.wcodec", [CASES[0], CASES[-1]])
     path = tmp_path / "f.wcodec"

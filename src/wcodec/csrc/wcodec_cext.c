@@ -1836,9 +1836,11 @@ static PyObject *py_decode_float_file(PyObject *self, PyObject *args) {
     int oom = 0;
     Py_BEGIN_ALLOW_THREADS
     run_parallel(ff_setup, ts, nt, pick_threads(threads, nt));
-    /* tensors that failed their set-up decode nothing: their pairs are taken out of the numbering */
-    for (Py_ssize_t t = 0; t < nt; t++) {
-        int64_t pairs = ts[t].code ? 0 : first[t + 1] - first[t];
+    /* tensors that failed their set-up decode nothing: their pairs are taken out of the numbering
+     * (each tensor's own count from the numbering before, first[t] being renumbered already) */
+    for (Py_ssize_t t = 0, was = first[0]; t < nt; t++) {
+        int64_t pairs = ts[t].code ? 0 : first[t + 1] - was;
+        was = first[t + 1];
         first[t + 1] = first[t] + pairs;
     }
     if (first[nt] > 0) {
