@@ -96,10 +96,11 @@ class InputHessians:
         mean = {k: (s / self._count[k]).numpy() for k, s in self._sum.items() if self._count[k] > 0}
         return {name: (mean[key], self._layers_axis(name)) for name, key in self._key.items() if key in mean}
 
-    def factors(self, names=None, damp: float | None = None) -> dict:
+    def factors(self, names=None, damp: float | None = None, progress=None) -> dict:
         """{checkpoint name: :class:`wcodec.codecs.gptq.InverseHessian`} of :meth:`hessians`
         (names: only these, None: all; damp: None for gptq.DAMP), each distinct input
-        factorised once."""
+        factorised once (O(n^3): seconds for n = 1536, minutes past 8192); progress: a
+        tqdm-like object advanced by factorisations, or None."""
         from ..codecs import gptq
 
         damp = gptq.DAMP if damp is None else damp
@@ -110,6 +111,8 @@ class InputHessians:
             key = (id(h), axis)
             if key not in done:
                 done[key] = gptq.InverseHessian.from_hessian(h, axis, damp)
+                if progress is not None:
+                    progress.update(1)
             out[name] = done[key]
         return out
 
