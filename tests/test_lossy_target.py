@@ -238,3 +238,17 @@ def test_a_lucky_candidate_does_not_decide_a_cosine_goal(monkeypatch):
     fit_min = LT.FIT_MIN
     alone, fitted = smooth_deficit(10 ** 6), smooth_deficit(fit_min)
     assert (fitted > 1).sum() < (alone > 1).sum() and fitted.max() < alone.max()
+
+
+def test_compensation_counts_on_part_of_its_gain():
+    """A compensated candidate's bound gives back 1 - COMPENSATION_CREDIT of its gain over the
+    same steps rounded to nearest (the gain is partly the calibration text's own)."""
+    from wcodec.lossy_target import COMPENSATION_CREDIT, MARGIN_SE
+
+    plain = Probe(1.0, 5.0, 0.9992, 0.998, 2e-5)
+    comp = Probe(1.0, 5.0, 0.9992, 0.998, 2e-5, cosine_nearest=0.9988)
+    assert plain.cosine_bound == pytest.approx(0.9992 - MARGIN_SE * 2e-5)
+    assert 0 < COMPENSATION_CREDIT < 1
+    assert comp.cosine_bound == pytest.approx(plain.cosine_bound - (1 - COMPENSATION_CREDIT) * 0.0004)
+    worse = Probe(1.0, 5.0, 0.9992, 0.998, 2e-5, cosine_nearest=0.9995)  # no gain: nothing given back
+    assert worse.cosine_bound == plain.cosine_bound

@@ -118,8 +118,8 @@ def _encode_settings(args) -> str | None:
     elif args.mode != "lossy" and rate:
         msg = (f"--qp, --target-snr-db, --target-cosine and --bits-per-weight apply to --mode lossy, "
                f"not --mode {args.mode}")
-    elif args.calibration is not None and not goal:
-        msg = "--calibration applies to --target-cosine / --bits-per-weight"
+    elif (args.calibration is not None or args.rounding is not None) and not goal:
+        msg = f"{'--calibration' if args.calibration is not None else '--rounding'} applies to --target-cosine / --bits-per-weight"
     elif args.codec is not None and args.mode != "lossless":
         msg = f"--codec {args.codec} is a lossless layout of BF16 weights; it does not combine with --mode {args.mode}"
     elif goal:
@@ -140,13 +140,14 @@ def _encode_settings(args) -> str | None:
 
 def _encode_to_target(args, src: Path, dst: Path, kind: str) -> int:
     """--target-cosine / --bits-per-weight: the Fisher-weighted lam search, its figures printed."""
-    from .lossy_target import encode_to_target
+    from .lossy_target import DEFAULT_ROUNDING, encode_to_target
 
     if not src.is_dir():
         raise CliError(f"--target-cosine / --bits-per-weight measure the model: the input must be a model folder "
                        f"(config.json, tokenizer, weights), got the file '{src}' (use --qp or --target-snr-db for files)")
     res = encode_to_target(src, dst, args.target_cosine, args.bits_per_weight, args.calibration,
-                           workers=args.workers, max_shard_size=args.max_shard_size, progress=not args.quiet)
+                           workers=args.workers, max_shard_size=args.max_shard_size, progress=not args.quiet,
+                           rounding=args.rounding or DEFAULT_ROUNDING)
     out_size = sum(p.stat().st_size for p in res.paths if p.suffix == ".wcodec")
     print(f"wrote {len(res.paths)} file(s) to {kind} {args.dst}: {_fmt_bytes(out_size)} of .wcodec")
     print(res.summary())
@@ -393,7 +394,7 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .lossy_target import MARGIN_SE  # numpy only: the help states the margin the search uses
+    from .lossy_target import MARGIN_SE, ROUNDINGS  # numpy only: the help states the margin the search uses
 
     p = argparse.ArgumentParser(prog="wcodec", description="Compress neural-network weights; decode them on CPU or GPU.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -424,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
              "on the other 1/4, and all-in bits/weight (8 x file bytes / weights). Both are printed and\n"
              "stored in the file metadata (wcodec_lossy_target). --target-cosine C holds for the mean\n"
              f"cosine less {MARGIN_SE} standard errors of it (the held-out items are a sample).\n"
+             "The linear layers' integer codes are chosen by GPTQ's error compensation (Frantar et al.\n"
+             "2022) from their inputs on the calibration items, at the same steps and in the same format:\n"
+             "their output error falls by about half; --rounding nearest rounds every weight instead.\n"
              "The figure holds for text like the calibration's: give --calibration a few hundred lines\n"
              "of your own inputs for a figure that predicts your use. Several minutes on a CPU for a\n"
              "22M-weight model.")
@@ -450,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--calibration", default=None, metavar="FILE",
                     help="with --target-cosine / --bits-per-weight: UTF-8 text, one sentence per line "
                          "(default: the 439 lines shipped with wcodec)")
+    sp.add_argument("--rounding", choices=ROUNDINGS, default=None,
+                    help="with --target-cosine / --bits-per-weight: how the linear layers' codes are chosen at "
+                         "the allocated steps: gptq (error compensation from their calibration inputs, default) "
+                         "or nearest (round to nearest, the reference)")
     sp.add_argument("--to", choices=("file", "folder"), default=None,
                     help="output kind (default: a *.wcodec name is a file; an existing folder, a name ending "
                          "in '/' or a folder input gives a folder)")

@@ -57,7 +57,11 @@ def _folder(tmp_path, kind):
     folder.mkdir()
     vocab = _tokenizer(folder, read_sentences()[:N_SENTENCES])
     torch.manual_seed(0)
-    if kind == "llama":
+    if kind == "gpt2":  # transformers' Conv1D layers: weight [in, out]
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                      bos_token_id=2, eos_token_id=3)
+        model = transformers.GPT2LMHeadModel(cfg)
+    elif kind == "llama":
         cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                        pad_token_id=0, tie_word_embeddings=False)
@@ -172,7 +176,8 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert main(["encode", str(src), str(tmp_path / "out"), "--mode", "lossy", "--target-cosine", "0.99",
                  "--calibration", str(calib), "-q"]) == 0
     out = capsys.readouterr().out
-    m = re.search(r"cosine (0\.\d+) \(min [\d.]+, mean less 1\.645 standard errors (0\.\d+)\) on 4 held-out "
+    m = re.search(r"cosine (0\.\d+) \(min [\d.]+, mean less 1\.645 standard errors(?: and 0\.5 of the gain over "
+                  r"rounding to nearest \(0\.\d+\))? (0\.\d+)\) on 4 held-out "
                   r"calibration sentences at ([\d.]+) bits/weight", out)
     assert m and float(m.group(1)) > float(m.group(2)) >= 0.99, out  # the target holds for the bound
     assert (tmp_path / "out" / "model.wcodec").is_file() and (tmp_path / "out" / "vocab.txt").is_file()
@@ -199,3 +204,94 @@ def test_cli_refuses_a_file(tmp_path, capsys):
     assert "must be a model folder" in capsys.readouterr().err
     assert main(["encode", str(tmp_path / "m.safetensors"), str(tmp_path / "m.wcodec"), "--mode", "int8",
                  "--bits-per-weight", "4"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_input_hessians_of_the_linear_layers(tmp_path, kind):
+    """H = mean x x^T of each linear layer's non-padding inputs: padded batches give the matrices
+    of the sentences run one by one; layers fed one input share one matrix; lookup tables are
+    not layers."""
+    from wcodec.hf.fisher import ModelOutput
+    from wcodec.hf.hessian import InputHessians
+    from wcodec.lossy_target import _checkpoint_index
+
+    src = _folder(tmp_path, kind)
+    m = ModelOutput(src, _checkpoint_index(src))
+    sentences = read_sentences()[:6]
+    with InputHessians(m) as batched, torch.no_grad():
+        m.outputs(sentences)
+    one = InputHessians(m)
+    with one, torch.no_grad():
+        for s in sentences:
+            m.outputs([s])
+    m.outputs(sentences[:1])  # after the block: no hook counts it
+    hb, h1 = batched.hessians(), one.hessians()
+    linear = {m.names[n] for n, mod in m.model.named_modules() if isinstance(mod, torch.nn.Linear)
+              for n in [n + ".weight"] if n in m.names}
+    assert set(hb) == set(h1) == linear and linear
+    for k in hb:
+        assert hb[k][1] == 1 and np.allclose(hb[k][0], h1[k][0], rtol=1e-4, atol=1e-6), k
+    attn = "encoder.layer.0.attention.self." if kind == "bert" else "model.layers.0.self_attn."
+    q, v = (next(k for k in hb if k.endswith(attn + p + ".weight")) for p in
+            (("query", "value") if kind == "bert" else ("q_proj", "v_proj")))
+    assert hb[q][0] is hb[v][0]  # one input, one matrix
+    assert len(batched.factors(names=[q, v])) == 2 and batched.factors([q])[q].u.shape == hb[q][0].shape
+    assert not any("embed" in k for k in hb)
+
+
+def test_transposed_layers_are_compensated_along_their_rows(tmp_path):
+    """GPT-2's Conv1D layers (y = x W, W [in, out]): the inputs multiply the rows (axis 0); the
+    search compensates them and measures the same steps rounded to nearest beside them."""
+    from wcodec.hf.fisher import ModelOutput
+    from wcodec.hf.hessian import InputHessians
+    from wcodec.lossy_target import _checkpoint_index
+
+    src = _folder(tmp_path, "gpt2")
+    m = ModelOutput(src, _checkpoint_index(src))
+    with InputHessians(m) as hs, torch.no_grad():
+        m.outputs(read_sentences()[:4])
+    h = hs.hessians()
+    assert h and all(axis == 0 for _, axis in h.values())
+    w = m.params["transformer.h.0.mlp.c_proj.weight"]
+    assert h[m.names["transformer.h.0.mlp.c_proj.weight"]][0].shape == (w.shape[0],) * 2 == (128, 128)
+    assert not any("wte" in k for k in h)  # the output layer tied to the word embeddings: a lookup
+    res = encode_to_target(src, tmp_path / "out", target_cosine=0.99, calibration=_calibration(tmp_path))
+    assert res.chosen.cosine_nearest is not None and res.chosen.cosine_bound >= 0.99
+
+
+def test_rounding_nearest_is_the_reference(tmp_path):
+    """--rounding nearest: every weight rounded to nearest (no compensation recorded); gptq (the
+    default) changes the linear layers' codes only, and the figures land in the metadata."""
+    src = _folder(tmp_path, "bert")
+    calib = _calibration(tmp_path)
+    with pytest.raises(InvalidInputError, match="rounding must be one of gptq, nearest"):
+        encode_to_target(src, tmp_path / "x", bits_per_weight=12.0, calibration=calib, rounding="floor")
+    recs = {}
+    for rounding in ("nearest", "gptq", "gptq-again"):
+        res = encode_to_target(src, tmp_path / rounding, bits_per_weight=12.0, calibration=calib,
+                               rounding=rounding.split("-")[0])
+        if rounding == "gptq-again":  # deterministic: the same bytes
+            again, first = (tmp_path / r / "model.wcodec" for r in ("gptq-again", "gptq"))
+            assert again.read_bytes() == first.read_bytes()
+            break
+        with wcodec.safe_open(tmp_path / rounding / "model.wcodec") as f:
+            assert json.loads(f.metadata()[META_KEY])["rounding"] == rounding
+        assert res.chosen.bits <= 12.0
+        from wcodec.format.reader import Reader
+        with Reader(tmp_path / rounding / "model.wcodec") as r:
+            recs[rounding] = {k: r.entry(k).get("info", {}) for k in r.keys()}
+    comp = {k for k, i in recs["gptq"].items() if i.get("error_compensation") == "gptq"}
+    assert comp and all("embeddings" not in k for k in comp)
+    assert not any(i.get("error_compensation") for i in recs["nearest"].values())
+
+
+def test_cli_rounding(tmp_path, capsys):
+    src = _folder(tmp_path, "bert")
+    assert main(["encode", str(src), str(tmp_path / "o"), "--mode", "lossy", "--qp", "30", "--rounding",
+                 "nearest"]) == 2
+    assert "--rounding applies to --target-cosine" in capsys.readouterr().err
+    assert main(["encode", str(src), str(tmp_path / "out"), "--mode", "lossy", "--bits-per-weight", "12",
+                 "--calibration", str(_calibration(tmp_path)), "--rounding", "nearest", "-q"]) == 0
+    assert "bits/weight" in capsys.readouterr().out
+    with wcodec.safe_open(tmp_path / "out" / "model.wcodec") as f:
+        assert json.loads(f.metadata()[META_KEY])["rounding"] == "nearest"

@@ -142,7 +142,7 @@ def row_gains(row_weight: np.ndarray) -> np.ndarray:
 
 def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
                  target_snr_db: float | None = None, rounding: float = DEFAULT_ROUNDING,
-                 row_weight: np.ndarray | None = None, grid: int = 0):
+                 row_weight: np.ndarray | None = None, grid: int = 0, inverse_hessian=None, to_dtype=None):
     """Steps for a [rows, cols] float32 tensor from qp or a target SNR.
 
     reconstruct(q, steps) -> float32 [rows, cols] as the decoder will produce it (rounded to the
@@ -150,9 +150,14 @@ def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
     [rows] importance of each row (see :func:`row_gains`); with it the steps are delta *
     row_gains(row_weight) (still floored per row) and the SNR met is the row-weighted one
     (signal and error of each row scaled by its weight). grid: steps on a log grid of that many
-    values per octave (:func:`row_steps`; 0: exact). Returns (steps [rows] float32, q [rows,
-    cols] int8, snr_db). For a target the finest setting (the absmax floor everywhere) is
-    returned when even it misses the target.
+    values per octave (:func:`row_steps`; 0: exact). inverse_hessian: a
+    :class:`wcodec.codecs.gptq.InverseHessian` of the layer's inputs: the codes are chosen by
+    GPTQ's error compensation (:func:`wcodec.codecs.gptq.quantize`, the decoded values rounded by
+    ``to_dtype``) at the same steps, so the weight SNR reported is lower and the layer's output
+    error smaller; qp only (a target SNR is a weight error, which rounding to nearest already
+    minimises). Returns (steps [rows] float32, q [rows, cols] int8, snr_db). For a target the
+    finest setting (the absmax floor everywhere) is returned when even it misses the target.
+    Raises ValueError (row_weight's shape or values, inverse_hessian with a target SNR).
     """
     absmax = np.abs(w2).max(axis=1) if w2.shape[1] else np.zeros(w2.shape[0], np.float32)
     rms = float(np.sqrt(np.mean(w2.astype(np.float64) ** 2))) if w2.size else 0.0
@@ -163,9 +168,16 @@ def choose_steps(w2: np.ndarray, reconstruct, qp: float | None = None,
     gain = np.ones(w2.shape[0], np.float32) if row_weight is None else row_gains(row_weight)
     sq = None if row_weight is None else np.sqrt(np.asarray(row_weight, np.float64))[:, None]
 
+    if inverse_hessian is not None and target_snr_db is not None:
+        raise ValueError("error compensation (inverse_hessian) takes a qp, not a target SNR")
+
     def at(delta):
         s = row_steps(absmax, np.float32(delta) * gain, grid, float(np.float32(delta)))
-        q = quantize(w2, s, rounding)
+        if inverse_hessian is None:
+            q = quantize(w2, s, rounding)
+        else:
+            from . import gptq
+            q = gptq.quantize(w2, s, inverse_hessian, rounding, to_dtype)
         w_hat = reconstruct(q, s)
         return s, q, (snr_db(w2, w_hat) if sq is None else snr_db(w2 * sq, w_hat * sq))
 

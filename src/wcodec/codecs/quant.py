@@ -109,13 +109,60 @@ def dequantize_into(q: np.ndarray, scales: np.ndarray, rows: int, dtype: str, ou
                                       min(step, rows - r0), dtype).reshape(-1, cols)
 
 
+def quantize_codes(array: np.ndarray, dtype: str, qp: float | None = None, target_snr_db: float | None = None,
+                   rounding: float | None = None, row_weight: np.ndarray | None = None,
+                   scale_grid: int | None = None, inverse_hessian=None) -> tuple:
+    """The int8-quant record's numbers for :meth:`QuantCodec.encode`'s options, before any coding:
+    (w float32 [numel] the weights, scales float32 [rows], q int8 [rows, cols], info dict, grid
+    int). Raises ValueError (non-finite weights, bad options)."""
+    w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
+    if not np.all(np.isfinite(w)):
+        raise ValueError("int8 quantization needs finite weights (found NaN or inf)")
+    rows, cols = view_2d(array.shape)
+    w2 = w.reshape(rows, cols)
+    info, grid = {}, 0
+    if qp is None and target_snr_db is None:
+        if inverse_hessian is not None:
+            raise ValueError("error compensation (inverse_hessian) takes a qp")
+        absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
+        scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+        q = np.clip(np.rint(w2 / scales[:, None]), -127, 127).astype(np.int8)
+        return w, scales, q, info, grid
+
+    def reconstruct(qq, ss):
+        return to_f32(dequantize(qq.reshape(-1), ss, rows, dtype), dtype).reshape(rows, cols)
+
+    r = lossy.DEFAULT_ROUNDING if rounding is None else float(rounding)
+    info = {"qp": qp} if qp is not None else {"target_snr_db": target_snr_db}
+    grid = lossy.SCALE_GRID if scale_grid is None else int(scale_grid)
+    if grid < 0:
+        raise ValueError(f"scale_grid must be >= 0, got {scale_grid}")
+    to_dtype = None if dtype == "F32" else (lambda x: to_f32(from_f32(x, dtype), dtype))
+    scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight, grid,
+                                         inverse_hessian, to_dtype)
+    if row_weight is not None:
+        info["weighted_snr_db"] = wsnr
+    if inverse_hessian is not None:
+        info["error_compensation"] = "gptq"
+    return w, scales, q, info, grid
+
+
+def decoded_values(array: np.ndarray, dtype: str, **options) -> np.ndarray:
+    """What an int8-quant record encoded from ``array`` (BF16 as uint16 bits, F16, F32; not
+    modified) with :meth:`QuantCodec.encode`'s ``options`` decodes to, without coding it: an
+    array of the tensor's shape and dtype, bit-identical to ``decode_tensor(encode_tensor(...))``
+    (e.g. the lossy search's round-to-nearest reference). Raises ValueError as encode does."""
+    _, scales, q, _, _ = quantize_codes(array, dtype, **options)
+    return dequantize(q.reshape(-1), scales, scales.size, dtype).reshape(array.shape)
+
+
 class QuantCodec(Codec):
     id = "int8-quant"
 
     def encode(self, array: np.ndarray, dtype: str, qp: float | None = None,
                target_snr_db: float | None = None, rounding: float | None = None,
                row_weight: np.ndarray | None = None, scale_grid: int | None = None,
-               **options) -> EncodedTensor:
+               inverse_hessian=None, **options) -> EncodedTensor:
         """array: BF16 (uint16 bits), F16 or F32 tensor; must be finite. Not modified.
 
         Without qp / target_snr_db: int8 absmax per row (scale = absmax / 127, round half even).
@@ -123,31 +170,14 @@ class QuantCodec(Codec):
         from the tensor's rms; target_snr_db: coarsest step meeting it; rounding: dead-zone
         rounding offset; row_weight: [rows] importance of each row, steps ~ weight ** -1/2 and
         the row-weighted SNR is the one met; scale_grid: steps on a log grid of that many values
-        per octave, None: ``lossy.SCALE_GRID``, 0: exact). Both write the same record layout; the
+        per octave, None: ``lossy.SCALE_GRID``, 0: exact; inverse_hessian: with qp, a
+        :class:`wcodec.codecs.gptq.InverseHessian` of the layer's inputs, the codes chosen by
+        GPTQ's error compensation at the same steps). Both write the same record layout; the
         scales go into a table + a byte per row where that is smaller (:func:`scale_sections`).
         """
-        w = to_f32(np.ascontiguousarray(array).reshape(-1), dtype)
-        if not np.all(np.isfinite(w)):
-            raise ValueError("int8 quantization needs finite weights (found NaN or inf)")
-        rows, cols = view_2d(array.shape)
-        w2 = w.reshape(rows, cols)
-        info, grid = {}, 0
-        if qp is None and target_snr_db is None:
-            absmax = np.abs(w2).max(axis=1) if cols else np.zeros(rows, np.float32)
-            scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-            q = np.clip(np.rint(w2 / scales[:, None]), -127, 127).astype(np.int8)
-        else:
-            def reconstruct(qq, ss):
-                return to_f32(dequantize(qq.reshape(-1), ss, rows, dtype), dtype).reshape(rows, cols)
-
-            r = lossy.DEFAULT_ROUNDING if rounding is None else float(rounding)
-            info = {"qp": qp} if qp is not None else {"target_snr_db": target_snr_db}
-            grid = lossy.SCALE_GRID if scale_grid is None else int(scale_grid)
-            if grid < 0:
-                raise ValueError(f"scale_grid must be >= 0, got {scale_grid}")
-            scales, q, wsnr = lossy.choose_steps(w2, reconstruct, qp, target_snr_db, r, row_weight, grid)
-            if row_weight is not None:
-                info["weighted_snr_db"] = wsnr
+        w, scales, q, info, grid = quantize_codes(array, dtype, qp, target_snr_db, rounding, row_weight,
+                                                  scale_grid, inverse_hessian)
+        rows = scales.size
         inner = Int8Codec().encode(q.reshape(array.shape), "I8", **options)
         decoded = dequantize(q.reshape(-1), scales, rows, dtype)
         w_hat = to_f32(decoded, dtype)

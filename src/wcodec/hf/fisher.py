@@ -116,6 +116,7 @@ class ModelOutput:
         self.names = _checkpoint_names(self.params, set(checkpoint_names),
                                        getattr(self.model, "base_model_prefix", ""))
         self._orig = {n: p.detach().clone() for n, p in self.params.items() if n in self.names}
+        self.mask = None  # [batch, tokens] attention mask of the last outputs() call
 
     # -- outputs ---------------------------------------------------------------------------------
     def _batch(self, sentences):
@@ -127,7 +128,7 @@ class ModelOutput:
         """[items, d] float32 torch tensor of o(x) (grad enabled when the caller enables it):
         one row per sentence (encoders) or per non-padding token (causal LMs)."""
         feats = self._batch(sentences)
-        mask = feats["attention_mask"]
+        mask = self.mask = feats["attention_mask"]  # the tokens a forward hook should count (hf.hessian)
         if self.kind == "causal-lm":
             logits = self.model(**feats).logits
             logits = logits - logits.mean(dim=-1, keepdim=True)
