@@ -9,9 +9,9 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1 WCODEC_GPU_TESTS_ON_DEVICE=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 t0=$(date +%s)
-timeout "${TESTS_S:-420}" python3 -m pytest -q -rfE -p no:cacheprovider -n "${WORKERS:-8}" --dist loadfile \
+timeout "${TESTS_S:-420}" python3 -m pytest -q -rfE -p no:cacheprovider -n "${WORKERS:-8}" --dist loadfile ${PYTEST_EXTRA:-} \
     ${TESTS:-tests/gpu tests/torch tests/fuzz/test_fixed_kernels.py tests/hf/test_hf_llama.py tests/hf/test_hf_fused.py \
     tests/hf/test_warmup.py tests/hf/test_hf_auto.py tests/hf/test_hf_fp16.py tests/hf/test_hf_loading.py} > "$OUT/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"
-grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -30
+grep -E "(^| )(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -30
 tail -2 "$OUT/tests.log"

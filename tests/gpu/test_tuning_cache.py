@@ -1,6 +1,8 @@
-"""The fused kernels' autotuning results persist in Triton's cache directory (CUDA GPU only): a
-second process finds them, so its first calls run no timing runs (no 256 MB L2-flush buffer on
-top of the model) and launch the same configs (the same output bits) as the first process."""
+"""Where no shipped config serves a shape, the fused kernels' autotuning results persist in
+Triton's cache directory (CUDA GPU only): a second process finds them, so its first calls run no
+timing runs (no 256 MB L2-flush buffer on top of the model) and launch the same configs (the same
+output bits) as the first process. Where a shipped config serves it (gpu/shipped.py, on the GPUs
+it ships for), a first process tunes nothing at all."""
 
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ print(json.dumps(out))
 """
 
 
-def _child(cache: Path) -> dict:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache),
+def _child(cache: Path, shipped: bool = False) -> dict:
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "WCODEC_SHIPPED_CONFIGS": "1" if shipped else "0",
            "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -62,3 +64,14 @@ def test_a_second_process_reuses_the_tuning(tmp_path):
     third = _child(tmp_path)
     for name, r in (("first (compiles, tunes)", first), ("second (cached)", second), ("third (tunes)", third)):
         print(name, {m: (f"{v['s'] * 1e3:.0f} ms", f"+{v['grew'] / 2**20:.0f} MiB") for m, v in r.items()})
+
+
+def test_with_shipped_configs_a_first_process_tunes_nothing(tmp_path):
+    from wcodec.gpu import shipped
+    major, minor = torch.cuda.get_device_capability()
+    if not shipped.table(f"sm{major}{minor}"):
+        pytest.skip(f"no configs shipped for sm{major}{minor}")
+    first = _child(tmp_path, shipped=True)
+    assert not list(tmp_path.rglob("*.autotune.json")), "a shipped config was missed: the kernels tuned"
+    for m in ("1", "16"):
+        assert first[m]["grew"] < 64 << 20, f"M = {m}: {first[m]['grew']} bytes grown on the first call"
