@@ -2,7 +2,9 @@
 JetMoeParallelExperts split by expert sizes, Inkling's shared experts' bmm; not transformers'
 ``use_experts_implementation`` modules) kept compressed: recognised structurally, decoded for
 each call, outputs and input gradients bit-identical to the dense model; the same through
-``from_pretrained`` with keep_compressed True and "jit", save_pretrained reloading."""
+``from_pretrained`` with keep_compressed True and "jit", save_pretrained reloading. And
+FalconMamba kept compressed giving the dense model's logits (transformers' ``_is_quantized``
+flag cleared where every layer's ``.weight`` reads as itself)."""
 
 from __future__ import annotations
 
@@ -208,3 +210,59 @@ def test_from_pretrained_kept_compressed(arch, codec, keep, tmp_path, monkeypatc
             assert torch.equal(bits(again.get_parameter(n)), bits(ref.get_parameter(n)))
         with torch.no_grad():
             assert torch.equal(again(IDS).logits, ref(IDS).logits)
+
+
+# ---- FalconMamba: transformers' _is_quantized flag ----
+
+FALCON_MAMBA = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4,
+                    time_step_rank=8, use_mambapy=False)
+
+
+@pytest.fixture(scope="module")
+def falcon_mamba(tmp_path_factory):
+    root = tmp_path_factory.mktemp("falcon_mamba")
+    torch.manual_seed(0)
+    config = tf.AutoConfig.for_model("falcon_mamba", **FALCON_MAMBA)
+    tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(root / "src")
+    convert_folder(root / "src", root / "wc", mode="lossless")
+    return root / "src", root / "wc"
+
+
+def test_falcon_mamba_kept_compressed_exact(falcon_mamba):
+    """transformers sets ``config._is_quantized`` on a model loaded with a quantizer; FalconMamba's
+    mixer then computes ``dt_proj(x) - bias`` instead of ``dt_proj.weight @ x`` (another bf16
+    rounding). A fused dt_proj's ``.weight`` decodes, so the flag is cleared: the dense logits,
+    bit for bit. With the flag set by hand the kept model gives the dense model's flagged logits,
+    which differ (the test can fail)."""
+    src, wc = falcon_mamba
+    ref = tf.AutoModelForCausalLM.from_pretrained(src).eval()
+    model = tf.AutoModelForCausalLM.from_pretrained(wc, quantization_config=WcodecConfig(keep_compressed=True)).eval()
+    assert "backbone.layers.0.mixer.dt_proj.weight" in model.wcodec_weights.report["fused"]
+    assert not hasattr(model.config, "_is_quantized") and model.is_quantized
+    with torch.no_grad():
+        want = ref(IDS).logits
+        assert torch.equal(model(IDS).logits, want)
+        model.config._is_quantized = ref.config._is_quantized = True
+        flagged = ref(IDS).logits
+        assert not torch.equal(flagged, want) and torch.equal(model(IDS).logits, flagged)
+
+
+def test_falcon_mamba_flag_kept_for_jit_and_dropped_by_dequantize(falcon_mamba):
+    """keep_compressed="jit": dt_proj's weight is a shared scratch view outside its forward, so
+    the flag stays (the mixer calls dt_proj, which decodes it) and clear_quantized_flag says why;
+    dequantize() leaves a plain model, without the flag: the dense logits again."""
+    from wcodec.hf.quantizer import clear_quantized_flag
+
+    src, wc = falcon_mamba
+    ref = tf.AutoModelForCausalLM.from_pretrained(src).eval()
+    model = tf.AutoModelForCausalLM.from_pretrained(wc, quantization_config=WcodecConfig(keep_compressed="jit")).eval()
+    assert model.config._is_quantized
+    kept = clear_quantized_flag(model)  # the model and its backbone, one config
+    assert {type(m).__name__ for m, _ in kept} == {"FalconMambaForCausalLM", "FalconMambaModel"}
+    assert all("just in time" in why for _, why in kept) and model.config._is_quantized
+    model.dequantize()
+    assert not hasattr(model.config, "_is_quantized")
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits, ref(IDS).logits)
+    plain = tf.AutoModelForCausalLM.from_pretrained(wc).eval()  # a plain load: no quantizer left, no flag
+    assert not hasattr(plain.config, "_is_quantized")
