@@ -50,16 +50,14 @@ def own_forward_params(model):
 
 
 def compress_all(model):
-    names = []
-    for mname, mod in model.named_modules():
-        for attr in list(mod._parameters):
-            if is_expert_param(mod, attr):
-                value = mod._parameters[attr].detach()
-                before = value.clone()
-                compress_expert_param(mod, attr, value)
-                assert torch.equal(value, before)  # the caller's tensor is not touched
-                names.append(f"{mname}.{attr}")
-    return sorted(names)
+    """Every expert parameter of ``model`` compressed (the caller's tensors untouched); their names."""
+    found = [(n, m, a) for n, m in model.named_modules() for a in list(m._parameters) if is_expert_param(m, a)]
+    for _, m, a in found:
+        value = m._parameters[a].detach()
+        before = value.clone()
+        compress_expert_param(m, a, value)
+        assert torch.equal(value, before)
+    return sorted(f"{n}.{a}" for n, _, a in found)
 
 
 def bits(t):
