@@ -10,7 +10,10 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   :class:`wcodec.torch.linear16.CompressedLinear16` where its fp16 layout saves (codec
   "fixed16"; else it stays as loaded, reported with the layout's size), the weight of a plain
   untied bfloat16 ``nn.Embedding`` a :class:`wcodec.torch.embedding.CompressedEmbedding`, a 3-D
-  expert parameter of an experts module compressed experts (:mod:`wcodec.torch.experts`); the
+  expert parameter of an experts module compressed experts (:mod:`wcodec.torch.experts`: a
+  transformers experts module's run on the fused kernels on CUDA; those of an experts module
+  with a forward of its own, Llama-4's or JetMoE's, decode for each call and run that forward,
+  listed as "compressed"); the
   fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
   (or "fixed16") and reached the model unchanged, else it is encoded on the device;
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
@@ -195,9 +198,9 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them
         if attr == "weight" and value.dim() == 2 or value.dim() == 3:
             # another module's matrix (transformers' Conv1D: [in, out], its own addmm; a router) or
-            # a 3-D tensor of a module that is not a transformers experts module: dense, named
+            # a 3-D tensor of a module that is not an experts module (a Conv1d): dense, named
             state.report["kept"][name] = f"{type(module).__name__} (not a plain nn.Linear, nn.Embedding " \
-                                         f"or transformers experts module)"
+                                         f"or experts module)"
             state.report["decoded"].append(name)
         value = materialize(value)
         return value if want is None or value.dtype == want else value.to(want)
@@ -340,7 +343,8 @@ def _keep_expert(state: KeepState, model, module, attr: str, name: str, value: t
     layout serves the experts as it is, never decoded (a tensor-parallel shard of it is decoded
     and encoded: each expert's block is strided in the [E, N*K] record). ``exact``
     (keep_compressed="jit"): the module decodes its experts for each call and multiplies as the
-    dense module does (outputs equal to the dense model's), listed as "compressed", not "fused"."""
+    dense module does (outputs equal to the dense model's), listed as "compressed", not "fused";
+    so does an experts module with a forward of its own in either mode."""
     from ..torch import experts as ex
 
     if value.dtype != torch.bfloat16:
@@ -360,7 +364,7 @@ def _keep_expert(state: KeepState, model, module, attr: str, name: str, value: t
         return str(e)
     if sharded is not None:  # the class changed: the plan's style wraps the compressed forward
         tp.install(model, name.rpartition(".")[0], module, sharded.device_mesh, rewrap=True)
-    state.report["compressed" if exact else "fused"].append(name)
+    state.report["compressed" if ex.decodes_per_call(module) else "fused"].append(name)
     state.held.setdefault(id(module), value.dtype)
     return None
 

@@ -190,6 +190,7 @@ class WcodecHfQuantizer(HfQuantizer):
             from .keep import finish
 
             finish(state, model)
+            clear_quantized_flag(model)
         finally:
             if state.reader is not None:  # records kept just in time are copies
                 from .checkpoint import keep_lazily
@@ -217,6 +218,51 @@ class WcodecHfQuantizer(HfQuantizer):
     @property
     def is_compileable(self) -> bool:
         return True
+
+
+def _reads_weights_unsafely(model) -> str | None:
+    """Why model code that reads a layer's ``.weight`` directly would go wrong in ``model`` (the
+    cases transformers' ``config._is_quantized`` steers around), else None."""
+    from ..torch.linear import FixedBuffers
+
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) and "_wcodec_jit" in m.__dict__:
+            return f"{name}: decoded just in time (its .weight holds another layer's values outside its forward)"
+    impl = str(getattr(model.config, "_attn_implementation", None) or "")
+    if "flash" in impl and any(isinstance(m, FixedBuffers) for m in model.modules()):
+        return f"attention {impl}: its float32 target dtype looks for an nn.Linear, which a fused layer is not"
+    return None
+
+
+def clear_quantized_flag(model) -> list:
+    """Remove transformers' ``config._is_quantized`` from the configs of a kept-compressed model
+    whose every layer's ``.weight`` reads as that weight; returns the models (``model`` and the
+    transformers models inside it) that keep the flag, each with why.
+
+    transformers sets the flag on every loaded model with a quantizer (``_assign_is_quantized``),
+    and model code reads it (5.24: FalconMamba's and Jamba's mixers call ``dt_proj(x) - bias``
+    instead of ``dt_proj.weight @ x``, whose bf16 rounding differs: logits 0.03 off; GPT-Neo's,
+    Falcon's and flash attention's float32-input cast take ``config.dtype`` instead of a
+    projection's ``.weight.dtype``), since a quantized layer's ``.weight`` is no weight. Here a
+    fused layer's ``.weight`` decodes (``FixedWeightTensor``) and a dense one is itself, so those
+    reads give the dense model's values and outputs; the flag stays where a read would not: a
+    Linear decoded just in time (a shared scratch view outside its own forward) or a flash
+    attention implementation with fused layers (chosen at load time; switching the attention
+    implementation afterwards is not re-checked)."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    kept, configs = [], {}
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if not isinstance(m, PreTrainedModel) or cfg is None or "_is_quantized" not in cfg.__dict__:
+            continue
+        configs[id(cfg)] = cfg
+        why = _reads_weights_unsafely(m)
+        if why is not None:
+            kept.append((m, why))
+    for cfg_id in configs.keys() - {id(m.config) for m, _ in kept}:  # a config shared with a model
+        del configs[cfg_id]._is_quantized  # that keeps the flag keeps it (the base model inside its head)
+    return kept
 
 
 def check_model_size(model, reader, slack: float = 0.05, floor: int = 1 << 24) -> None:

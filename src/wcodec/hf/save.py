@@ -175,6 +175,10 @@ def dequantize_model(model):
             decompress_experts(m)
     for cw in _holders(model):
         _decode_jit(cw)
+    for m in model.modules():  # a plain model now: nothing for model code to steer around
+        cfg = getattr(m, "config", None)
+        if cfg is not None and "_is_quantized" in getattr(cfg, "__dict__", {}):
+            del cfg._is_quantized
     model.__dict__.pop("wcodec_weights", None)
     model.__dict__.pop("save_pretrained", None)
     return model

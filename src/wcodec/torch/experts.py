@@ -41,6 +41,19 @@ State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers
 ``module.P`` still reads (a 3-D bf16 tensor view: metadata free, ``P[e]`` decodes expert e, any
 other op decodes all); biases stay dense Parameters. A compressed module does not pickle
 (``torch.save(module)``): save its state_dict.
+
+Experts modules with a forward of their own (not ``use_experts_implementation`` modules:
+Llama-4's ``Llama4TextExperts`` bmm over tokens sorted by expert, JetMoE's
+``JetMoeParallelExperts`` ``weight [E, out, in]`` split by expert sizes, Inkling's shared experts'
+bmm) are recognised structurally: a 3-D floating parameter whose first dimension equals an int
+attribute of the module naming experts (``num_experts``, ``n_shared_experts``, ...), in a module
+that is not one of torch's own (a Conv1d's 3-D weight is not an expert). Their parameters are
+stored the same way (each ``P[e]`` as it is, [d1, d2]), and the module's class is swapped for a
+subclass whose ``forward`` decodes every compressed parameter into a tensor of its own for that
+call (the bit-exact dense values, on the buffers' device), runs the module's own forward on it,
+and drops it: outputs are the dense module's bit for bit on every device, autograd may save the
+decoded tensors for its backward, and the decoded experts live for the call only (their dense
+size, once per module call).
 """
 
 from __future__ import annotations
@@ -64,6 +77,28 @@ class ExpertsKeptDenseError(UnsupportedError):
     fixed layout and :func:`experts_forward` serve): the caller keeps it dense and reports why."""
 
 
+def _expert_count_names(module: nn.Module, n: int) -> list[str]:
+    """The int attributes of ``module`` that name experts (``num_experts``, ``n_shared_experts``,
+    ``num_local_experts``...) and equal ``n``."""
+    return [a for a, v in vars(module).items()
+            if "expert" in a.lower() and isinstance(v, int) and not isinstance(v, bool) and v == n]
+
+
+def _is_own_forward_param(module: nn.Module, attr: str) -> bool:
+    """Whether ``module.<attr>`` is a 3-D floating parameter [E, ., .] of an experts module with a
+    forward of its own (see the module docstring): not a transformers experts module, not one of
+    torch's own modules, E equal to an int attribute of the module naming experts."""
+    p = _dense_param(module, attr)
+    return (p is not None and p.dim() == 3 and p.is_floating_point() and not _is_experts_module(module)
+            and not type(module).__module__.startswith("torch.") and bool(_expert_count_names(module, p.shape[0])))
+
+
+def _transposed(module: nn.Module) -> bool:
+    """Whether the module multiplies ``x @ P[e]`` and so stores each expert as ``P[e].T`` (gpt-oss);
+    modules with their own forward store ``P[e]`` as it is."""
+    return _is_experts_module(module) and bool(module.is_transposed)
+
+
 def _is_experts_module(module: nn.Module) -> bool:
     """A transformers experts module (decorated by ``use_experts_implementation``, whose flags
     :func:`experts_forward` follows)."""
@@ -81,30 +116,39 @@ def _dense_param(module: nn.Module, attr: str):
 
 def is_expert_param(module: nn.Module, attr: str) -> bool:
     """Whether ``module.<attr>`` is a 3-D floating expert parameter [num_experts, ., .] of a
-    transformers experts module (on any device, meta included), so a candidate for
+    transformers experts module, or of an experts module with a forward of its own (see the
+    module docstring), on any device, meta included: a candidate for
     :func:`compress_expert_param` (which may still refuse its dtype)."""
     p = _dense_param(module, attr)
-    return (p is not None and _is_experts_module(module) and attr in _expert_attrs(module)
+    if p is not None and not _is_experts_module(module):
+        return _is_own_forward_param(module, attr)
+    return (p is not None and attr in _expert_attrs(module)
             and p.dim() == 3 and p.is_floating_point() and p.shape[0] == module.num_experts)
 
 
 def _check(module: nn.Module, attr: str, value: torch.Tensor) -> None:
-    if not _is_experts_module(module):
+    own = not _is_experts_module(module)
+    p = _dense_param(module, attr)
+    if own and not _is_own_forward_param(module, attr):
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: not a transformers experts module "
-                                    "(use_experts_implementation): its forward is unknown")
-    if attr not in _expert_attrs(module):
+                                    "(use_experts_implementation), nor a 3-D parameter [E, ., .] of a module "
+                                    "naming E experts (its forward is unknown)")
+    if not own and attr not in _expert_attrs(module):
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: not an expert projection "
                                     f"(expected one of {_expert_attrs(module)})")
-    if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.shape[0] != module.num_experts:
+    if own and hasattr(p, "to_local"):  # its own forward would run on a decoded local shard: not handled
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: a tensor-parallel shard of an experts module "
+                                    "with a forward of its own")
+    n = p.shape[0] if own else module.num_experts
+    if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.shape[0] != n:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: expected a [{module.num_experts}, N, K] "
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: expected a [{n}, N, K] "
                                     f"tensor, got {got}")
     if value.dtype != torch.bfloat16:
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: {str(value.dtype).replace('torch.', '')}; "
                                     "the fixed layout keeps bfloat16 weights only")
     if value.is_meta:
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: on the meta device (no values)")
-    p = _dense_param(module, attr)
     held = tuple(p.to_local().shape if hasattr(p, "to_local") else p.shape) if p is not None else None
     if held is not None and held != tuple(value.shape):  # a tensor-parallel shard: its local shape
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: the module holds {held}, "
@@ -130,7 +174,7 @@ def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor, exa
     packs, offsets, bases = [], [0], []
     with torch.no_grad():
         for e in range(E):
-            w = value[e].T if module.is_transposed else value[e]
+            w = value[e].T if _transposed(module) else value[e]
             fw = fx.encode_weight(w.detach())
             packs.append(fx.pack(fw))
             offsets.append(offsets[-1] + packs[-1].numel())  # pack sizes are multiples of 16 bytes
@@ -148,7 +192,7 @@ def stored_record_fits(module: nn.Module, attr: str, codec: str, dtype: str, sha
     p = _dense_param(module, attr)
     shape = tuple(shape)
     return (codec == "fixed" and dtype == "BF16" and len(shape) == 3 and is_expert_param(module, attr)
-            and not module.is_transposed and p is not None and tuple(p.shape) == shape and shape[2] % 16 == 0)
+            and not _transposed(module) and p is not None and tuple(p.shape) == shape and shape[2] % 16 == 0)
 
 
 def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool = False, name: str = "") -> None:
@@ -210,8 +254,20 @@ def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> No
     module.__dict__["_wcodec_weights"] = {}
 
 
+def decodes_per_call(module: nn.Module) -> bool:
+    """Whether compressed ``module`` decodes its experts for each call and multiplies as the dense
+    module does (an ``exact`` module, or one with a forward of its own), rather than reading the
+    fixed layout in the fused kernels on CUDA."""
+    return isinstance(module, _OwnForwardMixin) or bool(module.__dict__.get("_wcodec_exact", False))
+
+
 def compressed_attrs(module: nn.Module) -> list[str]:
-    """The expert parameters of ``module`` held compressed (in :func:`_expert_attrs` order)."""
+    """The expert parameters of ``module`` held compressed (in :func:`_expert_attrs` order; for
+    a module with a forward of its own, in the order they were compressed)."""
+    if isinstance(module, _OwnForwardMixin):
+        b = module._buffers
+        return [n[:-len("_packed")] for n in b if n.endswith("_packed")
+                and all(f"{n[:-len('_packed')]}_{s}" in b for s in SUFFIXES)]
     if not _is_experts_module(module):
         return []
     return [a for a in _expert_attrs(module) if f"{a}_packed" in module._buffers]
@@ -230,7 +286,7 @@ class ExpertWeights:
         offsets = b[f"{attr}_offsets"].tolist()
         bases = b[f"{attr}_bases"].tolist()
         E, d1, d2 = b[f"{attr}_shape"].tolist()
-        self.transposed = bool(module.is_transposed)
+        self.transposed = _transposed(module)
         self.exact = bool(getattr(module, "_wcodec_exact", False))
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
@@ -254,6 +310,14 @@ class ExpertWeights:
         """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] bf16 tensor."""
         w = fx.decode(self.experts[e])
         return w.T.contiguous() if self.transposed else w
+
+    def dense_all(self) -> torch.Tensor:
+        """All E experts as the dense parameter: a new [E, d1, d2] bfloat16 tensor (bit-exact) on
+        the packed buffer's device; transient beyond it: one expert's decode."""
+        out = torch.empty(self.shape, dtype=torch.bfloat16, device=self.packed.device)
+        for e in range(len(self.experts)):
+            out[e].copy_(self.dense(e))
+        return out
 
 
 def _weights(module: nn.Module, attr: str) -> ExpertWeights:
@@ -424,10 +488,7 @@ class FixedExpertsTensor(torch.Tensor):
         super().__init__()
 
     def dense(self) -> torch.Tensor:
-        w = self._weights
-        if not w.experts:
-            return torch.empty(w.shape, dtype=torch.bfloat16, device=w.packed.device)
-        return torch.stack([w.dense(e) for e in range(len(w.experts))])
+        return self._weights.dense_all()
 
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"FixedExpertsTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
@@ -474,9 +535,10 @@ class _CompressedExpertsMixin:
         return experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
     def __getattr__(self, name: str):
-        # only the projections' names read the buffers (self._buffers is an instance attribute:
-        # no recursion; before nn.Module.__init__ set it, "_buffers" itself ends here and fails)
-        if name.endswith("_proj") and f"{name}_packed" in self._buffers:
+        # a compressed parameter's name reads its buffers (read from __dict__: "_buffers" itself
+        # ends here before nn.Module.__init__ set it, and must fail, not recurse)
+        buffers = self.__dict__.get("_buffers")
+        if buffers is not None and f"{name}_packed" in buffers and f"{name}_shape" in buffers:
             return FixedExpertsTensor(_weights(self, name))
         return super().__getattr__(name)
 
@@ -495,16 +557,46 @@ class _CompressedExpertsMixin:
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
+class _OwnForwardMixin(_CompressedExpertsMixin):
+    """Placed before an experts class with a forward of its own (see the module docstring)."""
+
+    def forward(self, *args, **kwargs):
+        # the decoded experts are instance attributes for this call only (found before
+        # __getattr__, so the module's own code reads them as its parameters); a re-entrant
+        # call restores what its caller had
+        d, attrs = self.__dict__, compressed_attrs(self)
+        before = {a: d[a] for a in attrs if a in d}
+        for a in attrs:
+            d[a] = _decoded(self, a)
+        try:
+            return self._wcodec_dense_class.forward(self, *args, **kwargs)
+        finally:
+            for a in attrs:
+                if a in before:
+                    d[a] = before[a]
+                else:
+                    d.pop(a, None)
+
+
+@torch.compiler.disable
+def _decoded(module: nn.Module, attr: str) -> torch.Tensor:
+    # the numpy / Triton decoders are not traced: a graph break around each decode
+    return _weights(module, attr).dense_all()
+
+
 _CLASSES: dict = {}
 
 
 def _make_compressed(module: nn.Module) -> None:
-    """Swap module's class for its compressed subclass (made once per experts class)."""
+    """Swap module's class for its compressed subclass (made once per experts class): the
+    experts forward for a transformers experts module, the decoding one for a module with a
+    forward of its own."""
     cls = type(module)
     if issubclass(cls, _CompressedExpertsMixin):
         return
     if cls not in _CLASSES:
-        _CLASSES[cls] = type(f"Compressed{cls.__name__}", (_CompressedExpertsMixin, cls),
+        mixin = _CompressedExpertsMixin if _is_experts_module(module) else _OwnForwardMixin
+        _CLASSES[cls] = type(f"Compressed{cls.__name__}", (mixin, cls),
                              {"__module__": __name__, "_wcodec_dense_class": cls})
     module.__class__ = _CLASSES[cls]
     module.__dict__.setdefault("_wcodec_weights", {})
@@ -532,7 +624,11 @@ def load_compressed_experts(module: nn.Module, state_dict: dict, prefix: str = "
     the stored tensors. Returns the attributes loaded. Raises ExpertsKeptDenseError for a stored
     shape that is not the module's parameter's."""
     loaded = []
-    for attr in (_expert_attrs(module) if _is_experts_module(module) else ()):
+    if _is_experts_module(module):
+        attrs = _expert_attrs(module)
+    else:  # a module with a forward of its own: its experts-like parameters, dense or compressed
+        attrs = [a for a in module._parameters if _is_own_forward_param(module, a)] + compressed_attrs(module)
+    for attr in attrs:
         keys = [f"{prefix}{attr}_{s}" for s in SUFFIXES]
         if not all(k in state_dict for k in keys):
             continue
@@ -561,5 +657,5 @@ def register_implementation() -> None:
 
 
 __all__ = ["ExpertsKeptDenseError", "ExpertWeights", "FixedExpertsTensor", "SUFFIXES", "compress_expert_param",
-           "compressed_attrs", "decompress_experts", "expert_linear", "experts_forward", "grouped_forward",
+           "compressed_attrs", "decodes_per_call", "decompress_experts", "expert_linear", "experts_forward", "grouped_forward",
            "is_expert_param", "load_compressed_experts", "load_expert_record", "register_implementation", "stored_record_fits"]
