@@ -1,5 +1,6 @@
 """Held-out architectures: every ``model_type`` of transformers' Auto mappings (causal LM first;
-masked LM, seq2seq, image classification, image-text-to-text on request) built TINY and
+masked LM, seq2seq, image classification, image-text-to-text, audio classification, CTC, speech
+seq2seq, time series, token / sequence classification, base models on request) built TINY and
 random-init from its default config by one generic shrinker (size fields found by name, nested
 configs alike, no per-model table), saved in bf16 safetensors, converted with
 ``wcodec.hf.convert_folder`` (lossless and ``codec="fixed"``), loaded with plain
@@ -41,6 +42,13 @@ MAPPINGS = {
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM", "seq2seq"),
     "image": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification", "image"),
     "image_text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "AutoModelForImageTextToText", "image_text"),
+    "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "AutoModelForAudioClassification", "feeds"),
+    "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", "AutoModelForCTC", "feeds"),
+    "speech_seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq", "feeds"),
+    "time_series": ("MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES", "AutoModelForTimeSeriesPrediction", "feeds"),
+    "token": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "AutoModelForTokenClassification", "masked"),
+    "sequence": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForSequenceClassification", "masked"),
+    "base": ("MODEL_MAPPING_NAMES", "AutoModel", "feeds"),
 }
 
 # loading paths (tests/hf/_arch.KEEP): plain, keep_compressed=True, keep_compressed="jit"

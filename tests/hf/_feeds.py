@@ -121,7 +121,10 @@ def _placeholder(config, modality: str):
 class _Feeder:
     def __init__(self, model, dtype, vocab):
         self.model, self.config, self.dtype = model, model.config, dtype
-        self.names = set(inspect.signature(model.forward).parameters)
+        params = inspect.signature(model.forward).parameters
+        self.names = set(params)
+        self.required = {n for n, p in params.items() if p.default is inspect.Parameter.empty
+                         and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         self.g = torch.Generator().manual_seed(SEED)
         text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
         vocab = vocab or getattr(text, "vocab_size", None) or getattr(self.config, "vocab_size", None) or 512
@@ -293,7 +296,15 @@ class _Feeder:
                 feed["attention_mask"] = mask
         if getattr(c, "is_encoder_decoder", False) and "decoder_input_ids" in self.names:
             feed["decoder_input_ids"] = self.ids(DECODER)
+        for name in sorted(self.required - set(feed)):  # another text input it needs (InstructBLIP's qformer_input_ids)
+            if name.endswith("input_ids"):
+                feed[name] = self.ids(TEXT)
         return feed
+
+
+def _placed(feed: dict, config, modality: str) -> int:
+    tok = _placeholder(config, modality)
+    return int((feed["input_ids"] == tok).sum()) if tok is not None and "input_ids" in feed else 0
 
 
 def _anyres_crops(size, pinpoints, crop: int) -> int:
@@ -318,6 +329,7 @@ def feed_keys(feed: dict) -> set:
 
 
 _MISMATCH = re.compile(r"(image|video|audio|multimodal|placeholder)\w*\s.*?features:?\s*\(?\s*(\d+)", re.I | re.S)
+_TOKENS = re.compile(r"tokens:?\s*\(?\s*(\d+)", re.I)
 
 
 def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) -> dict:
@@ -349,6 +361,9 @@ def _probe(model, f: _Feeder) -> dict:
         raise ValueError(f"{type(model).__name__}: no known input among {sorted(f.names)[:12]}")
     if not any(_placeholder(model.config, m) is not None for m in feed_keys(feed)) or "input_ids" not in feed:
         return feed
+    tried: dict = {}  # modality -> placeholder totals tried
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    hidden = getattr(text, "hidden_size", None)
     for _ in range(_PROBES):
         try:
             with torch.no_grad():
@@ -360,11 +375,23 @@ def _probe(model, f: _Feeder) -> dict:
                 raise
             word = m.group(1).lower()
             modality = word if word in ("image", "video", "audio") else next(iter(feed_keys(feed) & {"image"}), "image")
-            total = int(m.group(2))
-            per = [total // BATCH + (1 if i < total % BATCH else 0) for i in range(BATCH)]
-            if counts.get(modality) == per:
+            features = int(m.group(2))
+            placed = _placed(feed, model.config, modality)
+            told = _TOKENS.search(str(e))
+            told = int(told.group(1)) if told else 0
+            # the features figure is a count, or elements (count x the text width: LLaVA's
+            # shape[0] * shape[1]), and the tokens one may count elements too (units: told / placed)
+            candidates = [features]
+            if placed and told > placed and told % placed == 0:
+                candidates.append(features * placed // told)
+            if hidden and features % hidden == 0:
+                candidates.append(features // hidden)
+            seen = tried.setdefault(modality, {placed})
+            total = next((c for c in candidates if c > 0 and c not in seen), None)
+            if total is None:
                 raise
-            counts[modality] = per
+            seen.add(total)
+            counts[modality] = [total // BATCH + (1 if i < total % BATCH else 0) for i in range(BATCH)]
             feed = f.build(counts)
     return feed
 
