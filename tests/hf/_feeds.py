@@ -130,6 +130,7 @@ class _Feeder:
         vocab = vocab or getattr(text, "vocab_size", None) or getattr(self.config, "vocab_size", None) or 512
         specials = special_ids(self.config)
         self.dropped: set = set()  # modalities left out (a model that runs without them, see inputs())
+        self.extras: set = set()  # optional inputs given after a first failure (see inputs())
         self.allowed = torch.tensor([i for i in range(6, max(7, vocab - 16)) if i not in specials] or [6])
 
     def ids(self, n: int, rows: int = BATCH) -> torch.Tensor:
@@ -188,6 +189,8 @@ class _Feeder:
                 feed["pixel_attention_mask"] = torch.ones(BATCH, 1, h, w, dtype=torch.bool)
         else:
             feed["pixel_values"] = self.floats(BATCH, ch, h, w)
+        if "image_sizes" in self.names and "image_sizes" in self.extras:
+            feed["image_sizes"] = torch.tensor([[h, w]] * BATCH)
         for name in sorted(self.names):  # a second image input at another resolution (high_res_pixel_values)
             prefix = name[:-len("_pixel_values")] if name.endswith("_pixel_values") else None
             sub = getattr(self.config, f"{prefix}_vision_config", None) if prefix else None
@@ -342,15 +345,21 @@ def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) ->
     try:
         return _probe(model, f)
     except Exception:
-        # fallback: a model that takes images with videos / audio may run on images alone (the
-        # vision tower still runs); the first failure is raised when it does not
-        first = None
+        # fallbacks, the first failure raised when none runs: image_sizes, optional in the
+        # signature, that some models need (Mistral3's Pixtral tower; LLaVA's breaks on it);
+        # then a model that takes images with videos / audio may run on images alone
+        if "image_sizes" in f.names:
+            f.extras.add("image_sizes")
+            try:
+                return _probe(model, f)
+            except Exception:  # noqa: BLE001
+                f.extras.discard("image_sizes")
         for drop in ("video", "audio"):
             f.dropped.add(drop)
             try:
                 return _probe(model, f)
-            except Exception as e:  # noqa: BLE001
-                first = first or e
+            except Exception:  # noqa: BLE001
+                pass
         raise
 
 
