@@ -96,3 +96,11 @@ def test_tied_modules_share_one_weight():
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         assert torch.equal(head2(emb2(ids)), torch.nn.functional.linear(emb(ids), emb.weight))
+
+
+def test_two_weights_of_one_scratch_in_one_op():
+    torch.manual_seed(0)
+    dense = _Model().to(torch.bfloat16)
+    model, cw = _compressed(dense)
+    got = torch.cat([model.proj.weight, model.dt.weight])
+    assert torch.equal(got, torch.cat([dense.proj.weight, dense.dt.weight]))

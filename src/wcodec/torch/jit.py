@@ -14,6 +14,11 @@ next module overwrites it): an attached nn.Linear runs :class:`_JitLinear`, whic
 the weight and decodes it again in the backward for the input gradient (LoRA adapters on a
 compressed base: memory stays compressed weights + one scratch, at one more decode per layer).
 
+A module's weight is a :class:`JitWeight` over its scratch view: model code that reads a weight
+without calling its module (``position_embedding.weight``, nn.MultiheadAttention's
+``out_proj.weight``) gets that weight decoded, and never a view of the scratch that the next
+decode overwrites.
+
 The scratch never leaves as a weight: ``state_dict()`` decodes each weight into a new tensor
 (transient memory: that weight's dense size, for every weight in the dict; peft's adapter
 ``save_pretrained`` calls it as well), ``load_state_dict`` refuses values other than the stored
@@ -141,7 +146,7 @@ _METADATA = frozenset({
     "is_cuda", "is_cpu", "is_meta", "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "itemsize", "nbytes",
     "_base", "_version", "output_nr", "_cdata", "size", "dim", "numel", "nelement", "stride", "storage_offset",
     "data_ptr", "untyped_storage", "element_size", "is_contiguous", "is_floating_point", "is_complex",
-    "is_signed", "get_device", "requires_grad_", "__len__", "__hash__", "__format__", "is_pinned",
+    "is_signed", "get_device", "requires_grad_", "__len__", "__hash__", "is_pinned",
     "has_names", "is_inference", "_is_view", "is_shared", "retain_grad", "register_hook"})
 
 
@@ -186,12 +191,19 @@ class JitWeight(torch.nn.Parameter):
         if _func_name(func) in _METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
+        flat = lambda a: a if isinstance(a, (list, tuple)) else (a,)  # noqa: E731
+        jws = [t for a in (*args, *kwargs.values()) for t in flat(a) if isinstance(t, JitWeight)]
+        if len({(id(t._wcodec_cw), t._wcodec_key) for t in jws}) > 1:
+            # two weights of one scratch in one op (torch.cat of two): each decoded into its own tensor
+            own = lambda t: t._wcodec_cw.materialize(t._wcodec_key) if isinstance(t, JitWeight) else t  # noqa: E731
+            mapped = lambda a: type(a)(own(t) for t in a) if type(a) in (list, tuple) else own(a)  # noqa: E731
+            args, kwargs = tuple(mapped(a) for a in args), {k: mapped(v) for k, v in kwargs.items()}
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
         scratch = None
-        for a in (*args, *kwargs.values()):
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(t, JitWeight):
-                    t._wcodec_cw.ensure(t._wcodec_key)
-                    scratch = t._wcodec_cw.scratch
+        for t in jws:
+            t._wcodec_cw.ensure(t._wcodec_key)
+            scratch = t._wcodec_cw.scratch
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
         if scratch is None:
