@@ -150,6 +150,10 @@ _METADATA = frozenset({
     "has_names", "is_inference", "_is_view", "is_shared", "retain_grad", "register_hook"})
 
 
+# functions whose output never aliases their inputs, called as func(x, weight, ...)
+_FRESH = (F.linear, F.embedding, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+
 def _func_name(func) -> str:
     owner = getattr(func, "__self__", None)  # a property getter: Tensor.dtype.__get__
     if getattr(func, "__name__", "") in ("__get__", "__set__") and owner is not None:
@@ -188,6 +192,12 @@ class JitWeight(torch.nn.Parameter):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in _FRESH and len(args) > 1 and isinstance(args[1], JitWeight) and not isinstance(args[0], JitWeight):
+            # a module's own forward (F.linear(x, w), F.embedding(ids, w)): a new output, one weight;
+            # the fast path, and the one torch.compile traces without a break past the decode
+            args[1]._wcodec_cw.ensure(args[1]._wcodec_key)
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
         if _func_name(func) in _METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
