@@ -228,8 +228,10 @@ class _Feeder:
                 frames = 2 * (_field(subs, ("max_source_positions",)) or 32)
                 feed["input_features"] = self.floats(BATCH, mel, frames)
             else:  # frames first, feature_size (Speech2Text, SeamlessM4T...)
-                f = _field(subs, ("input_feat_per_channel", "feature_size", "input_dim", "num_features")) or 80
-                f *= _field(subs, ("input_channels",)) or 1
+                f = _field(subs, ("feature_projection_input_dim",))  # stacked frames (Wav2Vec2-BERT)
+                if f is None:
+                    f = _field(subs, ("input_feat_per_channel", "feature_size", "input_dim", "num_features")) or 80
+                    f *= _field(subs, ("input_channels",)) or 1
                 feed["input_features"] = self.floats(BATCH, 64, f)
         if "input_values" in self.names:
             mel = _field(subs, ("num_mel_bins",))
