@@ -222,7 +222,12 @@ class _Feeder:
             return
         c = self.config
         subs = _sub_configs(c)
-        if "input_features" in self.names:
+        try:  # an encoder-decoder's audio input is its encoder's (SpeechEncoderDecoder takes either)
+            main = self.model.get_encoder().main_input_name
+        except Exception:  # noqa: BLE001  (no encoder: the model's own)
+            main = getattr(self.model, "main_input_name", None)
+        both = {"input_features", "input_values"} <= self.names
+        if "input_features" in self.names and not (both and main == "input_values"):
             mel = _field(subs, ("num_mel_bins",))
             if mel is not None:  # channels first (Whisper); its encoder wants 2 x its positions
                 frames = 2 * (_field(subs, ("max_source_positions",)) or 32)
@@ -233,7 +238,7 @@ class _Feeder:
                     f = _field(subs, ("input_feat_per_channel", "feature_size", "input_dim", "num_features")) or 80
                     f *= _field(subs, ("input_channels",)) or 1
                 feed["input_features"] = self.floats(BATCH, 64, f)
-        if "input_values" in self.names:
+        if "input_values" in self.names and not (both and main != "input_values"):
             mel = _field(subs, ("num_mel_bins",))
             if mel is not None and _field(subs, ("max_length",)):  # a spectrogram (AST)
                 feed["input_values"] = self.floats(BATCH, _field(subs, ("max_length",)), mel)
