@@ -24,6 +24,7 @@ from wcodec.hf import WcodecConfig, convert_folder
 
 CODECS = ("lossless", "fixed")
 PATHS = ("plain", "keep")
+KEEP = {"plain": None, "keep": True, "jit": "jit"}  # loading path -> keep_compressed (None: no quantization_config)
 ROUND_TRIP_PATHS = {"fused": True, "jit": "jit", "plain": None}  # None: no quantization_config
 ROUND_TRIPS = ("save_reload", "adapter_reload", "merge", "state_dict")
 SEED = 0
@@ -245,7 +246,7 @@ def cell_model(cell: Cell, codec: str, path: str, take: bool = False):
     key = (codec, path)
     model = cell.loaded.pop(key, None) if take else cell.loaded.get(key)
     if model is None:
-        model = load(cell.name, cell.converted[codec], True if path == "keep" else None)
+        model = load(cell.name, cell.converted[codec], KEEP.get(path))
         if not take:
             cell.loaded[key] = model
     return model

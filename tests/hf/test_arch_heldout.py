@@ -127,3 +127,32 @@ def test_an_empty_linear_saves_and_reloads(tmp_path):
     model.save_pretrained(tmp_path / "saved")
     again = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "saved").eval()
     _arch.assert_same_weights(again, ref, "reloaded")
+
+
+@pytest.mark.parametrize("keep", [True, "jit"])
+def test_weights_read_outside_their_module_stay_theirs(tmp_path, keep):
+    """BridgeTower's vision tower is read by weight, not by call: nn.MultiheadAttention hands
+    ``out_proj.weight`` to F.multi_head_attention_forward, the embeddings take
+    ``position_embedding.weight.unsqueeze(0)``. Decoded just in time, those were whichever weight
+    the shared scratch held last: NaN outputs kept compressed (True), off by up to 0.9 ("jit")."""
+    from wcodec.hf import WcodecConfig, convert_folder
+
+    from . import _feeds
+
+    if "bridgetower" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no bridgetower")
+    width = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    config = transformers.AutoConfig.for_model(
+        "bridgetower", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        text_config=dict(width, vocab_size=512, pad_token_id=0), vision_config=dict(width, image_size=64, patch_size=16))
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(config, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    convert_folder(tmp_path / "src", tmp_path / "wc")
+    ref = transformers.AutoModel.from_pretrained(tmp_path / "src").eval()
+    model = transformers.AutoModel.from_pretrained(
+        tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed=keep)).eval()
+    feed = _feeds.inputs(ref)
+    jit = _arch.report(model)["compressed"]
+    assert "vision_model.visual.transformer.resblocks.0.attn.out_proj.weight" in jit
+    assert keep is True or "vision_model.visual.embeddings.position_embedding.weight" in jit
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")

@@ -14,6 +14,11 @@ next module overwrites it): an attached nn.Linear runs :class:`_JitLinear`, whic
 the weight and decodes it again in the backward for the input gradient (LoRA adapters on a
 compressed base: memory stays compressed weights + one scratch, at one more decode per layer).
 
+A module's weight is a :class:`JitWeight` over its scratch view: model code that reads a weight
+without calling its module (``position_embedding.weight``, nn.MultiheadAttention's
+``out_proj.weight``) gets that weight decoded, and never a view of the scratch that the next
+decode overwrites.
+
 The scratch never leaves as a weight: ``state_dict()`` decodes each weight into a new tensor
 (transient memory: that weight's dense size, for every weight in the dict; peft's adapter
 ``save_pretrained`` calls it as well), ``load_state_dict`` refuses values other than the stored
@@ -135,6 +140,103 @@ class _JitLinear(torch.autograd.Function):
         return gx, None, gb, None, None
 
 
+# what reads only a tensor's metadata (never its values): no decode for these
+_METADATA = frozenset({
+    "dtype", "shape", "device", "ndim", "layout", "requires_grad", "is_leaf", "grad", "grad_fn", "names",
+    "is_cuda", "is_cpu", "is_meta", "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "itemsize", "nbytes",
+    "_base", "_version", "output_nr", "_cdata", "size", "dim", "numel", "nelement", "stride", "storage_offset",
+    "data_ptr", "untyped_storage", "element_size", "is_contiguous", "is_floating_point", "is_complex",
+    "is_signed", "get_device", "requires_grad_", "__len__", "__hash__", "is_pinned",
+    "has_names", "is_inference", "_is_view", "is_shared", "retain_grad", "register_hook"})
+
+
+# functions whose output never aliases their inputs, called as func(x, weight, ...)
+_FRESH = (F.linear, F.embedding, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+
+def _func_name(func) -> str:
+    owner = getattr(func, "__self__", None)  # a property getter: Tensor.dtype.__get__
+    if getattr(func, "__name__", "") in ("__get__", "__set__") and owner is not None:
+        return getattr(owner, "__name__", "")
+    return getattr(func, "__name__", "")
+
+
+class JitWeight(torch.nn.Parameter):
+    """The ``.weight`` of a module attached to a :class:`CompressedWeights`: a frozen Parameter
+    whose storage is the shared scratch. Its module's pre-hook decodes it there before each
+    forward, but model code also reads weights outside their module's forward (BridgeTower's
+    ``self.position_embedding.weight.unsqueeze(0)``, tied heads, ``.weight.T``): there the
+    scratch holds whichever weight decoded last. So any torch operation on this tensor first
+    decodes it into the scratch unless the scratch holds it already (metadata reads, as
+    ``.dtype`` / ``.shape`` / ``data_ptr()``, decode nothing), and a result that is a view of the
+    scratch (``.unsqueeze(0)``, ``.T``, ``.data``) comes back as a copy: the next decode would
+    overwrite it. In-place changes reach only such copies (the weight is frozen)."""
+
+    def __new__(cls, view: torch.Tensor, cw, key: str):
+        t = torch.Tensor._make_subclass(cls, view, False)
+        t._wcodec_cw, t._wcodec_key = cw, key
+        return t
+
+    def __init__(self, *args, **kwargs):  # Parameter has no __init__ of its own to take these
+        pass
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        return f"JitWeight(key={self._wcodec_key!r}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    def __reduce_ex__(self, protocol):  # pickles / deep-copies as the weight's values
+        return torch._utils._rebuild_parameter, (self._wcodec_cw.materialize(self._wcodec_key), False, {})
+
+    def __deepcopy__(self, memo):
+        return torch.nn.Parameter(self._wcodec_cw.materialize(self._wcodec_key), requires_grad=False)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FRESH and len(args) > 1 and isinstance(args[1], JitWeight) and not isinstance(args[0], JitWeight):
+            # a module's own forward (F.linear(x, w), F.embedding(ids, w)): a new output, one weight;
+            # the fast path, and the one torch.compile traces without a break past the decode
+            args[1]._wcodec_cw.ensure(args[1]._wcodec_key)
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        if _func_name(func) in _METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        flat = lambda a: a if isinstance(a, (list, tuple)) else (a,)  # noqa: E731
+        jws = [t for a in (*args, *kwargs.values()) for t in flat(a) if isinstance(t, JitWeight)]
+        if len({(id(t._wcodec_cw), t._wcodec_key) for t in jws}) > 1:
+            # two weights of one scratch in one op (torch.cat of two): each decoded into its own tensor
+            own = lambda t: t._wcodec_cw.materialize(t._wcodec_key) if isinstance(t, JitWeight) else t  # noqa: E731
+            mapped = lambda a: type(a)(own(t) for t in a) if type(a) in (list, tuple) else own(a)  # noqa: E731
+            args, kwargs = tuple(mapped(a) for a in args), {k: mapped(v) for k, v in kwargs.items()}
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        scratch = None
+        for t in jws:
+            t._wcodec_cw.ensure(t._wcodec_key)
+            scratch = t._wcodec_cw.scratch
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if scratch is None:
+            return out
+        if _func_name(func).endswith("_") or func in (torch.Tensor.copy_, torch.Tensor.__setitem__):
+            for t in (*args, *kwargs.values()):  # written in place: the scratch no longer holds its weight
+                if isinstance(t, JitWeight):
+                    t._wcodec_cw.holding = None
+        return _unalias(out, scratch)
+
+
+def _unalias(out, scratch: torch.Tensor):
+    """``out`` with every tensor that shares the scratch's storage replaced by a plain copy."""
+    if isinstance(out, torch.Tensor):
+        if out.untyped_storage().data_ptr() == scratch.untyped_storage().data_ptr():
+            with torch._C.DisableTorchFunctionSubclass():
+                return out.detach().clone()
+        return out
+    if isinstance(out, (list, tuple)) and any(isinstance(o, torch.Tensor) for o in out):
+        return type(out)(_unalias(o, scratch) for o in out) if type(out) in (list, tuple) else out
+    return out
+
+
 def _linear_forward(module: torch.nn.Linear, cw, key: str):
     """forward of an attached nn.Linear: plain F.linear when autograd records nothing."""
     def forward(x):
@@ -201,7 +303,9 @@ class CompressedWeights:
         self.decoder, self.offload = decoder, offload and self.device.type == "cuda"
         self.weights: dict[str, _Weight] = {}
         self.scratch = self.raw = self.work = None
+        self.holding: str | None = None  # the key whose values the scratch holds now
         self.bound: dict = {}  # attached module -> (key, [its hook handles])
+        self._params: dict = {}  # id of a module's weight at attach -> its JitWeight (tied modules share one)
 
     # -- building --------------------------------------------------------------------------
     def add(self, key: str, name: str, record, dtype: torch.dtype | None = None) -> None:
@@ -246,10 +350,16 @@ class CompressedWeights:
         if self.device.type == "cuda" and self.device.index is not None \
                 and self.device.index != torch.cuda.current_device():
             with torch.cuda.device(self.device):  # Triton launches on the current device
-                return self._decode(w, target, out)
-        return self._decode(w, target, out)
+                self._decode(w, target, out)
+        else:
+            self._decode(w, target, out)
+        if out is None:
+            self.holding = key
+        return target
 
     def _decode(self, w: _Weight, target: torch.Tensor, out) -> torch.Tensor:
+        if out is None:
+            self.holding = None  # until this decode is issued (a failing one leaves nothing held)
         if w.stored == w.dtype and out is None:
             w.decoder.decode_into(self.scratch, self.work)
         else:
@@ -259,6 +369,12 @@ class CompressedWeights:
             w.decoder.decode_into(tmp, self.work)
             target.copy_(tmp[:n].view(w.stored).view(w.shape))
         return target
+
+    def ensure(self, key: str) -> None:
+        """Decode weight ``key`` into the scratch unless it holds that weight already (a read of a
+        :class:`JitWeight` outside its module's forward)."""
+        if self.holding != key:
+            self.decode(key)
 
     def materialize(self, key: str) -> torch.Tensor:
         """A new tensor holding weight ``key`` decoded (for weights that cannot stay compressed)."""
@@ -273,7 +389,7 @@ class CompressedWeights:
         decoded (a new tensor, never the scratch), and ``load_state_dict`` refuses a weight
         other than the stored one. Returns the forward pre-hook's handle."""
         def pre_hook(mod, args):
-            self.decode(key)
+            self.ensure(key)
 
         def state_dict_hook(mod, state_dict, prefix, local_metadata):
             name = prefix + "weight"
@@ -290,6 +406,11 @@ class CompressedWeights:
                     f"state dict holds another value, which loading would lose. Load it into a model "
                     f"that is not kept compressed, or call release() on the module first")
 
+        w = module._parameters.get("weight")
+        if type(w) in (torch.Tensor, torch.nn.Parameter) and w.data_ptr() == self.weights[key].view.data_ptr():
+            if id(w) not in self._params:  # tied modules hold one Parameter: they share one JitWeight
+                self._params[id(w)] = (w, JitWeight(self.weights[key].view, self, key))  # w kept: its id stays its
+            module._parameters["weight"] = self._params[id(w)][1]
         own = isinstance(module, torch.nn.Linear) and type(module).forward is not torch.nn.Linear.forward
         if own:  # a Linear subclass with a forward of its own (a grouped projection): kept, see below
             h = module.register_forward_pre_hook(_own_forward_pre_hook(self, key, module.weight))
