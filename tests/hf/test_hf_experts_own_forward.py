@@ -245,16 +245,24 @@ def test_falcon_mamba_kept_compressed_exact(falcon_mamba):
         assert not torch.equal(flagged, want) and torch.equal(model(IDS).logits, flagged)
 
 
-def test_falcon_mamba_flag_kept_for_jit_and_dropped_by_dequantize(falcon_mamba):
-    """keep_compressed="jit": dt_proj's weight is a shared scratch view outside its forward, so
-    the flag stays (the mixer calls dt_proj, which decodes it) and clear_quantized_flag says why;
-    dequantize() leaves a plain model, without the flag: the dense logits again."""
+def test_falcon_mamba_jit_exact_and_dequantize_drops_the_flag(falcon_mamba):
+    """keep_compressed="jit": dt_proj's ``.weight`` is a JitWeight (read outside its forward, as
+    the mixer's ``dt_proj.weight @ x`` does, it decodes first), so the flag is cleared and the
+    logits are the dense model's; a just-in-time Linear holding a plain view of the shared
+    scratch keeps the flag (clear_quantized_flag says why); dequantize() drops it."""
     from wcodec.hf.quantizer import clear_quantized_flag
+    from wcodec.torch.jit import JitWeight
 
     src, wc = falcon_mamba
     ref = tf.AutoModelForCausalLM.from_pretrained(src).eval()
     model = tf.AutoModelForCausalLM.from_pretrained(wc, quantization_config=WcodecConfig(keep_compressed="jit")).eval()
-    assert model.config._is_quantized
+    dt = model.backbone.layers[0].mixer.dt_proj
+    assert isinstance(dt._parameters["weight"], JitWeight) and not hasattr(model.config, "_is_quantized")
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits, ref(IDS).logits)
+    jw = dt._parameters["weight"]
+    dt._parameters["weight"] = torch.nn.Parameter(jw._wcodec_cw.weights[jw._wcodec_key].view, requires_grad=False)
+    model.config._is_quantized = True  # as transformers leaves it; the plain scratch view keeps it
     kept = clear_quantized_flag(model)  # the model and its backbone, one config
     assert {type(m).__name__ for m, _ in kept} == {"FalconMambaForCausalLM", "FalconMambaModel"}
     assert all("just in time" in why for _, why in kept) and model.config._is_quantized

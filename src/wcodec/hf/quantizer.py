@@ -223,10 +223,14 @@ class WcodecHfQuantizer(HfQuantizer):
 def _reads_weights_unsafely(model) -> str | None:
     """Why model code that reads a layer's ``.weight`` directly would go wrong in ``model`` (the
     cases transformers' ``config._is_quantized`` steers around), else None."""
+    from ..torch.jit import JitWeight
     from ..torch.linear import FixedBuffers
 
     for name, m in model.named_modules():
-        if isinstance(m, torch.nn.Linear) and "_wcodec_jit" in m.__dict__:
+        # a just-in-time Linear's .weight is a JitWeight, which decodes when read; a plain view of
+        # the shared scratch would hold another layer's values outside the module's forward
+        if isinstance(m, torch.nn.Linear) and "_wcodec_jit" in m.__dict__ \
+                and not isinstance(m._parameters.get("weight"), JitWeight):
             return f"{name}: decoded just in time (its .weight holds another layer's values outside its forward)"
     impl = str(getattr(model.config, "_attn_implementation", None) or "")
     if "flash" in impl and any(isinstance(m, FixedBuffers) for m in model.modules()):
@@ -245,8 +249,9 @@ def clear_quantized_flag(model) -> list:
     Falcon's and flash attention's float32-input cast take ``config.dtype`` instead of a
     projection's ``.weight.dtype``), since a quantized layer's ``.weight`` is no weight. Here a
     fused layer's ``.weight`` decodes (``FixedWeightTensor``) and a dense one is itself, so those
-    reads give the dense model's values and outputs; the flag stays where a read would not: a
-    Linear decoded just in time (a shared scratch view outside its own forward) or a flash
+    reads give the dense model's values and outputs, as does a just-in-time Linear's
+    (``JitWeight``: decoded when read); the flag stays where a read would not: a just-in-time
+    Linear holding a plain view of the shared scratch, or a flash
     attention implementation with fused layers (chosen at load time; switching the attention
     implementation afterwards is not re-checked)."""
     from transformers.modeling_utils import PreTrainedModel
