@@ -272,3 +272,22 @@ def test_falcon_mamba_jit_exact_and_dequantize_drops_the_flag(falcon_mamba):
         assert torch.equal(model(IDS).logits, ref(IDS).logits)
     plain = tf.AutoModelForCausalLM.from_pretrained(wc).eval()  # a plain load: no quantizer left, no flag
     assert not hasattr(plain.config, "_is_quantized")
+
+
+def test_a_dtype_transformers_chose_is_kept():
+    """A tensor that stays dense comes back in the dtype transformers handed it where that is not
+    the load dtype (its keep-in-float32 plan: transformers 5.17 casts Inkling's short convolutions
+    to float32 while the model still holds bfloat16), and in the model's own dtype otherwise (a
+    float32 head in a bfloat16 load)."""
+    from wcodec.hf.keep import KeepState, keep_tensor
+
+    state = KeepState(True)
+    state.load_dtype = torch.bfloat16
+    conv = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, groups=4, bias=False)).to(torch.bfloat16)
+    planned = torch.randn(4, 1, 3)
+    out = keep_tensor(state, conv, "0.weight", planned, None)
+    assert out.dtype == torch.float32 and torch.equal(out, planned)
+    wide = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, groups=4, bias=False))  # float32 in a bf16 load
+    loaded = planned.to(torch.bfloat16)
+    out = keep_tensor(state, wide, "0.weight", loaded, None)
+    assert out.dtype == torch.float32 and torch.equal(out, loaded.float())

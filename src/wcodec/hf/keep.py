@@ -60,6 +60,7 @@ class KeepState:
     report: dict = field(default_factory=lambda: {"fused": [], "compressed": [], "decoded": [], "kept": {}})
     jit: dict = field(default_factory=dict)       # storage id -> (placeholder, stored key, dtype, why)
     held: dict = field(default_factory=dict)      # id(module holding a weight compressed) -> its dtype
+    load_dtype: object = None    # the dtype transformers loads in (None: the checkpoint's)
     _parents: dict | None = None
     _tied: set | None = None
 
@@ -203,6 +204,10 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
                                          f"or experts module)"
             state.report["decoded"].append(name)
         value = materialize(value)
+        if state.load_dtype is not None and value.dtype != state.load_dtype:
+            # transformers chose this dtype on purpose (its keep-in-float32 plan: Inkling's short
+            # convolutions; in 5.17 the plan's dtype, not the model's yet): as it loads without wcodec
+            return value
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if expert and state.mode in (True, "jit"):

@@ -176,6 +176,7 @@ class WcodecHfQuantizer(HfQuantizer):
             keep_lazily(folder, bool(q.keep_compressed), q.verify)
         if q.keep_compressed:
             self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader, folder)
+            self.state.load_dtype = self.load_dtype
         elif reader is not None:
             reader.close()
         return model
