@@ -137,6 +137,16 @@ class _Feeder:
         pick = torch.randint(0, len(self.allowed), (rows, n), generator=self.g)
         return self.allowed[pick]
 
+    def _grid_patches(self, feed: dict, pixels: str, grid: str, vis, ch: int, ph: int, pw: int) -> int:
+        """Qwen-VL-style flattened patches (``pixels``) and their (t, h, w) grid (``grid``), one
+        frame of 2 x merge patches a side per sample; returns the placeholder tokens per sample."""
+        tp = _field(vis, ("temporal_patch_size",)) or 1
+        merge = _field(vis, ("spatial_merge_size", "merge_size")) or 1
+        gh = gw = 2 * merge
+        feed[pixels] = self.floats(BATCH * gh * gw, ch * tp * ph * pw)
+        feed[grid] = torch.tensor([[1, gh, gw]] * BATCH)
+        return gh * gw // (merge * merge)
+
     def floats(self, *shape) -> torch.Tensor:
         return torch.randn(*shape, generator=self.g).to(self.dtype)
 
@@ -156,12 +166,7 @@ class _Feeder:
         (h, w), ch, (ph, pw) = geo["size"], geo["channels"], geo["patch"]
         vis = _vision_configs(self.config)
         if "image_grid_thw" in self.names:  # fallback: Qwen-VL's flattened patches and their grid
-            tp = _field(vis, ("temporal_patch_size",)) or 1
-            merge = _field(vis, ("spatial_merge_size", "merge_size")) or 1
-            gh = gw = 2 * merge
-            feed["pixel_values"] = self.floats(BATCH * gh * gw, ch * tp * ph * pw)
-            feed["image_grid_thw"] = torch.tensor([[1, gh, gw]] * BATCH)
-            return gh * gw // (merge * merge)
+            return self._grid_patches(feed, "pixel_values", "image_grid_thw", vis, ch, ph, pw)
         if "flattened_patches" in self.names:  # fallback: Pix2Struct (row, column, then the patch)
             n = _field(vis, ("max_patches", "seq_len")) or 16
             n = min(n, 16)
@@ -206,12 +211,7 @@ class _Feeder:
         (h, w), ch, (ph, pw) = image_geometry(self.config).values()
         vis = _vision_configs(self.config)
         if "video_grid_thw" in self.names:
-            tp = _field(vis, ("temporal_patch_size",)) or 1
-            merge = _field(vis, ("spatial_merge_size", "merge_size")) or 1
-            gh = gw = 2 * merge
-            feed["pixel_values_videos"] = self.floats(BATCH * gh * gw, ch * tp * ph * pw)
-            feed["video_grid_thw"] = torch.tensor([[1, gh, gw]] * BATCH)
-            return gh * gw // (merge * merge)
+            return self._grid_patches(feed, "pixel_values_videos", "video_grid_thw", vis, ch, ph, pw)
         frames = _field(vis, ("num_frames", "frames_per_video")) or 2
         feed["pixel_values_videos"] = self.floats(BATCH, frames, ch, h, w)
         return frames * (h // ph) * (w // pw)
