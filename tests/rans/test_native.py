@@ -44,7 +44,16 @@ def _symbols(kind, n, seed=0):
     return {"skewed": np.clip(rng.geometric(0.25, size=n), 0, 255).astype(np.uint8),
             "constant": np.full(n, 200, np.uint8),
             "uniform": rng.integers(0, 256, n).astype(np.uint8),
-            "two": rng.choice([3, 250], n).astype(np.uint8)}[kind]
+            "two": rng.choice([3, 250], n).astype(np.uint8),
+            # frequencies at both ends of the table (1 and near 2**prob_bits) and every magnitude
+            # between: the SIMD encoders' quotient x // f over its whole range
+            "dominant": np.where(rng.random(n) < 0.002, rng.integers(0, 256, n), 7).astype(np.uint8),
+            "ramp": rng.choice(256, n, p=_ramp()).astype(np.uint8)}[kind]
+
+
+def _ramp():
+    w = 2.0 ** (np.arange(256) / 18.0)
+    return w / w.sum()
 
 
 def test_extension_is_built_where_a_compiler_is():
@@ -76,7 +85,7 @@ def test_lookup_choice_per_isa_and_restored():
 
 
 @pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 40_000])
-@pytest.mark.parametrize("kind", ["skewed", "constant", "uniform", "two"])
+@pytest.mark.parametrize("kind", ["skewed", "constant", "uniform", "two", "dominant", "ramp"])
 @pytest.mark.parametrize("prob_bits", [11, 12])
 def test_rans_native_numba_reference_identical(isa, lookups, n, kind, prob_bits):
     sym = _symbols(kind, n, n)
