@@ -278,6 +278,24 @@ def test_float_codec_native_equals_numba(isa, lookups, dtype, n, head_bits):
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F32"])
+@pytest.mark.parametrize("share", [0.0, 0.01, 0.3])
+def test_float_alphabet_with_gaps_native_equals_numba(isa, lookups, dtype, share):
+    """Head values in runs of several lengths with gaps between, a share of them outside the
+    longest run at random places: the AVX2 merge computes the placed heads of the longest run and
+    looks up the vectors holding any other (both kinds of vector, next to each other)."""
+    rng = np.random.default_rng(7)
+    n = 40_000
+    w = (rng.standard_normal(n) * 0.02).astype(np.float32)  # head_bits > 0: runs of dozens of values
+    far = rng.random(n) < share
+    w[far] = np.ldexp(1.0 + rng.random(int(far.sum())), rng.choice([-60, -41, -40, -39, 3, 9], int(far.sum())))
+    a = _bf16(w) if dtype == "BF16" else w
+    rec = encode_tensor(a, dtype, chunk_steps=16)
+    with native.disabled():
+        assert decode_tensor(rec).tobytes() == a.tobytes()
+    assert decode_tensor(rec).tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F32"])
 def test_float_merge_statuses_like_numba(isa, lookups, dtype):
     """Head symbols outside the alphabet (status 4) and corrupt words, fused decode + merge."""
     a = _float_inputs(dtype, 50_000, 3)

@@ -707,6 +707,11 @@ typedef struct {
     uint32_t placed32[256]; /* the placed heads that fit 32 bits (the SIMD merge's table) */
     uint32_t n_valid;       /* symbols below this are in the alphabet */
     uint16_t placed16[256]; /* the 16 bits of the placed head that hold it (BF16; F32 >> 16) */
+    /* the longest run of symbols [run_lo, run_lo + run_len) whose head values are consecutive:
+     * placed32[s] = run_p0 + ((s - run_lo) << run_shift) there (the AVX2 merge computes those
+     * instead of looking them up; weights' exponents are dense around their mode) */
+    int32_t run_lo, run_len, run_shift;
+    uint32_t run_p0;
     int fast16;             /* the 32-wide AVX-512 merge applies (see merge_range_avx512_w) */
     const uint8_t *tail;
     int64_t n_tail;
@@ -835,7 +840,11 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const
     const __m256i vctl = _mm256_loadu_si256((const __m256i *)ctl), vsh = _mm256_loadu_si256((const __m256i *)shv);
     const __m256i vfm = _mm256_set1_epi32((1 << R) - 1), vtm = _mm256_set1_epi32((1 << (R - 1)) - 1);
     const __m128i sgn_r = _mm_cvtsi32_si128(R - 1), ssh = _mm_cvtsi32_si128(ctx->sign_shift);
-    const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift);
+    const __m128i tsh = _mm_cvtsi32_si128(ctx->tail_shift), rsh = _mm_cvtsi32_si128(ctx->run_shift);
+    /* no run (an empty alphabet): symbols - 256 are all far out of [0, 0], every lane looks up */
+    const __m256i vrlo = _mm256_set1_epi32(ctx->run_len > 0 ? ctx->run_lo : 256);
+    const __m256i vrlast = _mm256_set1_epi32(ctx->run_len > 0 ? ctx->run_len - 1 : 0);
+    const __m256i vrp0 = _mm256_set1_epi32((int)ctx->run_p0);
     __m256i mx = _mm256_setzero_si256();
     int64_t i0 = a;
     for (; i0 + 8 <= b && (i0 / 8) * R + 8 <= ctx->n_tail; i0 += 8) {
@@ -847,7 +856,11 @@ static uint64_t merge_range_avx2(const merge_ctx *ctx, const uint8_t *sym, const
         memcpy(&sw, sym + (i0 - a), 8);
         __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sw));
         mx = _mm256_max_epu32(mx, s32);
-        __m256i v = lut8(s32, ctx->placed32, soft);
+        /* placed heads computed where all 8 symbols are in the run, else looked up */
+        __m256i rel = _mm256_sub_epi32(s32, vrlo);
+        __m256i in_run = _mm256_cmpeq_epi32(_mm256_min_epu32(rel, vrlast), rel);
+        __m256i v = _mm256_movemask_epi8(in_run) == -1 ? _mm256_add_epi32(vrp0, _mm256_sll_epi32(rel, rsh))
+                                                        : lut8(s32, ctx->placed32, soft);
         v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_srl_epi32(f, sgn_r), ssh));
         v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_and_si256(f, vtm), tsh));
         if (ctx->out_bytes == 2) {
@@ -1248,6 +1261,26 @@ static void merge_derive(merge_ctx *ctx) {
     for (int s = 0; s < 256; s++) {
         ctx->placed16[s] = (uint16_t)(ctx->placed32[s] >> upper);
         if (upper && (ctx->placed32[s] & 0xFFFF) && s < (int)ctx->n_valid) ctx->fast16 = 0;
+    }
+    ctx->run_lo = 0;
+    ctx->run_len = ctx->n_valid > 0 ? 1 : 0;
+    ctx->run_shift = 0;
+    ctx->run_p0 = ctx->n_valid > 0 ? ctx->placed32[0] : 0;
+    for (int a = 0; a + 1 < (int)ctx->n_valid;) { /* runs of one power-of-two step, placed fitting 32 bits */
+        uint64_t d = ctx->placed[a + 1] - ctx->placed[a];
+        int b = a + 1;
+        if (ctx->placed[a + 1] > ctx->placed[a] && !(d & (d - 1)) && ctx->placed[a] >> 32 == 0)
+            while (b + 1 < (int)ctx->n_valid && ctx->placed[b + 1] - ctx->placed[b] == d && ctx->placed[b + 1] >> 32 == 0)
+                b++;
+        else
+            b = a;
+        if (b - a + 1 > ctx->run_len && ctx->placed[b] >> 32 == 0) {
+            ctx->run_lo = a;
+            ctx->run_len = b - a + 1;
+            ctx->run_shift = __builtin_ctzll(d);
+            ctx->run_p0 = ctx->placed32[a];
+        }
+        a = b > a ? b : a + 1;
     }
 }
 
