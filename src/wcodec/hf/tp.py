@@ -1,6 +1,6 @@
 """Tensor parallelism (transformers' ``tp_plan``) over the modules that keep_compressed makes.
 
-transformers (checked with 5.24, ``transformers.distributed``) applies a plan before it loads
+transformers (checked with 5.17 and 5.24, ``transformers.distributed``) applies a plan before it loads
 the weights: each planned parameter becomes a DTensor (on the meta device) sharded as its style
 says, each planned module gets the style's forward (``TensorParallelLayer.install_forward``:
 input and output transforms, the all-reduce after a row-parallel matmul), and each rank reads
@@ -18,7 +18,10 @@ plan as the dense one did:
   (column-parallel), a partial sum that the style all-reduces, the bias added once after it
   (row-parallel), a partial lookup summed across ranks (vocabulary-parallel embedding: ids of
   other ranks' rows give zeros, ``CompressedEmbedding.vocab_range``);
-- the plan's style is installed on it again (its forward wraps the module's own).
+- the plan's style is installed on it again (its forward wraps the module's own); a compressed
+  experts module shows the style's transforms the dense parameters it replaced (their plan's
+  sharding, no data: :class:`_PlannedView`), which 5.17's experts style reads to decide whether
+  to all-reduce the rank's partial output.
 
 What a split must respect, and what happens otherwise: see :func:`local_block`.
 """
@@ -107,9 +110,61 @@ def install(model, module_name: str, module: torch.nn.Module, mesh, rewrap: bool
     if rewrap:
         module.__dict__.pop("forward", None)
     module._hf_quantized_needs_local_tp = True
+    if module.__dict__.get("_wcodec_planned"):
+        style = _planned(style)
     _local_inference(style).install_forward(module, mesh)
     module._is_hooked = True
     return True
+
+
+class _PlannedView:
+    """A compressed module as the plan made it, for its style's input and output transforms:
+    its own attributes, and among its parameters the dense ones it replaced (meta DTensors with
+    the plan's placements, ``module._wcodec_planned``). transformers 5.17's experts style
+    all-reduces the rank's partial output only when the module has a sharded DTensor parameter
+    (5.24's always does): shown the module's buffers alone it would return the partial sum."""
+
+    def __init__(self, module: torch.nn.Module):
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._module, name, value)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._module.named_parameters(prefix, recurse, remove_duplicate)
+        for name, p in self._module.__dict__.get("_wcodec_planned", {}).items():
+            yield (f"{prefix}.{name}" if prefix else name), p
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+
+_PLANNED: dict = {}
+
+
+def _planned(style):
+    """``style`` (the same settings) with its input and output transforms shown the module as
+    the plan made it (:class:`_PlannedView`); its forward context (which swaps the module's own
+    DTensor parameters for local ones) gets the module itself."""
+    if id(style) not in _PLANNED:
+        cls = type(style)
+
+        class Planned(cls):
+            def transform_inputs_pre_forward(self, module, *args, **kwargs):
+                return super().transform_inputs_pre_forward(_PlannedView(module), *args, **kwargs)
+
+            def transform_output_post_forward(self, module, *args, **kwargs):
+                return super().transform_output_post_forward(_PlannedView(module), *args, **kwargs)
+
+        Planned.__name__ = Planned.__qualname__ = f"Planned{cls.__name__}"
+        planned = object.__new__(Planned)
+        planned.__dict__.update(style.__dict__)
+        _PLANNED[id(style)] = (style, planned)  # the style held: its id is not reused
+    return _PLANNED[id(style)][1]
 
 
 _LOCAL_STYLES: dict = {}

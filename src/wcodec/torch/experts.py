@@ -59,6 +59,7 @@ size, once per module call).
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 
 import torch
@@ -242,10 +243,26 @@ def _install(module: nn.Module, attr: str, packed: torch.Tensor, offsets: list, 
     dev = packed.device
     _make_compressed(module)
     module.__dict__["_wcodec_exact"] = bool(exact)
-    module._parameters.pop(attr, None)
+    _note_planned(module, attr, module._parameters.pop(attr, None))
     module.__dict__.pop(attr, None)
     _register(module, attr, packed, torch.tensor(offsets, dtype=torch.int64, device=dev),
               torch.tensor(bases, dtype=torch.int64, device=dev), torch.tensor(shape, dtype=torch.int64, device=dev))
+
+
+def _note_planned(module: nn.Module, attr: str, param) -> None:
+    """Record, when ``param`` (the parameter ``attr`` a compressed module drops) is a DTensor of a
+    tensor-parallel plan, its sharding as a meta DTensor (shape, mesh, placements; no data) in
+    ``module._wcodec_planned``: the plan's style decides on the module's parameters whether its
+    output is a partial sum to reduce (transformers 5.17's ``MoeExpertsParallel``), and
+    :func:`wcodec.hf.tp.install` shows it these."""
+    if param is None or "torch.distributed.tensor" not in sys.modules:  # no plan made a DTensor
+        return
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(param, DTensor):
+        meta = torch.empty(param.to_local().shape, dtype=param.dtype, device="meta")
+        module.__dict__.setdefault("_wcodec_planned", {})[attr] = DTensor.from_local(
+            meta, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride())
 
 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
@@ -613,6 +630,7 @@ def decompress_experts(module: nn.Module) -> None:
             del module._buffers[f"{attr}_{suffix}"]
         module._parameters[attr] = nn.Parameter(dense)
     module.__dict__.pop("_wcodec_weights", None)
+    module.__dict__.pop("_wcodec_planned", None)
     if isinstance(module, _CompressedExpertsMixin):
         module.__class__ = module._wcodec_dense_class
 
