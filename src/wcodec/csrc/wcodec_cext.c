@@ -2375,6 +2375,9 @@ typedef struct {
     uint8_t *head, *tail, *low;
     int64_t base;         /* head values base..base+255 are looked up in registers (-1: none) */
     uint16_t window[256]; /* symbol_of[base + k] */
+    /* the longest run of head values [run_v0, run_v0 + run_len) with consecutive symbols:
+     * symbol_of[v] = run_s0 + (v - run_v0) there (the AVX2 split computes those) */
+    int32_t run_v0, run_len, run_s0;
     uint32_t *crcs;       /* [4, n_tasks]: CRC-32 of each task's input, tail, low1 and low0 bytes, or NULL */
     int64_t n_tasks;
 } split_ctx;
@@ -2571,6 +2574,8 @@ static int64_t split_avx2_w(split_ctx *ctx, int64_t b0, int64_t b1) {
     const int64_t lim = b1 * R < ctx->n_tail ? b1 * R : ctx->n_tail;
     uint8_t *low1 = ctx->low, *low0 = ctx->low + ctx->n;
     const uint8_t *symbol_of = ctx->symbol_of;
+    const __m256i rv0 = _mm256_set1_epi16((short)ctx->run_v0), rlast = _mm256_set1_epi16((short)(ctx->run_len - 1));
+    const __m256i rs0 = _mm256_set1_epi16((short)ctx->run_s0);
     /* F32: bytes 0 and 1 of each 32-bit lane, per 128-bit half, to its low 8 bytes */
     const __m256i lo_bytes = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1,
                                               0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -2596,9 +2601,18 @@ static int64_t split_avx2_w(split_ctx *ctx, int64_t b0, int64_t b1) {
         } else {
             u = _mm256_loadu_si256((const __m256i *)((const uint16_t *)ctx->bits + i0));
         }
-        uint16_t idx[16];
-        _mm256_storeu_si256((__m256i *)idx, _mm256_and_si256(_mm256_srl_epi16(u, shv), msk));
-        for (int k = 0; k < 16; k++) ctx->head[i0 + k] = symbol_of[idx[k]];
+        __m256i iv = _mm256_and_si256(_mm256_srl_epi16(u, shv), msk);
+        __m256i rel = _mm256_sub_epi16(iv, rv0);
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_min_epu16(rel, rlast), rel)) == -1) {
+            /* all 16 in the run: symbols rel + s0 (< 256), narrowed to bytes */
+            __m256i sym = _mm256_add_epi16(rel, rs0);
+            __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(sym), _mm256_extracti128_si256(sym, 1));
+            _mm_storeu_si128((__m128i *)(ctx->head + i0), b8);
+        } else {
+            uint16_t idx[16];
+            _mm256_storeu_si256((__m256i *)idx, iv);
+            for (int k = 0; k < 16; k++) ctx->head[i0 + k] = symbol_of[idx[k]];
+        }
         __m256i t = _mm256_or_si256(_mm256_sll_epi16(_mm256_srli_epi16(u, 15), rv), _mm256_and_si256(u, tmsk));
         __m256i tb = _mm256_packus_epi16(t, t); /* bytes 0-7: values 0-7; bytes 16-23: values 8-15 */
         uint64_t w0 = _pext_u64((uint64_t)_mm256_extract_epi64(tb, 0), pmask);
@@ -2653,6 +2667,18 @@ static PyObject *py_split_float(PyObject *self, PyObject *args) {
     ctx.base = base >= 0 && base <= (long long)mask ? base : -1;
     for (int k = 0; k < 256; k++)
         ctx.window[k] = ctx.base >= 0 && ctx.base + k <= (int64_t)mask ? ctx.symbol_of[ctx.base + k] : 0;
+    ctx.run_v0 = 0;
+    ctx.run_len = 1;
+    ctx.run_s0 = ctx.symbol_of[0];
+    for (int64_t a = 0, b; a <= (int64_t)mask; a = b + 1) {
+        for (b = a; b < (int64_t)mask && ctx.symbol_of[b + 1] == ctx.symbol_of[b] + 1; b++)
+            ;
+        if (b - a + 1 > ctx.run_len) {
+            ctx.run_v0 = (int32_t)a;
+            ctx.run_len = (int32_t)(b - a + 1);
+            ctx.run_s0 = ctx.symbol_of[a];
+        }
+    }
     int64_t n_tasks = ((ctx.n + 7) / 8 + SPLIT_BLOCKS - 1) / SPLIT_BLOCKS;
     ctx.n_tasks = n_tasks;
     if (want_crc && n_tasks > 0 && !(ctx.crcs = calloc((size_t)(4 * n_tasks), sizeof *ctx.crcs))) {
