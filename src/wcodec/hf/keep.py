@@ -224,10 +224,15 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
             return None
     if why is None:
         why = "keep_compressed='jit'"
-    state.report["kept"][name] = why
     jit = matrix and (state.mode == "jit" or state.jit_embeddings)
     key = _stored_record_key(state, sources, value, same_dtype=False) if jit else None
-    if key is None:
+    record = None
+    if jit and key is None:  # split, merged, renamed by the loader, or a safetensors source
+        value = materialize(value)
+        record, dense = _encode_loaded(state, name, value, sources)
+        why = why if dense is None else dense
+    state.report["kept"][name] = why
+    if key is None and record is None:
         state.report["decoded"].append(name)
         return materialize(value)
     # the weight's shape over one zero element (strides 0): transformers' tie code reads shapes
@@ -237,8 +242,33 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     sharded = tp.is_dtensor(current)
     placeholder = torch.empty(value.shape, dtype=value.dtype, device="meta") if sharded else \
         torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)
-    state.jit[_storage_id(placeholder)] = _Jit(placeholder, key, value.dtype, why, _region(value), value.device)
+    if record is not None:
+        state.jit[_storage_id(placeholder)] = _Jit(placeholder, name, value.dtype, why, None, value.device, record)
+    else:
+        state.jit[_storage_id(placeholder)] = _Jit(placeholder, key, value.dtype, why, _region(value), value.device)
     return placeholder
+
+
+def _encode_loaded(state: KeepState, name: str, value: torch.Tensor, sources) -> tuple:
+    """(record, None): a lossless record of ``value`` encoded in memory, for a weight that is no
+    single stored record (transformers' loader split a fused qkv or gate_up into it, merged it,
+    renamed or converted it, or a safetensors source); it then decodes just in time like a
+    stored one. The codec is the sources' when they are all fixed-rate records (codec "fixed" /
+    "fixed16" where that layout takes it), else the lossless policy's. (None, why) when it stays
+    dense: empty, or a dtype no codec takes."""
+    from ..codecs import encode_tensor
+    from ..errors import UnsupportedError
+    from ..format.sources import torch_to_numpy
+
+    if value.numel() == 0:
+        return None, "empty (no values to compress)"
+    fixed = state.reader is not None and bool(sources) and all(
+        s in state.reader and state.reader.entry(s).get("codec") in ("fixed", "fixed16") for s in sources)
+    try:
+        arr, dtype, _ = torch_to_numpy(value, name)  # a CPU copy: the encoders run on the CPU
+        return encode_tensor(arr, dtype, name=name, prefer="fixed" if fixed else None), None
+    except UnsupportedError as e:
+        return None, f"no stored record (the loader converted it) and no codec for it: {e}"
 
 
 def _fuse_tied_linears(state: KeepState, model) -> None:
@@ -264,6 +294,8 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
             why = None
         elif hit is not None and hit.region is not None:  # a shard of another record: decoded, encoded
             why = _fuse_weight(state, model, module, target, None, _shard_values(state, hit).to(p.dtype))
+        elif hit is not None and hit.record is not None:  # encoded on load: decoded, fused
+            why = _fuse_weight(state, model, module, target, None, _record_values(hit).to(p.dtype))
         elif hit is not None:
             key = _fixed_record(state, hit.key, p.dtype)  # a stored fixed record is not decoded
             value = p if key is not None else _load(state.reader, [hit.key], p.device, "pt", state.verify)[hit.key]
@@ -296,9 +328,13 @@ class _Jit(NamedTuple):
     why: str                 # why it is not fused
     region: list | None      # the block of the record a tensor-parallel rank holds, else None
     device: torch.device     # where it runs
+    record: object = None    # its record encoded on load (:func:`_encode_loaded`; key: the
+                             # parameter's name), None for a stored one
 
     @property
     def cw_key(self) -> str:
+        if self.record is not None:  # never a stored record's key: another weight may use that
+            return f"{self.key} (encoded on load)"
         return self.key if self.region is None else f"{self.key}{self.region}"
 
 
@@ -315,10 +351,20 @@ def _shard_values(state: KeepState, hit: _Jit) -> torch.Tensor:
     return to_torch(arr, rec.dtype)
 
 
+def _record_values(hit: _Jit) -> torch.Tensor:
+    """The values of a weight's record encoded on load, decoded on its device."""
+    from .._torch_tensors import from_numpy
+    from ..codecs import decode_tensor
+
+    return from_numpy(decode_tensor(hit.record, hit.key), hit.record.dtype).to(hit.device)
+
+
 def _jit_record(state: KeepState, hit: _Jit):
     """The record a weight decodes from just in time: the stored one; for a tensor-parallel
     shard, the block of a stored fixed record (cut, not decoded), else the shard decoded and
     encoded again (lossless) for this rank."""
+    if hit.record is not None:
+        return hit.record
     if hit.region is None:
         return state.reader.record(hit.key, verify=state.verify)
     from ..codecs import encode_tensor
