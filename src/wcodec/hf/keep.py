@@ -63,6 +63,16 @@ class KeepState:
     load_dtype: object = None    # the dtype transformers loads in (None: the checkpoint's)
     _parents: dict | None = None
     _tied: set | None = None
+    _fixed: bool | None = None
+
+    def fixed_folder(self) -> bool:
+        """Whether the folder stores its float matrices in the fixed-rate layouts (converted with
+        codec "fixed"): weights encoded on load then take them too (:func:`_encode_loaded`)."""
+        if self._fixed is None:
+            codecs = {e.get("codec") for e in map(self.reader.entry, self.reader.keys()) if len(e["shape"]) == 2
+                      and e["dtype"] in ("BF16", "F16")} if self.reader is not None else set()
+            self._fixed = bool(codecs) and codecs <= {"fixed", "fixed16", "raw"} and not codecs <= {"raw"}
+        return self._fixed
 
     # -- model facts, computed once per load ------------------------------------------------
     def parents(self, model) -> dict:
@@ -253,20 +263,19 @@ def _encode_loaded(state: KeepState, name: str, value: torch.Tensor, sources) ->
     """(record, None): a lossless record of ``value`` encoded in memory, for a weight that is no
     single stored record (transformers' loader split a fused qkv or gate_up into it, merged it,
     renamed or converted it, or a safetensors source); it then decodes just in time like a
-    stored one. The codec is the sources' when they are all fixed-rate records (codec "fixed" /
-    "fixed16" where that layout takes it), else the lossless policy's. (None, why) when it stays
-    dense: empty, or a dtype no codec takes."""
+    stored one. Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16")
+    when the folder stores its matrices so, else the lossless policy's. (None, why) when it stays
+    dense: empty, or a dtype no codec takes. ``sources``: transformers' source patterns (not
+    stored names for a split or merge)."""
     from ..codecs import encode_tensor
     from ..errors import UnsupportedError
     from ..format.sources import torch_to_numpy
 
     if value.numel() == 0:
         return None, "empty (no values to compress)"
-    fixed = state.reader is not None and bool(sources) and all(
-        s in state.reader and state.reader.entry(s).get("codec") in ("fixed", "fixed16") for s in sources)
     try:
         arr, dtype, _ = torch_to_numpy(value, name)  # a CPU copy: the encoders run on the CPU
-        return encode_tensor(arr, dtype, name=name, prefer="fixed" if fixed else None), None
+        return encode_tensor(arr, dtype, name=name, prefer="fixed" if state.fixed_folder() else None), None
     except UnsupportedError as e:
         return None, f"no stored record (the loader converted it) and no codec for it: {e}"
 
