@@ -109,3 +109,20 @@ def test_what_stays_dense_says_why(cell, monkeypatch):
     assert len(dense) == 4 and not set(dense) & set(rep["compressed"])  # 2 layers in each of H and L
     assert all("no codec for it" in rep["kept"][n] and "refused for this test" in rep["kept"][n] for n in dense)
     assert _dense_linear_numel(model) == sum(_linear_weights(model)[n].weight.numel() for n in dense)
+
+
+def test_fused_load_of_a_safetensors_source_keeps_the_tied_embedding_compressed(tmp_path):
+    """keep_compressed=True on a safetensors source: the tied embedding (not fused: tied) is
+    encoded on load and decoded just in time, and the output layer tied to it is fused from it."""
+    from wcodec.torch.linear import CompressedLinear
+
+    _arch.ARCHS.setdefault("llama_tied", _arch.Arch("llama", "AutoModelForCausalLM",
+                                                    {**_arch._DEC, "tie_word_embeddings": True}, "text"))
+    src = _arch.build_source("llama_tied", tmp_path / "src")
+    ref = _arch.load("llama_tied", src)
+    feed = _arch.inputs("llama_tied", ref.config, ref.dtype)
+    model = _arch.load("llama_tied", src, True)
+    _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "fused outputs")
+    rep = _arch.report(model)
+    assert isinstance(model.lm_head, CompressedLinear) and "lm_head.weight" in rep["fused"]
+    assert "model.embed_tokens.weight" in rep["compressed"] and not rep["decoded"]

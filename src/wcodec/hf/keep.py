@@ -17,13 +17,18 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
   (or "fixed16") and reached the model unchanged, else it is encoded on the device;
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
-  tied, or another dtype, with ``jit_embeddings``) and that reached the model unchanged from a
-  stored record stay that record, decoded just in time into a shared scratch
-  (:class:`wcodec.torch.CompressedWeights`); transformers ties and places a placeholder for
-  them (the weight's shape over one element), swapped for the scratch view by :func:`finish`;
+  tied, or another dtype, with ``jit_embeddings``) stay compressed, decoded just in time into a
+  shared scratch (:class:`wcodec.torch.CompressedWeights`): one that reached the model unchanged
+  from a stored record stays that record; one that did not (transformers split a fused qkv or
+  gate_up into it, merged or converted it, or a safetensors source) is encoded in memory, lossless,
+  as loaded (:func:`_encode_loaded`; the fixed-rate layout in a fixed folder). Transformers ties
+  and places a placeholder for them (the weight's shape over one element), swapped for the
+  scratch view by :func:`finish`;
   with ``"jit"``, 3-D expert parameters are compressed experts that decode for each call and
   multiply as the dense module does (``compress_expert_param(..., exact=True)``);
-- anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
+- anything else is handed back to transformers as the dense tensor (in the parameter's dtype):
+  other modules' tensors, and matrices no codec takes (empty, an unsupported dtype), named in
+  the report with why.
 
 Under a tensor-parallel plan (``tp_plan``), ``value`` is this rank's shard: a block of a stored
 fixed record is cut from it (:func:`_cut_weight`), any other shard decoded and encoded for the
@@ -66,12 +71,12 @@ class KeepState:
     _fixed: bool | None = None
 
     def fixed_folder(self) -> bool:
-        """Whether the folder stores its float matrices in the fixed-rate layouts (converted with
-        codec "fixed"): weights encoded on load then take them too (:func:`_encode_loaded`)."""
+        """Whether the folder stores matrices in the fixed-rate layouts (converted with codec
+        "fixed", or saved from a fused model): weights encoded on load then take them too
+        (:func:`_encode_loaded`), as the fused kernels read."""
         if self._fixed is None:
-            codecs = {e.get("codec") for e in map(self.reader.entry, self.reader.keys()) if len(e["shape"]) == 2
-                      and e["dtype"] in ("BF16", "F16")} if self.reader is not None else set()
-            self._fixed = bool(codecs) and codecs <= {"fixed", "fixed16", "raw"} and not codecs <= {"raw"}
+            self._fixed = self.reader is not None and any(
+                self.reader.entry(k).get("codec") in ("fixed", "fixed16") for k in self.reader.keys())
         return self._fixed
 
     # -- model facts, computed once per load ------------------------------------------------
