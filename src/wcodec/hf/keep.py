@@ -242,9 +242,9 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     jit = matrix and (state.mode == "jit" or state.jit_embeddings)
     key = _stored_record_key(state, sources, value, same_dtype=False) if jit else None
     record = None
-    if jit and key is None:  # split, merged, renamed by the loader, or a safetensors source
+    if jit and key is None:  # split, merged or converted by the loader, or a safetensors source
         value = materialize(value)
-        record, dense = _encode_loaded(state, name, value, sources)
+        record, dense = _encode_loaded(state, name, value)
         why = why if dense is None else dense
     state.report["kept"][name] = why
     if key is None and record is None:
@@ -264,14 +264,12 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     return placeholder
 
 
-def _encode_loaded(state: KeepState, name: str, value: torch.Tensor, sources) -> tuple:
+def _encode_loaded(state: KeepState, name: str, value: torch.Tensor) -> tuple:
     """(record, None): a lossless record of ``value`` encoded in memory, for a weight that is no
-    single stored record (transformers' loader split a fused qkv or gate_up into it, merged it,
-    renamed or converted it, or a safetensors source); it then decodes just in time like a
-    stored one. Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16")
+    single stored record (transformers' loader split a fused qkv or gate_up into it, merged or
+    converted it, or a safetensors source); it then decodes just in time like a stored one. Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16")
     when the folder stores its matrices so, else the lossless policy's. (None, why) when it stays
-    dense: empty, or a dtype no codec takes. ``sources``: transformers' source patterns (not
-    stored names for a split or merge)."""
+    dense: empty, or a dtype no codec takes."""
     from ..codecs import encode_tensor
     from ..errors import UnsupportedError
     from ..format.sources import torch_to_numpy
@@ -374,9 +372,9 @@ def _record_values(hit: _Jit) -> torch.Tensor:
 
 
 def _jit_record(state: KeepState, hit: _Jit):
-    """The record a weight decodes from just in time: the stored one; for a tensor-parallel
-    shard, the block of a stored fixed record (cut, not decoded), else the shard decoded and
-    encoded again (lossless) for this rank."""
+    """The record a weight decodes from just in time: the one encoded on load, else the stored
+    one; for a tensor-parallel shard, the block of a stored fixed record (cut, not decoded),
+    else the shard decoded and encoded again (lossless) for this rank."""
     if hit.record is not None:
         return hit.record
     if hit.region is None:
