@@ -267,9 +267,10 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
 def _encode_loaded(state: KeepState, name: str, value: torch.Tensor) -> tuple:
     """(record, None): a lossless record of ``value`` encoded in memory, for a weight that is no
     single stored record (transformers' loader split a fused qkv or gate_up into it, merged or
-    converted it, or a safetensors source); it then decodes just in time like a stored one. Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16")
-    when the folder stores its matrices so, else the lossless policy's. (None, why) when it stays
-    dense: empty, or a dtype no codec takes."""
+    converted it, or a safetensors source); it then decodes just in time like a stored one.
+    Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16") when the
+    folder stores matrices so, else the lossless policy's. (None, why) when it stays dense:
+    empty, or a dtype no codec takes."""
     from ..codecs import encode_tensor
     from ..errors import UnsupportedError
     from ..format.sources import torch_to_numpy
