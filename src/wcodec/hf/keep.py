@@ -17,13 +17,18 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
   (or "fixed16") and reached the model unchanged, else it is encoded on the device;
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
-  tied, or another dtype, with ``jit_embeddings``) and that reached the model unchanged from a
-  stored record stay that record, decoded just in time into a shared scratch
-  (:class:`wcodec.torch.CompressedWeights`); transformers ties and places a placeholder for
-  them (the weight's shape over one element), swapped for the scratch view by :func:`finish`;
+  tied, or another dtype, with ``jit_embeddings``) stay compressed, decoded just in time into a
+  shared scratch (:class:`wcodec.torch.CompressedWeights`): one that reached the model unchanged
+  from a stored record stays that record; one that did not (transformers split a fused qkv or
+  gate_up into it, merged or converted it, or a safetensors source) is encoded in memory, lossless,
+  as loaded (:func:`_encode_loaded`; the fixed-rate layout in a fixed folder). Transformers ties
+  and places a placeholder for them (the weight's shape over one element), swapped for the
+  scratch view by :func:`finish`;
   with ``"jit"``, 3-D expert parameters are compressed experts that decode for each call and
   multiply as the dense module does (``compress_expert_param(..., exact=True)``);
-- anything else is handed back to transformers as the dense tensor (in the parameter's dtype).
+- anything else is handed back to transformers as the dense tensor (in the parameter's dtype):
+  other modules' tensors, and matrices no codec takes (empty, an unsupported dtype), named in
+  the report with why.
 
 Under a tensor-parallel plan (``tp_plan``), ``value`` is this rank's shard: a block of a stored
 fixed record is cut from it (:func:`_cut_weight`), any other shard decoded and encoded for the
@@ -63,6 +68,16 @@ class KeepState:
     load_dtype: object = None    # the dtype transformers loads in (None: the checkpoint's)
     _parents: dict | None = None
     _tied: set | None = None
+    _fixed: bool | None = None
+
+    def fixed_folder(self) -> bool:
+        """Whether the folder stores matrices in the fixed-rate layouts (converted with codec
+        "fixed", or saved from a fused model): weights encoded on load then take them too
+        (:func:`_encode_loaded`), as the fused kernels read."""
+        if self._fixed is None:
+            self._fixed = self.reader is not None and any(
+                self.reader.entry(k).get("codec") in ("fixed", "fixed16") for k in self.reader.keys())
+        return self._fixed
 
     # -- model facts, computed once per load ------------------------------------------------
     def parents(self, model) -> dict:
@@ -224,10 +239,15 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
             return None
     if why is None:
         why = "keep_compressed='jit'"
-    state.report["kept"][name] = why
     jit = matrix and (state.mode == "jit" or state.jit_embeddings)
     key = _stored_record_key(state, sources, value, same_dtype=False) if jit else None
-    if key is None:
+    record = None
+    if jit and key is None:  # split, merged or converted by the loader, or a safetensors source
+        value = materialize(value)
+        record, dense = _encode_loaded(state, name, value)
+        why = why if dense is None else dense
+    state.report["kept"][name] = why
+    if key is None and record is None:
         state.report["decoded"].append(name)
         return materialize(value)
     # the weight's shape over one zero element (strides 0): transformers' tie code reads shapes
@@ -237,8 +257,31 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     sharded = tp.is_dtensor(current)
     placeholder = torch.empty(value.shape, dtype=value.dtype, device="meta") if sharded else \
         torch.zeros((), dtype=value.dtype, device=value.device).expand(value.shape)
-    state.jit[_storage_id(placeholder)] = _Jit(placeholder, key, value.dtype, why, _region(value), value.device)
+    if record is not None:
+        state.jit[_storage_id(placeholder)] = _Jit(placeholder, name, value.dtype, why, None, value.device, record)
+    else:
+        state.jit[_storage_id(placeholder)] = _Jit(placeholder, key, value.dtype, why, _region(value), value.device)
     return placeholder
+
+
+def _encode_loaded(state: KeepState, name: str, value: torch.Tensor) -> tuple:
+    """(record, None): a lossless record of ``value`` encoded in memory, for a weight that is no
+    single stored record (transformers' loader split a fused qkv or gate_up into it, merged or
+    converted it, or a safetensors source); it then decodes just in time like a stored one.
+    Its codec is the fixed-rate layout where that takes it ("fixed" / "fixed16") when the
+    folder stores matrices so, else the lossless policy's. (None, why) when it stays dense:
+    empty, or a dtype no codec takes."""
+    from ..codecs import encode_tensor
+    from ..errors import UnsupportedError
+    from ..format.sources import torch_to_numpy
+
+    if value.numel() == 0:
+        return None, "empty (no values to compress)"
+    try:
+        arr, dtype, _ = torch_to_numpy(value, name)  # a CPU copy: the encoders run on the CPU
+        return encode_tensor(arr, dtype, name=name, prefer="fixed" if state.fixed_folder() else None), None
+    except UnsupportedError as e:
+        return None, f"no stored record (the loader converted it) and no codec for it: {e}"
 
 
 def _fuse_tied_linears(state: KeepState, model) -> None:
@@ -264,6 +307,8 @@ def _fuse_tied_linears(state: KeepState, model) -> None:
             why = None
         elif hit is not None and hit.region is not None:  # a shard of another record: decoded, encoded
             why = _fuse_weight(state, model, module, target, None, _shard_values(state, hit).to(p.dtype))
+        elif hit is not None and hit.record is not None:  # encoded on load: decoded, fused
+            why = _fuse_weight(state, model, module, target, None, _record_values(hit).to(p.dtype))
         elif hit is not None:
             key = _fixed_record(state, hit.key, p.dtype)  # a stored fixed record is not decoded
             value = p if key is not None else _load(state.reader, [hit.key], p.device, "pt", state.verify)[hit.key]
@@ -296,9 +341,13 @@ class _Jit(NamedTuple):
     why: str                 # why it is not fused
     region: list | None      # the block of the record a tensor-parallel rank holds, else None
     device: torch.device     # where it runs
+    record: object = None    # its record encoded on load (:func:`_encode_loaded`; key: the
+                             # parameter's name), None for a stored one
 
     @property
     def cw_key(self) -> str:
+        if self.record is not None:  # never a stored record's key: another weight may use that
+            return f"{self.key} (encoded on load)"
         return self.key if self.region is None else f"{self.key}{self.region}"
 
 
@@ -315,10 +364,20 @@ def _shard_values(state: KeepState, hit: _Jit) -> torch.Tensor:
     return to_torch(arr, rec.dtype)
 
 
+def _record_values(hit: _Jit) -> torch.Tensor:
+    """The values of a weight's record encoded on load, decoded on its device."""
+    from .._torch_tensors import from_numpy
+    from ..codecs import decode_tensor
+
+    return from_numpy(decode_tensor(hit.record, hit.key), hit.record.dtype).to(hit.device)
+
+
 def _jit_record(state: KeepState, hit: _Jit):
-    """The record a weight decodes from just in time: the stored one; for a tensor-parallel
-    shard, the block of a stored fixed record (cut, not decoded), else the shard decoded and
-    encoded again (lossless) for this rank."""
+    """The record a weight decodes from just in time: the one encoded on load, else the stored
+    one; for a tensor-parallel shard, the block of a stored fixed record (cut, not decoded),
+    else the shard decoded and encoded again (lossless) for this rank."""
+    if hit.record is not None:
+        return hit.record
     if hit.region is None:
         return state.reader.record(hit.key, verify=state.verify)
     from ..codecs import encode_tensor
