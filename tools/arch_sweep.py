@@ -60,7 +60,7 @@ _WIDTH = {"hidden_size", "d_model", "n_embd", "embed_dim", "model_dim", "dim", "
           "embedding_size", "n_embed", "d_embed", "hidden_dim", "projection_dim",
           "out_hidden_size", "text_hidden_size", "vision_output_dim"}
 _FFN = {"intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-        "ffn_hidden_size", "ffn_intermediate_size", "dense_intermediate_size", "inner_hidden_size"}
+        "ffn_hidden_size", "ffn_intermediate_size", "dense_intermediate_size", "inner_hidden_size", "mlp_dim"}
 _MOE_FFN = {"moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
             "moe_ffn_hidden_size", "ffn_hidden_size_moe", "shared_intermediate_size"}
 _LAYERS = {"num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
@@ -79,6 +79,18 @@ _SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
           "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
+# conv encoders' base channel count (doubled per stage: VibeVoice's audio tokenizer, 32 -> 2048)
+CHANNELS = 8
+_CHANNELS = {"num_filters", "base_channels", "base_filters"}
+# per-stage lists (vision / audio pyramids: DaViT, ConvNeXt, VibeVoice): widths scaled down by one
+# power of two (their ratios, and their heads / groups dividing them, kept), block counts capped
+_STAGE_WIDTHS = {"embed_dim", "hidden_sizes", "embed_dims", "dims", "hidden_dims", "channels_list"}
+_STAGE_DIVISORS = {"num_heads", "num_groups", "num_attention_heads", "heads"}
+_STAGE_DEPTHS = {"depths", "depth", "num_blocks", "encoder_depths", "decoder_depths", "layers_per_stage"}
+STAGE_WIDTH_MAX = 256
+# image sizes past this are shrunk (their pixels set the sequence: Pixtral 1540 px = 12100 patches)
+IMAGE_MAX, IMAGE_MIN = 512, 224
+_IMAGE_SIZES = {"image_size", "img_size", "crop_size", "vision_image_size", "image_resolution"}
 _PER_LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "attention_layers", "mlp_only_layers")
 
 
@@ -96,6 +108,8 @@ def _shrink_value(key: str, v, orig_heads):
         return min(v, HEADS) if orig_heads is not None and v >= orig_heads else min(v, KV_HEADS)
     if key in _SMALL:
         return min(v, _SMALL[key]) if v > 0 else None
+    if key in _CHANNELS:
+        return min(v, CHANNELS) if v > 0 else None
     if v > 0 and key.endswith("_head_dim"):  # linear_head_dim, mamba_head_dim...
         return min(v, HEAD_DIM)
     if v > 0 and (key.endswith("_num_heads") or key.endswith("_n_heads")):
@@ -126,6 +140,8 @@ def shrink(d: dict) -> dict:
             if k != k2 and isinstance(d.get(k), int) and d.get(k) == d.get(k2) and k in out and k2 in out:
                 out[k] = out[k2] = min(out[k], out[k2])
     _shrink_rope_sections(d, out)
+    _shrink_stages(d, out)
+    _shrink_image_size(d, out)
     new_layers = next((out[k] for k in _LAYERS if isinstance(out.get(k), int)), None)
     keep = _kept_layers(d, layers, new_layers)
     for k, v in d.items():  # per-layer lists (length == depth) cut; index lists filtered
@@ -160,6 +176,45 @@ def shrink(d: dict) -> dict:
                 out[k] = [moved.setdefault(i, vocab - 1 - len(moved)) if isinstance(i, int) and i >= vocab else i
                           for i in v]
     return out
+
+
+def _ints(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in v)
+
+
+def _shrink_stages(d: dict, out: dict) -> None:
+    """Per-stage lists, in place in ``out``: block counts capped at ``LAYERS`` each; widths
+    divided by the smallest power of two that brings the widest to ``STAGE_WIDTH_MAX`` and still
+    divides every width and leaves it divisible by its stage's heads / groups (same-length lists)."""
+    for k, v in d.items():
+        if k in _STAGE_DEPTHS and _ints(v):
+            out[k] = [min(i, LAYERS) for i in v]
+    divisors = [v for k, v in d.items() if k in _STAGE_DIVISORS and _ints(v)]
+    for k, v in d.items():
+        if k not in _STAGE_WIDTHS or not _ints(v) or max(v) <= STAGE_WIDTH_MAX:
+            continue
+        f = 1
+        while max(v) // f > STAGE_WIDTH_MAX:
+            g = 2 * f
+            if any(i % g for i in v) or any(len(h) == len(v) and any((w // g) % n for w, n in zip(v, h))
+                                           for h in divisors):
+                break
+            f = g
+        if f > 1:
+            out[k] = [i // f for i in v]
+
+
+def _shrink_image_size(d: dict, out: dict) -> None:
+    """Image sizes past ``IMAGE_MAX`` pixels, in place in ``out``: the smallest multiple of 4
+    patches (merges and 2x downsamplings still divide the grid) of at least ``IMAGE_MIN``."""
+    patch = d.get("patch_size")
+    patch = patch if isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 else 16
+    step = 4 * patch
+    for k, v in d.items():
+        if k in _IMAGE_SIZES and isinstance(v, int) and not isinstance(v, bool) and v > IMAGE_MAX:
+            out[k] = max(step, -(-IMAGE_MIN // step) * step)
+        elif k in _IMAGE_SIZES and _ints(v) and len(v) == 2 and max(v) > IMAGE_MAX:
+            out[k] = [max(step, -(-IMAGE_MIN // step) * step)] * 2
 
 
 def _head_dim(d: dict):

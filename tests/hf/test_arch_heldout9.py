@@ -1,0 +1,78 @@
+"""The held-out sweep's generic shrinker (tools/arch_sweep.py) on per-stage pyramids and large
+images: models whose size sat in per-stage lists (DaViT's widths and depths, VibeVoice's audio
+tokenizer's channels), in a SAM encoder's ``mlp_dim`` or in a 1024 / 1540 pixel image timed out
+at 120-150 s per row; shrunk, they build small with their ratios and divisibility kept."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_TOOL = Path(__file__).resolve().parents[2] / "tools" / "arch_sweep.py"
+_spec = importlib.util.spec_from_file_location("arch_sweep", _TOOL)
+sweep = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sweep)
+
+
+def test_stage_widths_scale_by_one_power_of_two_keeping_heads_dividing():
+    d = {"embed_dim": [128, 256, 512, 1024], "num_heads": [4, 8, 16, 32], "num_groups": [4, 8, 16, 32],
+         "depths": [1, 1, 9, 1]}
+    out = sweep.shrink(d)
+    assert out["embed_dim"] == [32, 64, 128, 256]  # 1024 / 4 = STAGE_WIDTH_MAX, ratios 1:2:4:8 kept
+    assert out["num_heads"] == d["num_heads"] and out["num_groups"] == d["num_groups"]
+    assert all(w % h == 0 for w, h in zip(out["embed_dim"], out["num_heads"]))
+    assert out["depths"] == [1, 1, 2, 1]
+    assert d["embed_dim"] == [128, 256, 512, 1024]  # the input dict is not changed
+
+
+def test_stage_widths_stop_where_a_head_count_would_no_longer_divide():
+    # 96 / 4 = 24 is not a multiple of 16 heads: only halved, 48 / 16 = 3 per head
+    out = sweep.shrink({"hidden_sizes": [96, 192, 384, 768], "num_heads": [16, 16, 16, 16]})
+    assert out["hidden_sizes"] == [48, 96, 192, 384]
+    # an odd width: left as it is
+    assert sweep.shrink({"hidden_sizes": [99, 1000]})["hidden_sizes"] == [99, 1000]
+    # already small: left as it is
+    assert sweep.shrink({"hidden_sizes": [32, 64]})["hidden_sizes"] == [32, 64]
+
+
+def test_large_images_shrink_to_a_grid_of_four_patches_multiples():
+    assert sweep.shrink({"image_size": 1540, "patch_size": 14})["image_size"] == 224  # 16 x 16 patches
+    assert sweep.shrink({"image_size": 1024, "patch_size": 16})["image_size"] == 256
+    assert sweep.shrink({"image_size": 384, "patch_size": 14})["image_size"] == 384  # not large: kept
+    assert sweep.shrink({"crop_size": [768, 768]})["crop_size"] == [256, 256]
+    assert sweep.shrink({"mlp_dim": 3072})["mlp_dim"] == sweep.FFN
+    assert sweep.shrink({"num_filters": 32})["num_filters"] == sweep.CHANNELS
+
+
+@pytest.mark.parametrize("model_type", ["florence2", "vibevoice_asr", "got_ocr2"])
+def test_timed_out_rows_build_small(model_type):
+    """The tiny configs of three of the rows that timed out build with under 20 M parameters
+    (at their default widths and depths florence2 has 498 M, a 90 M DaViT tower among them,
+    GOT-OCR2 561 M, VibeVoice-ASR 12.2 G, 0.69 G in its two audio tokenizers; shrunk: 3.3 M,
+    2.3 M, 16.9 M, the audio tokenizers keeping their 7 doubling stages)."""
+    if model_type not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    config = transformers.AutoConfig.for_model(model_type, **sweep.tiny_config_overrides(model_type))
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    n = sum(p.numel() for p in model.parameters())
+    assert n < 20_000_000, f"{model_type}: {n} parameters"
+
+
+def test_a_conv_pyramid_without_an_image_size_is_fed_a_small_image():
+    """A vision config that names no image size but per-stage strides (Florence-2's DaViT:
+    4 x 2 x 2 x 2) gets an image of 2 x 2 last-stage cells (64 px), not the 224 px default
+    (25 s a bf16 forward on 2 CPU cores); one that names its size keeps it."""
+    from . import _feeds
+
+    if "florence2" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no florence2")
+    config = transformers.AutoConfig.for_model("florence2", **sweep.tiny_config_overrides("florence2"))
+    assert _feeds.image_geometry(config)["size"] == (64, 64)
+    vit = transformers.AutoConfig.for_model("vit", image_size=32, patch_size=8)
+    assert _feeds.image_geometry(vit)["size"] == (32, 32)
