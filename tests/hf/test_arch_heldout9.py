@@ -76,3 +76,26 @@ def test_a_conv_pyramid_without_an_image_size_is_fed_a_small_image():
     assert _feeds.image_geometry(config)["size"] == (64, 64)
     vit = transformers.AutoConfig.for_model("vit", image_size=32, patch_size=8)
     assert _feeds.image_geometry(vit)["size"] == (32, 32)
+
+
+def test_a_stage_shrink_transformers_cannot_build_is_retried_unshrunk(tmp_path):
+    """CvT's drop-path table indexes stage i's rates by i (depth [1, 2, 10] shrunk to [1, 2, 2]
+    raises IndexError in transformers' own __init__): the row is built from the config with
+    its per-stage lists left as they are, and says so."""
+    if "cvt" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no cvt")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    staged = sweep.tiny_config_overrides("cvt")
+    assert staged["depth"] == [1, 2, 2]
+    with pytest.raises(IndexError):
+        transformers.AutoModelForImageClassification.from_config(transformers.AutoConfig.for_model("cvt", **staged))
+    assert "depth" not in sweep.tiny_config_overrides("cvt", stages=False)
+    folder, unstaged = sweep._build("cvt", "AutoModelForImageClassification", "image", tmp_path / "src")
+    assert unstaged and any(folder.glob("*.safetensors"))
+    built = transformers.AutoConfig.from_pretrained(folder)
+    assert list(built.depth) == list(transformers.AutoConfig.for_model("cvt").depth) == [1, 2, 10]
+    # a config that builds shrunk is not retried
+    _, unstaged = sweep._build("bert", "AutoModelForMaskedLM", "masked", tmp_path / "bert")
+    assert not unstaged
