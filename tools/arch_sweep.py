@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -325,6 +326,9 @@ def _inputs(model, kind: str, dtype, vocab: int) -> dict:
     feed = {"input_ids": torch.randint(6, hi, (2, 8), generator=g)}
     if kind == "seq2seq":
         feed["decoder_input_ids"] = torch.randint(6, hi, (2, 4), generator=g)
+    if "bbox" in inspect.signature(model.forward).parameters:  # layout models (BROS needs it): a box a token,
+        corner = torch.randint(0, 500, (2, 8, 2), generator=g)  # (x0, y0, x1, y1) in 0..1000, x0 <= x1
+        feed["bbox"] = torch.cat([corner, corner + torch.randint(0, 500, (2, 8, 2), generator=g)], -1)
     return feed
 
 

@@ -99,3 +99,21 @@ def test_a_stage_shrink_transformers_cannot_build_is_retried_unshrunk(tmp_path):
     # a config that builds shrunk is not retried
     _, unstaged = sweep._build("bert", "AutoModelForMaskedLM", "masked", tmp_path / "bert")
     assert not unstaged
+
+
+@pytest.mark.parametrize("model_type", ["layoutlm"])
+def test_layout_models_get_a_box_per_token(model_type):
+    """A forward that takes ``bbox`` gets one valid box a token, (x0, y0, x1, y1) with
+    x0 <= x1, y0 <= y1 in 0..1000, and runs on it (LayoutLM's spatial embeddings then take
+    part; BROS raised "You have to specify bbox", and with boxes fails in bf16 in its own
+    sinusoid embedding: a float32 product into a bf16 Linear)."""
+    if model_type not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    config = transformers.AutoConfig.for_model(model_type, **sweep.tiny_config_overrides(model_type))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForTokenClassification.from_config(config, dtype=torch.bfloat16).eval()
+    feed = sweep._inputs(model, "masked", model.dtype, config.vocab_size)
+    box = feed["bbox"]
+    assert box.shape == (2, 8, 4) and bool((box[..., 2:] >= box[..., :2]).all()) and int(box.max()) <= 1000
+    with torch.no_grad():
+        assert model(**feed).logits.shape[:2] == (2, 8)
