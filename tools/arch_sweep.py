@@ -122,7 +122,9 @@ def shrink(d: dict, stages: bool = True) -> dict:
     """A copy of a config dict (``PretrainedConfig.to_dict()``) with its size fields shrunk:
     width 64, FFN 128 (experts 64), 2 layers, 4 heads / 2 KV heads (MHA stays MHA), head_dim 16,
     vocab 512, 4 experts top-2; per-layer lists cut to the new depth, layer indices past it
-    dropped, special token ids past the new vocabulary moved to its top; nested configs alike."""
+    dropped, special token ids past the new vocabulary moved to its top; per-stage pyramids
+    (``stages``: widths by a power of two, 2 blocks a stage), conv base channels 8, images past
+    512 px to about 224; nested configs alike."""
     out = dict(d)
     heads = next((d[k] for k in _HEADS if isinstance(d.get(k), int)), None)
     layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
