@@ -363,6 +363,17 @@ def _check_cell(cell, codec: str, path: str) -> dict:
     return rep
 
 
+def _pad_id(model_type: str, over: dict) -> dict:
+    """{"pad_token_id": the top id of the shrunk vocabulary} when the default config has none
+    (transformers' sequence classifiers refuse a batch > 1 without one), else {}."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type, **over)
+    if getattr(config, "pad_token_id", 0) is not None or not isinstance(getattr(config, "vocab_size", None), int):
+        return {}
+    return {"pad_token_id": config.vocab_size - 1}
+
+
 def _build(model_type: str, auto: str, kind: str, folder: Path):
     """The tiny model built and saved into ``folder`` (tests/hf/_arch.build_source); a shrunk
     config that transformers cannot build is retried with its per-stage lists unshrunk (CvT's
@@ -371,11 +382,15 @@ def _build(model_type: str, auto: str, kind: str, folder: Path):
     import _arch
 
     over = _stage("config", tiny_config_overrides, model_type)
+    if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1 needs
+        over = {**over, **_pad_id(model_type, over)}  # a pad id (our inputs never hold it, see _inputs)
     _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
     try:
         return _arch.build_source("_sweep", folder), False
     except Exception as e:  # noqa: BLE001  (transformers' own failure: a skip unless the retry builds)
         unstaged = _stage("config", tiny_config_overrides, model_type, False)
+        if auto == "AutoModelForSequenceClassification":
+            unstaged = {**unstaged, **_pad_id(model_type, unstaged)}
         if unstaged == over:
             raise Skip(f"build: {_arch.describe(e)}") from e
     _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, unstaged, kind)

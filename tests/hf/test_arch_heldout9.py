@@ -117,3 +117,22 @@ def test_layout_models_get_a_box_per_token(model_type):
     assert box.shape == (2, 8, 4) and bool((box[..., 2:] >= box[..., :2]).all()) and int(box.max()) <= 1000
     with torch.no_grad():
         assert model(**feed).logits.shape[:2] == (2, 8)
+
+
+def test_sequence_classifiers_get_a_pad_id_their_inputs_never_hold():
+    """A sequence classifier pools the last non-pad token and refuses a batch of 2 without a
+    pad id ("Cannot handle batch sizes > 1 if no padding token is defined": Arcee, counted as
+    transformers' own failure): the sweep gives it the shrunk vocabulary's top id, which its
+    inputs (ids in [6, vocab - 16)) never hold; a config with a pad id keeps it."""
+    if "arcee" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no arcee")
+    over = sweep.tiny_config_overrides("arcee")
+    assert sweep._pad_id("arcee", over) == {"pad_token_id": sweep.VOCAB - 1}
+    assert sweep._pad_id("bert", sweep.tiny_config_overrides("bert")) == {}
+    config = transformers.AutoConfig.for_model("arcee", **over, **sweep._pad_id("arcee", over))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config, dtype=torch.bfloat16).eval()
+    feed = sweep._inputs(model, "masked", model.dtype, config.vocab_size)
+    assert not bool((feed["input_ids"] == config.pad_token_id).any())
+    with torch.no_grad():
+        assert model(**feed).logits.shape == (2, config.num_labels)
