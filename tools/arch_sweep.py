@@ -383,14 +383,14 @@ def _build(model_type: str, auto: str, kind: str, folder: Path):
 
     over = _stage("config", tiny_config_overrides, model_type)
     if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1 needs
-        over = {**over, **_pad_id(model_type, over)}  # a pad id (our inputs never hold it, see _inputs)
+        over = {**over, **_stage("config", _pad_id, model_type, over)}  # a pad id (our inputs never hold it, see _inputs)
     _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
     try:
         return _arch.build_source("_sweep", folder), False
     except Exception as e:  # noqa: BLE001  (transformers' own failure: a skip unless the retry builds)
         unstaged = _stage("config", tiny_config_overrides, model_type, False)
         if auto == "AutoModelForSequenceClassification":
-            unstaged = {**unstaged, **_pad_id(model_type, unstaged)}
+            unstaged = {**unstaged, **_stage("config", _pad_id, model_type, unstaged)}
         if unstaged == over:
             raise Skip(f"build: {_arch.describe(e)}") from e
     _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, unstaged, kind)
