@@ -383,7 +383,7 @@ def _build(model_type: str, auto: str, kind: str, folder: Path):
 
     over = _stage("config", tiny_config_overrides, model_type)
     if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1 needs
-        over = {**over, **_stage("config", _pad_id, model_type, over)}  # a pad id (our inputs never hold it, see _inputs)
+        over = {**over, **_stage("config", _pad_id, model_type, over)}  # a pad id (never in our inputs)
     _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
     try:
         return _arch.build_source("_sweep", folder), False
