@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -60,7 +61,7 @@ _WIDTH = {"hidden_size", "d_model", "n_embd", "embed_dim", "model_dim", "dim", "
           "embedding_size", "n_embed", "d_embed", "hidden_dim", "projection_dim",
           "out_hidden_size", "text_hidden_size", "vision_output_dim"}
 _FFN = {"intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-        "ffn_hidden_size", "ffn_intermediate_size", "dense_intermediate_size", "inner_hidden_size"}
+        "ffn_hidden_size", "ffn_intermediate_size", "dense_intermediate_size", "inner_hidden_size", "mlp_dim"}
 _MOE_FFN = {"moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
             "moe_ffn_hidden_size", "ffn_hidden_size_moe", "shared_intermediate_size"}
 _LAYERS = {"num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
@@ -79,6 +80,18 @@ _SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
           "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
+# conv encoders' base channel count (doubled per stage: VibeVoice's audio tokenizer, 32 -> 2048)
+CHANNELS = 8
+_CHANNELS = {"num_filters", "base_channels", "base_filters"}
+# per-stage lists (vision / audio pyramids: DaViT, ConvNeXt, VibeVoice): widths scaled down by one
+# power of two (their ratios, and their heads / groups dividing them, kept), block counts capped
+_STAGE_WIDTHS = {"embed_dim", "hidden_sizes", "embed_dims", "dims", "hidden_dims", "channels_list"}
+_STAGE_DIVISORS = {"num_heads", "num_groups", "num_attention_heads", "heads"}
+_STAGE_DEPTHS = {"depths", "depth", "num_blocks", "encoder_depths", "decoder_depths", "layers_per_stage"}
+STAGE_WIDTH_MAX = 256
+# image sizes past this are shrunk (their pixels set the sequence: Pixtral 1540 px = 12100 patches)
+IMAGE_MAX, IMAGE_MIN = 512, 224
+_IMAGE_SIZES = {"image_size", "img_size", "crop_size", "vision_image_size", "image_resolution"}
 _PER_LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "attention_layers", "mlp_only_layers")
 
 
@@ -96,6 +109,8 @@ def _shrink_value(key: str, v, orig_heads):
         return min(v, HEADS) if orig_heads is not None and v >= orig_heads else min(v, KV_HEADS)
     if key in _SMALL:
         return min(v, _SMALL[key]) if v > 0 else None
+    if key in _CHANNELS:
+        return min(v, CHANNELS) if v > 0 else None
     if v > 0 and key.endswith("_head_dim"):  # linear_head_dim, mamba_head_dim...
         return min(v, HEAD_DIM)
     if v > 0 and (key.endswith("_num_heads") or key.endswith("_n_heads")):
@@ -103,11 +118,13 @@ def _shrink_value(key: str, v, orig_heads):
     return None
 
 
-def shrink(d: dict) -> dict:
+def shrink(d: dict, stages: bool = True) -> dict:
     """A copy of a config dict (``PretrainedConfig.to_dict()``) with its size fields shrunk:
     width 64, FFN 128 (experts 64), 2 layers, 4 heads / 2 KV heads (MHA stays MHA), head_dim 16,
     vocab 512, 4 experts top-2; per-layer lists cut to the new depth, layer indices past it
-    dropped, special token ids past the new vocabulary moved to its top; nested configs alike."""
+    dropped, special token ids past the new vocabulary moved to its top; per-stage pyramids
+    (``stages``: widths by a power of two, 2 blocks a stage), conv base channels 8, images past
+    512 px to about 224; nested configs alike."""
     out = dict(d)
     heads = next((d[k] for k in _HEADS if isinstance(d.get(k), int)), None)
     layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
@@ -115,7 +132,7 @@ def shrink(d: dict) -> dict:
         if not isinstance(k, str):  # a {size: size} table (Aria's patches -> queries): not a config
             continue
         if isinstance(v, dict) and not k.startswith("rope") and k not in ("id2label", "label2id"):
-            out[k] = shrink(v)
+            out[k] = shrink(v, stages)
             continue
         new = _shrink_value(k, v, heads)
         if new is not None:
@@ -126,6 +143,9 @@ def shrink(d: dict) -> dict:
             if k != k2 and isinstance(d.get(k), int) and d.get(k) == d.get(k2) and k in out and k2 in out:
                 out[k] = out[k2] = min(out[k], out[k2])
     _shrink_rope_sections(d, out)
+    if stages:
+        _shrink_stages(d, out)
+    _shrink_image_size(d, out)
     new_layers = next((out[k] for k in _LAYERS if isinstance(out.get(k), int)), None)
     keep = _kept_layers(d, layers, new_layers)
     for k, v in d.items():  # per-layer lists (length == depth) cut; index lists filtered
@@ -160,6 +180,45 @@ def shrink(d: dict) -> dict:
                 out[k] = [moved.setdefault(i, vocab - 1 - len(moved)) if isinstance(i, int) and i >= vocab else i
                           for i in v]
     return out
+
+
+def _ints(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in v)
+
+
+def _shrink_stages(d: dict, out: dict) -> None:
+    """Per-stage lists, in place in ``out``: block counts capped at ``LAYERS`` each; widths
+    divided by the smallest power of two that brings the widest to ``STAGE_WIDTH_MAX`` and still
+    divides every width and leaves it divisible by its stage's heads / groups (same-length lists)."""
+    for k, v in d.items():
+        if k in _STAGE_DEPTHS and _ints(v):
+            out[k] = [min(i, LAYERS) for i in v]
+    divisors = [v for k, v in d.items() if k in _STAGE_DIVISORS and _ints(v)]
+    for k, v in d.items():
+        if k not in _STAGE_WIDTHS or not _ints(v) or max(v) <= STAGE_WIDTH_MAX:
+            continue
+        f = 1
+        while max(v) // f > STAGE_WIDTH_MAX:
+            g = 2 * f
+            if any(i % g for i in v) or any(len(h) == len(v) and any((w // g) % n for w, n in zip(v, h))
+                                           for h in divisors):
+                break
+            f = g
+        if f > 1:
+            out[k] = [i // f for i in v]
+
+
+def _shrink_image_size(d: dict, out: dict) -> None:
+    """Image sizes past ``IMAGE_MAX`` pixels, in place in ``out``: the smallest multiple of 4
+    patches (merges and 2x downsamplings still divide the grid) of at least ``IMAGE_MIN``."""
+    patch = d.get("patch_size")
+    patch = patch if isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 else 16
+    step = 4 * patch
+    for k, v in d.items():
+        if k in _IMAGE_SIZES and isinstance(v, int) and not isinstance(v, bool) and v > IMAGE_MAX:
+            out[k] = max(step, -(-IMAGE_MIN // step) * step)
+        elif k in _IMAGE_SIZES and _ints(v) and len(v) == 2 and max(v) > IMAGE_MAX:
+            out[k] = [max(step, -(-IMAGE_MIN // step) * step)] * 2
 
 
 def _head_dim(d: dict):
@@ -225,13 +284,14 @@ def _kept_layers(d: dict, layers, new_layers) -> list:
 _META = ("model_type", "transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype")
 
 
-def tiny_config_overrides(model_type: str) -> dict:
-    """Overrides for ``AutoConfig.for_model(model_type, **overrides)``: the default config shrunk."""
+def tiny_config_overrides(model_type: str, stages: bool = True) -> dict:
+    """Overrides for ``AutoConfig.for_model(model_type, **overrides)``: the default config shrunk
+    (``stages=False``: its per-stage lists left as they are)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
     d = config.to_dict()
-    small = shrink(d)
+    small = shrink(d, stages)
     _default_rope_sections(config, d, small)
     return {k: v for k, v in small.items() if k not in _META and v != d.get(k) or isinstance(v, dict)}
 
@@ -268,6 +328,9 @@ def _inputs(model, kind: str, dtype, vocab: int) -> dict:
     feed = {"input_ids": torch.randint(6, hi, (2, 8), generator=g)}
     if kind == "seq2seq":
         feed["decoder_input_ids"] = torch.randint(6, hi, (2, 4), generator=g)
+    if "bbox" in inspect.signature(model.forward).parameters:  # layout models (BROS needs it): a box a token,
+        corner = torch.randint(0, 500, (2, 8, 2), generator=g)  # (x0, y0, x1, y1) in 0..1000, x0 <= x1
+        feed["bbox"] = torch.cat([corner, corner + torch.randint(0, 500, (2, 8, 2), generator=g)], -1)
     return feed
 
 
@@ -300,6 +363,40 @@ def _check_cell(cell, codec: str, path: str) -> dict:
     return rep
 
 
+def _pad_id(model_type: str, over: dict) -> dict:
+    """{"pad_token_id": the top id of the shrunk vocabulary} when the default config has none
+    (transformers' sequence classifiers refuse a batch > 1 without one), else {}."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type, **over)
+    if getattr(config, "pad_token_id", 0) is not None or not isinstance(getattr(config, "vocab_size", None), int):
+        return {}
+    return {"pad_token_id": config.vocab_size - 1}
+
+
+def _build(model_type: str, auto: str, kind: str, folder: Path):
+    """The tiny model built and saved into ``folder`` (tests/hf/_arch.build_source); a shrunk
+    config that transformers cannot build is retried with its per-stage lists unshrunk (CvT's
+    drop-path table wants stage i deeper than i). Returns (folder, whether that retry was taken);
+    raises Skip when transformers builds neither."""
+    import _arch
+
+    over = _stage("config", tiny_config_overrides, model_type)
+    if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1 needs
+        over = {**over, **_stage("config", _pad_id, model_type, over)}  # a pad id (never in our inputs)
+    _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
+    try:
+        return _arch.build_source("_sweep", folder), False
+    except Exception as e:  # noqa: BLE001  (transformers' own failure: a skip unless the retry builds)
+        unstaged = _stage("config", tiny_config_overrides, model_type, False)
+        if auto == "AutoModelForSequenceClassification":
+            unstaged = {**unstaged, **_stage("config", _pad_id, model_type, unstaged)}
+        if unstaged == over:
+            raise Skip(f"build: {_arch.describe(e)}") from e
+    _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, unstaged, kind)
+    return _stage("build", _arch.build_source, "_sweep", folder), True
+
+
 def run_one(model_type: str, mapping: str, root: Path) -> dict:
     """Every check of one model; returns its row."""
     import torch
@@ -309,9 +406,9 @@ def run_one(model_type: str, mapping: str, root: Path) -> dict:
     _, auto, kind = MAPPINGS[mapping]
     row = {"model_type": model_type, "mapping": mapping, "auto": auto, "status": "pass", "checks": {}}
     try:
-        over = _stage("config", tiny_config_overrides, model_type)
-        _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
-        src = _stage("build", _arch.build_source, "_sweep", root / "src")
+        src, unstaged = _build(model_type, auto, kind, root / "src")
+        if unstaged:
+            row["stages"] = "per-stage lists unshrunk (the shrunk config does not build)"
         ref = _stage("load original", _arch.load, "_sweep", src)
         cfg = getattr(ref.config, "text_config", None) or ref.config
         vocab = getattr(cfg, "vocab_size", None) or VOCAB

@@ -98,7 +98,24 @@ def image_geometry(config) -> dict:
         if patch:
             break
     ch = _field(vis, ("num_channels", "in_channels", "in_chans", "input_channels", "image_channels")) or 3
+    if size is None:  # a conv pyramid's per-stage strides: a 2 x 2 last stage (bf16 convs on CPU are slow:
+        for c in vis:  # Florence-2's DaViT at 224 px took 25 s a forward on 2 cores)
+            strides = next((v for n in _STAGE_STRIDES if _ints(v := getattr(c, n, None))), None)
+            if strides:
+                total = 1
+                for s in strides:
+                    total *= s
+                size = (2 * total, 2 * total)
+                break
     return {"size": size or (224, 224), "channels": ch, "patch": patch or (16, 16)}
+
+
+_STAGE_STRIDES = ("patch_stride", "strides", "stage_strides", "downsampling_rates")
+
+
+def _ints(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                and i > 0 for i in v)
 
 
 def special_ids(config) -> set:
