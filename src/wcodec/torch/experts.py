@@ -544,11 +544,13 @@ class _CompressedExpertsMixin:
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
         exact = hidden_states.device.type == "cpu" or self._wcodec_exact
-        if exact and impl != "wcodec" and not torch.compiler.is_compiling():
+        if (exact and impl != "wcodec" and not torch.compiler.is_compiling()
+                and not _runs_grouped(self, hidden_states)):
             # the CPU path is exact to the dense model as configured: its own implementation
             # (transformers' default is grouped_mm, whose bf16 sums differ from the eager loop's)
             # over the decoded experts (FixedExpertsTensor decodes when an op reads it); "eager"
-            # too, as a class may compute its own way (OpenAI Privacy Filter's loop in float32)
+            # too, as a class may compute its own way (OpenAI Privacy Filter's loop in float32).
+            # The grouped kernels where they run (CUDA, or the interpreter when asked for)
             return self._wcodec_dense_class.forward(self, hidden_states, top_k_index, top_k_weights)
         return experts_forward(self, hidden_states, top_k_index, top_k_weights)
 
