@@ -2561,9 +2561,10 @@ static int64_t split_avx512_w(split_ctx *ctx, int64_t b0, int64_t b1) {
 #endif
 #ifdef WC_X86
 /* AVX2 split of 16 values per iteration, as split_avx512_w: the tail fields in 16-bit lanes,
- * narrowed to bytes and packed by pext; the head symbols by scalar loads from symbol_of (AVX2 has
- * no 256-entry byte lookup that beats them). On a 2-vCPU AMD EPYC (Zen 3, no AVX-512) the scalar
- * split_fast16 was the encoder's largest stage (bf16 MiniLM: 48% of the encode, one thread). */
+ * narrowed to bytes and packed by pext; the head symbols computed where all 16 head values are in
+ * symbol_of's longest run of consecutive symbols (run_v0...), else by scalar loads from symbol_of
+ * (AVX2 has no 256-entry byte lookup that beats them). On a 2-vCPU AMD EPYC (Zen 3, no AVX-512)
+ * the scalar split_fast16 was the encoder's largest stage (bf16 MiniLM: 48% of the encode). */
 __attribute__((target("avx2,bmi2")))
 static int64_t split_avx2_w(split_ctx *ctx, int64_t b0, int64_t b1) {
     const int R = ctx->R, f32 = ctx->bytes == 4;

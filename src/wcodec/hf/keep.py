@@ -366,10 +366,10 @@ def _shard_values(state: KeepState, hit: _Jit) -> torch.Tensor:
 
 def _record_values(hit: _Jit) -> torch.Tensor:
     """The values of a weight's record encoded on load, decoded on its device."""
-    from .._torch_tensors import from_numpy
     from ..codecs import decode_tensor
+    from ..loading import to_torch
 
-    return from_numpy(decode_tensor(hit.record, hit.key), hit.record.dtype).to(hit.device)
+    return to_torch(decode_tensor(hit.record, hit.key), hit.record.dtype).to(hit.device)
 
 
 def _jit_record(state: KeepState, hit: _Jit):
