@@ -144,3 +144,4 @@ def test_workers_run_their_tasks_and_a_failure_is_reported_not_raised(monkeypatc
     out = precompile.precompile([good, bad], "cpu", timeout=120)
     assert (out["workers"], out["tasks"], out["failed"]) == (2, 2, 1)
     assert "CorruptDataError" in out["errors"][0] and out["seconds"] > 0
+    assert out["warnings"] == []  # the good worker's stderr held no warning of wcodec's

@@ -13,11 +13,16 @@ compile them: :func:`precompile` hands (weight shape, row counts) tasks to worke
 shapes, escape count, base and alignment, hence the same kernels and specialisations; the values
 never reach a compile); the caller's own sweep then loads every kernel from the cache.
 
-One worker per distinct weight, each sweeping all its row counts in order (split finer, the
-workers' autotuning and in-process state diverged from the caller's sweep, which then compiled
-17 more kernels itself). H100, a Llama-2-7B layer's three linear shapes and a 32000x4096
-lm_head (``tools/warmup_cold.py``): warm-up on an empty cache 29.5 s serial, 18.0 s with 4
-workers; on a warm cache 0.3 s.
+One worker per distinct weight, each sweeping all its row counts in order. Split finer, the
+caller's sweep still compiles kernels itself: by row groups over 8 workers when the kernels
+autotuned (17 kernels), and again with the shipped configurations, cut at the autotuning
+buckets (24 pieces, 8 workers, H200 2026-12-02, ``tools/warmup_diff.py``): the caller compiled
+the warp-specialised kernel at M = 65 and 80 and the decode kernel at 129 for the three weights
+of K = 4096 (8 kernels, 11 s), none for 4096x11008; workers 14.8 s, warm-up 27.1 s against 19.0 s
+per weight. Some state of a weight's sweep below 65 rows reaches its kernels above (not found).
+A Llama-2-7B layer's three linear shapes and a 32000x4096 lm_head (``tools/warmup_cold.py``),
+warm-up on an empty cache: H100 29.5 s serial, 18.0 s with 4 workers, 0.3 s warm; H200
+(2026-12-02) 38.6 s serial, 19.0 s with 4 workers, 0.4 s warm.
 
 The workers are an accelerator, never a dependency: a failed or missing worker only leaves its
 kernels to the caller's own sweep. ``WCODEC_WARMUP_WORKERS`` caps their number (0: none).
@@ -111,11 +116,12 @@ def precompile(tasks: list[Task], device, timeout: float = 900.0) -> dict:
     """Run ``tasks`` in worker processes on CUDA ``device`` (see the module docstring), the tasks
     dealt round robin, largest weights first (at most one worker per task). Blocks until every
     worker ends (or ``timeout`` seconds pass: the rest is killed). Returns ``{"workers": started, "tasks": len(tasks),
-    "failed": workers that did not finish cleanly, "seconds": wall time, "errors": first lines of
-    their stderr}``; a worker's failure is reported, never raised."""
+    "failed": workers that did not finish cleanly, "seconds": wall time, "errors": last lines of
+    their stderr, "warnings": wcodec's warnings from the others}``; a worker's failure is
+    reported, never raised."""
     t0 = time.perf_counter()
     n = worker_count(len(tasks), device)
-    out = {"workers": n, "tasks": len(tasks), "failed": 0, "seconds": 0.0, "errors": []}
+    out = {"workers": n, "tasks": len(tasks), "failed": 0, "seconds": 0.0, "errors": [], "warnings": []}
     if not n:
         return out
     order = sorted(tasks, key=lambda t: -t.N * t.K)
@@ -136,6 +142,8 @@ def precompile(tasks: list[Task], device, timeout: float = 900.0) -> dict:
         if p.returncode:
             out["failed"] += 1
             out["errors"].append((err or f"exit {p.returncode}").strip().splitlines()[-1][:300])
+        else:  # a kernel family that failed in a worker (wcodec's warning) left its kernels uncompiled
+            out["warnings"] += [ln.strip()[:300] for ln in (err or "").splitlines() if "wcodec:" in ln][:4]
     out["seconds"] = time.perf_counter() - t0
     return out
 
