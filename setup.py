@@ -16,8 +16,9 @@ else:
     args = ["-O3", "-std=gnu99", "-fno-strict-aliasing"]
 
 setup(ext_modules=[Extension("wcodec._cext", ["src/wcodec/csrc/wcodec_cext.c", "src/wcodec/csrc/predict.c",
-                                              "src/wcodec/csrc/crc32.c", "src/wcodec/csrc/fixedcheck.c"],
+                                              "src/wcodec/csrc/crc32.c", "src/wcodec/csrc/fixedcheck.c",
+                                              "src/wcodec/csrc/fixedcodec.c"],
                              depends=["src/wcodec/csrc/predict.h", "src/wcodec/csrc/crc32.h",
-                                      "src/wcodec/csrc/fixedcheck.h"],  # shipped in the sdist
+                                      "src/wcodec/csrc/fixedcheck.h", "src/wcodec/csrc/fixedcodec.h"],  # shipped in the sdist
                              extra_compile_args=args, optional=True,
                              libraries=[] if sys.platform == "win32" else ["m"])])

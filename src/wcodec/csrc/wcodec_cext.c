@@ -3669,6 +3669,7 @@ static PyObject *py_set_soft_gather(PyObject *self, PyObject *args) {
 void wc_run_parallel(wc_task_fn fn, void *ctx, int64_t n, int threads) { run_parallel(fn, ctx, n, pick_threads(threads, n)); }
 #include "crc32.h"
 #include "fixedcheck.h"
+#include "fixedcodec.h"
 int wc_isa(void) { return g_isa; }
 
 static PyMethodDef methods[] = {
@@ -3699,6 +3700,7 @@ static PyMethodDef methods[] = {
     WC_PREDICT_METHODS
     WC_CRC32_METHODS
     WC_FIXEDCHECK_METHODS
+    WC_FIXEDCODEC_METHODS
     {NULL, NULL, 0, NULL},
 };
 

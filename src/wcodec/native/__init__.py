@@ -465,3 +465,42 @@ def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tab
     e.decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, *tables, prob_bits, out, status,
                       state_index, _threads_for(n))
     return status
+
+
+# ---- fixed codec ---------------------------------------------------------------------------
+
+def fixed_encode(bits: np.ndarray, rows: int, cols: int, kpad: int, base: int):
+    """The sections of codec "fixed" (layout: ``wcodec.codecs.fixed``) of bf16 bits uint16
+    [rows*cols] with window start ``base``: (lo uint8 [rows*kpad], nib uint8 [rows*kpad/2],
+    esc.ptr uint32 [rows+1], esc.col uint16 (cols <= 65536) or uint32 [E], esc.val uint16 [E]),
+    computed by the C extension on its threads; None without it (then the numpy encoder runs)."""
+    e = ext()
+    if e is None:
+        return None
+    bits = np.ascontiguousarray(bits, dtype=np.uint16).reshape(-1)
+    threads = _threads_for(bits.size)
+    lo = np.empty(rows * kpad, np.uint8)
+    nib = np.empty(rows * kpad // 2, np.uint8)
+    counts = np.empty(rows, np.uint32)
+    e.fixed_encode_planes(bits, rows, cols, kpad, base, lo, nib, counts, threads)
+    ptr = np.zeros(rows + 1, np.uint32)
+    np.cumsum(counts, out=ptr[1:])
+    n = int(ptr[-1])
+    col = np.empty(n, np.uint16 if cols <= 0x10000 else np.uint32)
+    val = np.empty(n, np.uint16)
+    if n:
+        e.fixed_encode_escapes(bits, rows, cols, base, ptr, col, val, threads)
+    return lo, nib, ptr, col, val
+
+
+def fixed_decode(lo, nib, ptr, col, val, rows: int, cols: int, kpad: int, base: int, out: np.ndarray) -> bool:
+    """bf16 bits uint16 [rows*cols] of a codec "fixed" record that ``check_record`` accepted,
+    written into ``out`` (writable C-contiguous uint16 [rows*cols]) by the C extension on its
+    threads; False without it (nothing written). ValueError for a record it cannot decode
+    inside its buffers (an escape's row pointer or column out of range)."""
+    e = ext()
+    if e is None:
+        return False
+    c = np.ascontiguousarray
+    e.fixed_decode(c(lo), c(nib), c(ptr), c(col), c(val), rows, cols, kpad, base, out, _threads_for(rows * cols))
+    return True

@@ -1,0 +1,121 @@
+"""Codec "fixed" in C (src/wcodec/csrc/fixedcodec.c) against its numpy reference
+(``encode_bits_numpy`` / ``decode_bits_numpy``): the same params and section bytes for any bf16
+bits and shape, the same decode, inputs never written, bad buffers refused, and the numpy path
+taken without the extension."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from wcodec import native
+from wcodec.codecs import decode_tensor, encode_tensor, fixed as F
+from wcodec.errors import CorruptDataError
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the C extension is not built")
+
+
+def _same(a: tuple, b: tuple) -> None:
+    (pa, sa), (pb, sb) = a, b
+    assert pa == pb
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype and np.array_equal(sa[k], sb[k]), k
+
+
+def _bits(rng, n: int, kind: str) -> np.ndarray:
+    if kind == "any":
+        return rng.integers(0, 1 << 16, n).astype(np.uint16)
+    if kind == "one":  # a single value: all in the window, or all escapes
+        return np.full(n, rng.integers(0, 1 << 16), np.uint16)
+    scale = {"gauss": rng.standard_normal, "heavy": lambda k: rng.standard_t(1.5, k)}[kind](n) * 0.05
+    return (np.asarray(scale, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 9), cols=st.integers(0, 70), seed=st.integers(0, 2**31),
+       kind=st.sampled_from(["any", "one", "gauss", "heavy"]))
+def test_c_equals_numpy(rows, cols, seed, kind):
+    bits = _bits(np.random.default_rng(seed), rows * cols, kind)
+    keep = bits.copy()
+    enc = F.encode_bits(bits, rows, cols)
+    _same(enc, F.encode_bits_numpy(bits, rows, cols))
+    assert np.array_equal(bits, keep)  # never written
+    params, sections = enc
+    got = F.decode_bits(params, sections, rows, cols)
+    assert np.array_equal(got, bits) and np.array_equal(F.decode_bits_numpy(params, sections, rows, cols), bits)
+    out = np.full(rows * cols, 0xABCD, np.uint16)
+    assert F.decode_bits(params, sections, rows, cols, out=out) is out and np.array_equal(out, bits)
+
+
+@pytest.mark.parametrize("rows,cols", [(300, 4097), (3, 70000), (1, 65536), (1, 65537), (64, 16)])
+def test_large_and_wide_rows(rows, cols):
+    # many tasks of whole rows on the threads; rows past 65536 columns store 32-bit columns
+    bits = _bits(np.random.default_rng(rows + cols), rows * cols, "heavy")
+    enc = F.encode_bits(bits, rows, cols)
+    _same(enc, F.encode_bits_numpy(bits, rows, cols))
+    assert enc[0]["col_bits"] == (16 if cols <= 65536 else 32) and enc[0]["n_escapes"] > 0
+    assert np.array_equal(F.decode_bits(*enc, rows, cols), bits)
+
+
+def test_every_bit_pattern_and_the_numpy_path_without_the_extension():
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    rec = encode_tensor(bits.reshape(256, 256), "BF16", codec="fixed")
+    with native.disabled():
+        ref = encode_tensor(bits.reshape(256, 256), "BF16", codec="fixed")
+        assert np.array_equal(decode_tensor(rec).reshape(-1), bits)
+    _same((rec.params, rec.sections), (ref.params, ref.sections))
+    assert np.array_equal(decode_tensor(rec).reshape(-1), bits)
+
+
+def test_corrupt_records_still_raise_before_the_c_decode():
+    params, sections = F.encode_bits(_bits(np.random.default_rng(3), 40 * 33, "heavy"), 40, 33)
+    bad = dict(sections, **{"esc.col": sections["esc.col"].copy()})
+    bad["esc.col"][-1] = 40  # a column past the row
+    out = np.full(40 * 33, 7, np.uint16)
+    with pytest.raises(CorruptDataError, match="esc.col"):
+        F.decode_bits(params, bad, 40, 33, out=out)
+    assert (out == 7).all()  # not touched
+
+
+def test_the_c_functions_refuse_what_they_cannot_do_safely():
+    e = native.ext()
+    rows, cols = 6, 20
+    bits = _bits(np.random.default_rng(4), rows * cols, "any")
+    params, s = F.encode_bits(bits, rows, cols)
+    assert params["n_escapes"] > 2
+    kpad, base = params["kpad"], params["base"]
+    out = np.empty(rows * cols, np.uint16)
+    args = [s["lo"], s["nib"], s["esc.ptr"], s["esc.col"], s["esc.val"], rows, cols, kpad, base, out]
+    e.fixed_decode(*args)
+    assert np.array_equal(out, bits)
+    ptr = s["esc.ptr"].copy()
+    ptr[2] = 10**6  # past the escapes: refused, nothing read outside
+    with pytest.raises(ValueError, match="out of range"):
+        e.fixed_decode(*args[:2], ptr, *args[3:])
+    col = s["esc.col"].copy()
+    col[0] = cols
+    with pytest.raises(ValueError, match="out of range"):
+        e.fixed_decode(*args[:3], col, *args[4:])
+    with pytest.raises(ValueError, match="lo"):
+        e.fixed_decode(s["lo"][:-1], *args[1:])
+    with pytest.raises(ValueError, match="bad shape"):
+        e.fixed_decode(*args[:7], kpad + 16, base, out)
+    with pytest.raises(ValueError, match="bad shape"):
+        e.fixed_decode(*args[:8], 120, out)
+    read_only = np.empty(rows * cols, np.uint16)
+    read_only.setflags(write=False)
+    with pytest.raises((BufferError, ValueError)):
+        e.fixed_decode(*args[:9], read_only)
+    n = params["n_escapes"]
+    short = np.zeros(rows + 1, np.uint32)
+    short[1:] = n  # every escape claimed by the first row
+    col, val = np.empty(n, np.uint16), np.empty(n, np.uint16)
+    with pytest.raises(ValueError, match="differ"):
+        e.fixed_encode_escapes(bits, rows, cols, base, short, col, val)
+    with pytest.raises(ValueError, match="row pointer"):
+        e.fixed_encode_escapes(bits, rows, cols, base, s["esc.ptr"], col[:-1], val[:-1])
+    with pytest.raises(ValueError, match="bits"):
+        e.fixed_encode_planes(bits[:-1], rows, cols, kpad, base, np.empty(rows * kpad, np.uint8),
+                              np.empty(rows * kpad // 2, np.uint8), np.empty(rows, np.uint32))
