@@ -119,3 +119,24 @@ def test_the_c_functions_refuse_what_they_cannot_do_safely():
     with pytest.raises(ValueError, match="bits"):
         e.fixed_encode_planes(bits[:-1], rows, cols, kpad, base, np.empty(rows * kpad, np.uint8),
                               np.empty(rows * kpad // 2, np.uint8), np.empty(rows, np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (37, 61), (64, 4096), (5, 70000)])
+def test_cpu_weights_encode_in_c_as_the_torch_path_does(shape):
+    torch = pytest.importorskip("torch")
+    from wcodec.gpu import fixed as fx
+
+    torch.manual_seed(shape[1])
+    w = (torch.distributions.StudentT(2.0).sample(shape) * 0.02).to(torch.bfloat16)
+    special = torch.tensor([0x7FC1, -128, 1], dtype=torch.int16)  # NaN, -inf, a subnormal
+    n = min(3, w.numel())
+    w.view(torch.int16).view(-1)[:n] = special[:n]
+    keep = w.clone()
+    got = fx.encode_weight(w)
+    with native.disabled():  # the torch ops of the device path
+        ref = fx.encode_weight(w)
+    assert torch.equal(w.view(torch.int16), keep.view(torch.int16))
+    assert (got.base, got.N, got.K) == (ref.base, ref.N, ref.K)
+    for a, b in zip(got.tensors().values(), ref.tensors().values()):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert torch.equal(fx.decode(got).view(torch.int16), w.view(torch.int16))
