@@ -140,3 +140,30 @@ def test_cpu_weights_encode_in_c_as_the_torch_path_does(shape):
     for a, b in zip(got.tensors().values(), ref.tensors().values()):
         assert a.dtype == b.dtype and torch.equal(a, b)
     assert torch.equal(fx.decode(got).view(torch.int16), w.view(torch.int16))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 7), cols=st.integers(0, 40), seed=st.integers(0, 2**31), scale=st.sampled_from([1e-3, 0.05, 3.0]))
+def test_fixed16_decodes_in_c_as_in_numpy(rows, cols, seed, scale):
+    from wcodec.codecs import fixed16 as F16
+    from wcodec.errors import UnsupportedError
+
+    rng = np.random.default_rng(seed)
+    bits = (rng.standard_normal(rows * cols) * scale).astype(np.float16).view(np.uint16)
+    if bits.size:
+        bits[:: max(1, bits.size // 3)] = rng.integers(0, 1 << 16, len(bits[:: max(1, bits.size // 3)]))  # escapes
+    try:
+        params, sections = F16.encode_bits(bits, rows, cols, max_bits=float("inf"))
+    except UnsupportedError:
+        return
+    got = F16.decode_bits(params, sections, rows, cols)
+    with native.disabled():
+        ref = F16.decode_bits(params, sections, rows, cols)
+    assert np.array_equal(got, bits) and np.array_equal(ref, bits)
+    if params["kpad"] > cols and rows:  # a set m2 padding field is refused on both paths
+        bad = dict(sections, m2=sections["m2"].copy())
+        p = params["kpad"] - 1
+        bad["m2"][4 * (p // 16) + (p % 16) % 4] |= 1 << (2 * ((p % 16) // 4))
+        for ctx in (native.disabled(), __import__("contextlib").nullcontext()):
+            with ctx, pytest.raises(CorruptDataError, match="fixed16: field m2: padding"):
+                F16.decode_bits(params, bad, rows, cols)

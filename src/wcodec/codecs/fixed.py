@@ -188,7 +188,7 @@ def unpack_nibbles(nib: np.ndarray, rows: int, kpad: int) -> np.ndarray:
 
 
 def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarray, ptr: np.ndarray,
-                 col: np.ndarray, val: np.ndarray) -> np.ndarray:
+                 col: np.ndarray, val: np.ndarray, m2: np.ndarray | None = None) -> np.ndarray:
     """Check that a fixed layout is the encoder's (canonical), so that every decoder (numpy, the
     rows / GEMV / tiled / mma kernels, which add ``value - placeholder`` per listed escape) gives
     the same weights. lo: uint8 [rows, kpad]; nib: packed nibble bytes uint8 [rows, kpad/2];
@@ -201,7 +201,8 @@ def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarra
     - ``esc.val``: 16-bit values whose high byte is outside the window [base, base+6] (a value
       inside it has a nibble and is never an escape);
     - ``nib``: nibble ``sign|7`` exactly at the escapes (sign: the value's), 0 in the padding;
-    - ``lo``: the value's low byte at each escape, 0 in the padding.
+    - ``lo``: the value's low byte at each escape, 0 in the padding;
+    - ``m2`` (codec fixed16's plane uint8 [rows, kpad/4], when given): 0 in the padding.
     """
     ptr = np.asarray(ptr).astype(np.int64)
     n_esc = int(col.size)
@@ -222,15 +223,18 @@ def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarra
                      (64, "field esc.val: escape value outside 16 bits")):
         if failed & bit:
             raise CorruptDataError(f"codec fixed: {msg}")
-    planes = _plane_checks_native(lo, nib, rows, cols, kpad)
+    planes = _plane_checks_native(lo, nib, rows, cols, kpad, m2)
     if planes is None:
         sevens = None
         padding_ok = not any(np.any(_nibble_at(nib, slice(None), p)) or np.any(lo[:, p])
                              for p in range(cols, kpad))  # at most 15 padding columns
+        m2_ok = m2 is None or not any(np.any(_m2_at(m2, slice(None), p)) for p in range(cols, kpad))
     else:
-        sevens, padding_ok = planes
+        sevens, padding_ok, m2_ok = planes
     if not padding_ok:
         raise CorruptDataError("codec fixed: field nib/lo: padding columns are not zero")
+    if not m2_ok:
+        raise CorruptDataError("codec fixed: field m2: padding columns are not zero")
     if failed & 8:
         raise CorruptDataError("codec fixed: field nib: an escape's nibble is not sign|7 of its value")
     if failed & 16:
@@ -246,16 +250,25 @@ def check_layout(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndarra
 _NATIVE_MIN_ESCAPES = 1
 
 
-def _plane_checks_native(lo, nib, rows: int, cols: int, kpad: int):
-    """(escape nibbles, padding zero) of the planes from the C extension's one threaded pass,
-    or None without it (then numpy: :func:`_escape_nibbles` and the padding columns)."""
+def _plane_checks_native(lo, nib, rows: int, cols: int, kpad: int, m2=None):
+    """(escape nibbles, lo and nib padding zero, m2 padding zero) of the planes from the C
+    extension's one threaded pass, or None without it (then numpy: :func:`_escape_nibbles` and
+    the padding columns)."""
     from .. import native
 
     e = native.ext()
-    if e is None or lo.dtype != np.uint8 or nib.dtype != np.uint8:
+    if e is None or lo.dtype != np.uint8 or nib.dtype != np.uint8 or (m2 is not None and m2.dtype != np.uint8):
         return None
-    return e.fixed_plane_checks(np.ascontiguousarray(lo), np.ascontiguousarray(nib), rows, cols, kpad,
-                                0 if rows * kpad >= native.PARALLEL_MIN else 1)
+    c = np.ascontiguousarray
+    return e.fixed_plane_checks(c(lo), c(nib), rows, cols, kpad, 0 if rows * kpad >= native.PARALLEL_MIN else 1,
+                                None if m2 is None else c(m2))
+
+
+def _m2_at(m2: np.ndarray, r, c):
+    """codec fixed16's m2 fields of plane m2 [rows, kpad/4] at rows ``r`` and columns ``c``
+    (column 16w+4k+q: bits 2k of byte 4w+q)."""
+    w, f = c // 16, c % 16
+    return (m2[r, 4 * w + f % 4] >> (2 * (f // 4))) & 3
 
 
 def _escape_checks_native(lo, nib, erow, col, val, kpad: int, cols: int, base: int) -> int | None:

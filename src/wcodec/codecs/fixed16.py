@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import CorruptDataError, UnsupportedError
 from .base import Codec, EncodedTensor, register, view_2d
-from .fixed import _check_params, _sec, check_layout, padded_cols, unpack_nibbles
+from .fixed import _check_params, _m2_at, _sec, check_layout, padded_cols, unpack_nibbles
 from .fixed import encode_bits as _fixed_encode
 
 #: largest base: the escape placeholder's exponent base + 7 must stay below 31 (inf/NaN)
@@ -168,22 +168,24 @@ def check_layout16(base: int, rows: int, cols: int, lo: np.ndarray, nib: np.ndar
     if v.size and (int(v.min()) < 0 or int(v.max()) > 0xFFFF):
         raise CorruptDataError("codec fixed16: field esc.val: escape value outside 16 bits")
     with _as_fixed16():
-        erow = check_layout(base, rows, cols, lo, nib, ptr, col, _as_fixed_bits(v) if v.size else v)
-    kpad = lo.shape[1]
-    if kpad > cols or v.size:
-        planes = unpack_m2(m2.reshape(-1), rows, kpad)
-        if np.any(planes[:, cols:]):
-            raise CorruptDataError("codec fixed16: field m2: padding columns are not zero")
-        if v.size and np.any(planes[erow, np.asarray(col).astype(np.int64)] != ((v >> 8) & 3)):
-            raise CorruptDataError("codec fixed16: field m2: an escape's m2 is not its value's")
+        erow = check_layout(base, rows, cols, lo, nib, ptr, col, _as_fixed_bits(v) if v.size else v, m2=m2)
+    if v.size and np.any(_m2_at(m2, erow, np.asarray(col).astype(np.int64)) != ((v >> 8) & 3)):
+        raise CorruptDataError("codec fixed16: field m2: an escape's m2 is not its value's")
     return erow
 
 
 def decode_bits(params: dict, sections: dict, rows: int, cols: int, out: np.ndarray | None = None) -> np.ndarray:
     """(params, sections) -> uint16 [rows*cols] fp16 bits, written into ``out`` (writable
     C-contiguous uint16 [rows*cols]) when given. Raises CorruptDataError naming the field for a
-    record that is not canonical (:func:`check_record`), before ``out`` is touched."""
+    record that is not canonical (:func:`check_record`), before ``out`` is touched. The C
+    extension's decoder where built, else numpy (the reference: tests/codecs/test_fixed_native.py)."""
     rec = check_record(params, sections, rows, cols)
+    from .. import native
+
+    if native.available():  # the C decoder of codec fixed with this layout's m2 plane
+        dst = out if out is not None else np.empty(rows * cols, np.uint16)
+        native.fixed_decode(rec.lo, rec.nib, rec.ptr, rec.col, rec.val, rows, cols, rec.kpad, rec.base, dst, m2=rec.m2)
+        return dst
     nib = unpack_nibbles(rec.nib, rows, rec.kpad).astype(np.uint16)
     m2 = unpack_m2(rec.m2, rows, rec.kpad).astype(np.uint16)
     v = ((nib & 0x08) << 12) | (((nib & 0x07) + rec.base) << 10) | (m2 << 8) | rec.lo.reshape(rows, rec.kpad)
@@ -215,7 +217,7 @@ class Fixed16Codec(Codec):
         return EncodedTensor(self.id, dtype, shape, params, sections, info={"escape_fraction": escaped})
 
     def decode(self, record: EncodedTensor, out: np.ndarray | None = None) -> np.ndarray:
-        """out: see Codec.decode; the numpy decode's last step writes into it."""
+        """out: see Codec.decode; the decoder writes into it."""
         if record.dtype != "F16":
             raise CorruptDataError(f"codec fixed16: dtype must be F16, got {record.dtype}")
         rows, cols = view_2d(tuple(record.shape))

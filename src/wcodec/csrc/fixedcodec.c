@@ -12,13 +12,15 @@
  *                      threads=0) -> None
  *   the escapes of row r, by column, at ptr[r] .. ptr[r+1]; ValueError if a row's count is not
  *   the pointer's.
- * fixed_decode(lo, nib, ptr, col, val, rows, cols, kpad, base, out u16[rows*cols], threads=0)
- *   -> None: values from lo and nibbles, then each row's escapes written over their
+ * fixed_decode(lo, nib, ptr, col, val, rows, cols, kpad, base, out u16[rows*cols], threads=0,
+ *              m2=None) -> None: values from lo and nibbles (with m2, codec fixed16's plane
+ *   u8[rows*kpad/4]: fp16 bits, codecs/fixed16.py), then each row's escapes written over their
  *   placeholders. For a record check_record accepted; on any other it stays inside its buffers
  *   (ValueError for a pointer or column out of range, out then partly written).
- * fixed_plane_checks(lo, nib, rows, cols, kpad, threads=0) -> (escape nibbles, padding_ok)
- *   the two whole-plane checks of check_layout in one pass: how many nibbles are escape codes
- *   (low 3 bits 7), and whether the padding columns cols..kpad-1 hold 0 in lo and nib.
+ * fixed_plane_checks(lo, nib, rows, cols, kpad, threads=0, m2=None) -> (escape nibbles, lo_nib_ok, m2_ok)
+ *   the whole-plane checks of check_layout in one pass: how many nibbles are escape codes (low 3
+ *   bits 7), whether the padding columns cols..kpad-1 hold 0 in lo and nib, and in fixed16's m2
+ *   plane when given (else m2_ok is True).
  * Nothing passed in is modified but the outputs. */
 #include "fixedcodec.h"
 
@@ -29,7 +31,7 @@ typedef struct {
     const uint16_t *bits;
     uint8_t *lo, *nib;
     uint32_t *counts;
-    const uint8_t *clo, *cnib;
+    const uint8_t *clo, *cnib, *cm2; /* cm2: codec fixed16's m2 plane (decode and checks), else NULL */
     const uint32_t *ptr;
     uint16_t *col16;
     uint32_t *col32;
@@ -110,32 +112,49 @@ static void encode_escapes_task(void *p, int64_t task) {
     }
 }
 
+/* the values of one row of codec fixed: hi byte of code q is sign << 7 | (q & 7) + base (an
+ * escape's placeholder: base + 7), the low byte lo */
+static void decode_row(const uint8_t *lo, const uint8_t *nb, int64_t cols, uint32_t base, uint16_t *dst) {
+    int64_t full = cols / 8;
+    for (int64_t g = 0; g < full; g++) {
+        for (int j = 0; j < 8; j++) {
+            uint32_t q = (nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F;
+            dst[8 * g + j] = (uint16_t)((((q & 8) << 4) | ((q & 7) + base)) << 8 | lo[8 * g + j]);
+        }
+    }
+    for (int64_t col = 8 * full; col < cols; col++) {
+        int64_t g = col / 8, j = col % 8;
+        uint32_t q = (nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F;
+        dst[col] = (uint16_t)((((q & 8) << 4) | ((q & 7) + base)) << 8 | lo[col]);
+    }
+}
+
+/* the values of one row of codec fixed16: sign << 15 | (q & 7) + base << 10 | m2 << 8 | lo, the
+ * m2 of column 16w + 4k + f%4 in bits 2k of byte 4w + f%4 */
+static void decode_row16(const uint8_t *lo, const uint8_t *nb, const uint8_t *m2, int64_t cols, uint32_t base,
+                         uint16_t *dst) {
+    for (int64_t col = 0; col < cols; col++) {
+        int64_t g = col / 8, j = col % 8, w = col / 16, f = col % 16;
+        uint32_t q = (nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F;
+        uint32_t m = (m2[4 * w + (f & 3)] >> (2 * (f >> 2))) & 3;
+        dst[col] = (uint16_t)((q & 8) << 12 | ((q & 7) + base) << 10 | m << 8 | lo[col]);
+    }
+}
+
 static void decode_task(void *p, int64_t task) {
     fx_t *c = p;
-    int64_t r1, r0 = task_rows(c, task, &r1), cols = c->cols, kpad = c->kpad, full = cols / 8;
+    int64_t r1, r0 = task_rows(c, task, &r1), cols = c->cols, kpad = c->kpad;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *lo = c->clo + r * kpad, *nb = c->cnib + r * (kpad / 2);
         uint16_t *dst = c->out + r * cols;
-        /* hi byte of code q: sign << 7 | (q & 7) + base (an escape's placeholder: base + 7) */
-        for (int64_t g = 0; g < full; g++) {
-            for (int j = 0; j < 8; j++) {
-                uint32_t q = (nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F;
-                uint32_t hi = ((q & 8) << 4) | ((q & 7) + (uint32_t)c->base);
-                dst[8 * g + j] = (uint16_t)(hi << 8 | lo[8 * g + j]);
-            }
-        }
-        for (int64_t col = 8 * full; col < cols; col++) {
-            int64_t g = col / 8, j = col % 8;
-            uint32_t q = (nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F;
-            uint32_t hi = ((q & 8) << 4) | ((q & 7) + (uint32_t)c->base);
-            dst[col] = (uint16_t)(hi << 8 | lo[col]);
-        }
+        if (c->cm2) decode_row16(lo, nb, c->cm2 + r * (kpad / 4), cols, (uint32_t)c->base, dst);
+        else decode_row(lo, nb, cols, (uint32_t)c->base, dst);
         int64_t a = c->ptr[r], b = c->ptr[r + 1];
         if (a > b || b > c->n_esc) {
             __atomic_store_n(&c->err, 1, __ATOMIC_RELAXED);
             continue;
         }
-        for (int64_t k = a; k < b; k++) {
+        for (int64_t k = a; k < b; k++) { /* the escapes over their placeholders */
             int64_t col = c->ccol16 ? (int64_t)c->ccol16[k] : (int64_t)c->ccol32[k];
             if (col >= cols) {
                 __atomic_store_n(&c->err, 1, __ATOMIC_RELAXED);
@@ -271,14 +290,14 @@ done:
 
 PyObject *wc_fixed_decode(PyObject *self, PyObject *args) {
     static const char *fn = "fixed_decode";
-    PyObject *o_lo, *o_nib, *o_ptr, *o_col, *o_val, *o_out;
+    PyObject *o_lo, *o_nib, *o_ptr, *o_col, *o_val, *o_out, *o_m2 = Py_None;
     long long rows, cols, kpad, base;
     int threads = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOLLLLO|i", &o_lo, &o_nib, &o_ptr, &o_col, &o_val, &rows, &cols, &kpad, &base,
-                          &o_out, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOOLLLLO|iO", &o_lo, &o_nib, &o_ptr, &o_col, &o_val, &rows, &cols, &kpad, &base,
+                          &o_out, &threads, &o_m2))
         return NULL;
     if (!shape_ok(fn, rows, cols, kpad, base)) return NULL;
-    Py_buffer b[6];
+    Py_buffer b[7];
     int got = 0;
     PyObject *res = NULL;
     if (take(o_lo, &b[0], 1, rows * kpad, 0, fn, "lo") < 0) goto done;
@@ -294,8 +313,17 @@ PyObject *wc_fixed_decode(PyObject *self, PyObject *args) {
     got++;
     if (take(o_out, &b[5], 2, rows * cols, 1, fn, "out") < 0) goto done;
     got++;
+    if (o_m2 != Py_None) {
+        if (base > 23) {
+            PyErr_Format(PyExc_ValueError, "%s: fixed16 base %lld > 23", fn, base);
+            goto done;
+        }
+        if (take(o_m2, &b[6], 1, rows * kpad / 4, 0, fn, "m2") < 0) goto done;
+        got++;
+    }
     fx_t c = {.clo = b[0].buf, .cnib = b[1].buf, .ptr = b[2].buf, .cval = b[4].buf, .out = b[5].buf, .rows = rows,
-              .cols = cols, .kpad = kpad, .base = base, .rows_per_task = per_task(kpad), .n_esc = n};
+              .cols = cols, .kpad = kpad, .base = base, .rows_per_task = per_task(kpad), .n_esc = n,
+              .cm2 = o_m2 != Py_None ? b[6].buf : NULL};
     if (b[3].itemsize == 2) c.ccol16 = b[3].buf;
     else c.ccol32 = b[3].buf;
     res = run_checked(decode_task, &c, threads, fn, "an escape's row pointer or column is out of range");
@@ -316,32 +344,37 @@ static void plane_checks_task(void *p, int64_t task) {
             sevens += ((b & 0x07) == 0x07) + ((b & 0x70) == 0x70);
         }
         for (int64_t col = cols; col < kpad; col++) {
-            int64_t g = col / 8, j = col % 8;
+            int64_t g = col / 8, j = col % 8, w = col / 16, f = col % 16;
             bad |= lo[col] != 0 || ((nb[4 * g + (j & 3)] >> (j & 4)) & 0x0F) != 0;
+            if (c->cm2) bad |= (((c->cm2[r * (kpad / 4) + 4 * w + (f & 3)] >> (2 * (f >> 2))) & 3) != 0) << 1;
         }
     }
     __atomic_fetch_add(&c->sevens, sevens, __ATOMIC_RELAXED);
-    if (bad) __atomic_store_n(&c->err, 1, __ATOMIC_RELAXED);
+    if (bad) __atomic_fetch_or(&c->err, bad, __ATOMIC_RELAXED);
 }
 
 PyObject *wc_fixed_plane_checks(PyObject *self, PyObject *args) {
     static const char *fn = "fixed_plane_checks";
-    PyObject *o_lo, *o_nib;
+    PyObject *o_lo, *o_nib, *o_m2 = Py_None;
     long long rows, cols, kpad;
     int threads = 0;
-    if (!PyArg_ParseTuple(args, "OOLLL|i", &o_lo, &o_nib, &rows, &cols, &kpad, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOLLL|iO", &o_lo, &o_nib, &rows, &cols, &kpad, &threads, &o_m2)) return NULL;
     if (!shape_ok(fn, rows, cols, kpad, 0)) return NULL;
-    Py_buffer b[2];
+    Py_buffer b[3];
     int got = 0;
     PyObject *res = NULL;
     if (take(o_lo, &b[0], 1, rows * kpad, 0, fn, "lo") < 0) goto done;
     got++;
     if (take(o_nib, &b[1], 1, rows * kpad / 2, 0, fn, "nib") < 0) goto done;
     got++;
+    if (o_m2 != Py_None) {
+        if (take(o_m2, &b[2], 1, rows * kpad / 4, 0, fn, "m2") < 0) goto done;
+        got++;
+    }
     fx_t c = {.clo = b[0].buf, .cnib = b[1].buf, .rows = rows, .cols = cols, .kpad = kpad,
-              .rows_per_task = per_task(kpad)};
+              .rows_per_task = per_task(kpad), .cm2 = o_m2 != Py_None ? b[2].buf : NULL};
     run(plane_checks_task, &c, threads);
-    res = Py_BuildValue("LO", (long long)c.sevens, c.err ? Py_False : Py_True);
+    res = Py_BuildValue("LOO", (long long)c.sevens, c.err & 1 ? Py_False : Py_True, c.err & 2 ? Py_False : Py_True);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
     return res;

@@ -493,14 +493,17 @@ def fixed_encode(bits: np.ndarray, rows: int, cols: int, kpad: int, base: int):
     return lo, nib, ptr, col, val
 
 
-def fixed_decode(lo, nib, ptr, col, val, rows: int, cols: int, kpad: int, base: int, out: np.ndarray) -> bool:
-    """bf16 bits uint16 [rows*cols] of a codec "fixed" record that ``check_record`` accepted,
-    written into ``out`` (writable C-contiguous uint16 [rows*cols]) by the C extension on its
-    threads; False without it (nothing written). ValueError for a record it cannot decode
-    inside its buffers (an escape's row pointer or column out of range)."""
+def fixed_decode(lo, nib, ptr, col, val, rows: int, cols: int, kpad: int, base: int, out: np.ndarray,
+                 m2=None) -> bool:
+    """bf16 bits uint16 [rows*cols] of a codec "fixed" record that ``check_record`` accepted (fp16
+    bits of a "fixed16" one with its ``m2`` plane uint8 [rows*kpad/4]), written into ``out``
+    (writable C-contiguous uint16 [rows*cols]) by the C extension on its threads; False without
+    it (nothing written). ValueError for a record it cannot decode inside its buffers (an
+    escape's row pointer or column out of range)."""
     e = ext()
     if e is None:
         return False
     c = np.ascontiguousarray
-    e.fixed_decode(c(lo), c(nib), c(ptr), c(col), c(val), rows, cols, kpad, base, out, _threads_for(rows * cols))
+    e.fixed_decode(c(lo), c(nib), c(ptr), c(col), c(val), rows, cols, kpad, base, out, _threads_for(rows * cols),
+                   None if m2 is None else c(m2))
     return True
