@@ -22,6 +22,7 @@ def _same(a: tuple, b: tuple) -> None:
     assert sa.keys() == sb.keys()
     for k in sa:
         assert sa[k].dtype == sb[k].dtype and np.array_equal(sa[k], sb[k]), k
+    assert list(sa) == list(sb)  # the order the file stores them in
 
 
 def _bits(rng, n: int, kind: str) -> np.ndarray:
@@ -144,7 +145,7 @@ def test_cpu_weights_encode_in_c_as_the_torch_path_does(shape):
 
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(0, 7), cols=st.integers(0, 40), seed=st.integers(0, 2**31), scale=st.sampled_from([1e-3, 0.05, 3.0]))
-def test_fixed16_decodes_in_c_as_in_numpy(rows, cols, seed, scale):
+def test_fixed16_codes_in_c_as_in_numpy(rows, cols, seed, scale):
     from wcodec.codecs import fixed16 as F16
     from wcodec.errors import UnsupportedError
 
@@ -152,10 +153,14 @@ def test_fixed16_decodes_in_c_as_in_numpy(rows, cols, seed, scale):
     bits = (rng.standard_normal(rows * cols) * scale).astype(np.float16).view(np.uint16)
     if bits.size:
         bits[:: max(1, bits.size // 3)] = rng.integers(0, 1 << 16, len(bits[:: max(1, bits.size // 3)]))  # escapes
-    try:
-        params, sections = F16.encode_bits(bits, rows, cols, max_bits=float("inf"))
-    except UnsupportedError:
-        return
+    params, sections = F16.encode_bits(bits, rows, cols, max_bits=float("inf"))
+    ref_params, ref_sections = F16.encode_bits_numpy(bits, rows, cols, max_bits=float("inf"))
+    _same((params, sections), (ref_params, ref_sections))
+    assert list(sections) == list(ref_sections)  # the file's section order
+    for encode in (F16.encode_bits, F16.encode_bits_numpy):  # the same refusal on both paths
+        if params["n_escapes"] and rows * cols:
+            with pytest.raises(UnsupportedError, match="would not save"):
+                encode(bits, rows, cols, max_bits=F16.record_bits(rows, cols, params["n_escapes"]) / (rows * cols))
     got = F16.decode_bits(params, sections, rows, cols)
     with native.disabled():
         ref = F16.decode_bits(params, sections, rows, cols)
@@ -167,3 +172,20 @@ def test_fixed16_decodes_in_c_as_in_numpy(rows, cols, seed, scale):
         for ctx in (native.disabled(), __import__("contextlib").nullcontext()):
             with ctx, pytest.raises(CorruptDataError, match="fixed16: field m2: padding"):
                 F16.decode_bits(params, bad, rows, cols)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (37, 61), (64, 4096)])
+def test_cpu_fp16_weights_encode_in_c_as_the_torch_path_does(shape):
+    torch = pytest.importorskip("torch")
+    from wcodec.gpu import fixed16 as fx16
+
+    torch.manual_seed(shape[1])
+    w = (torch.randn(shape) * 0.02).to(torch.float16)
+    w.view(-1)[: min(2, w.numel())] = torch.tensor([float("nan"), 6e4], dtype=torch.float16)[: min(2, w.numel())]
+    got = fx16.encode_weight(w, max_bits=float("inf"))
+    with native.disabled():  # the torch ops of the device path
+        ref = fx16.encode_weight(w, max_bits=float("inf"))
+    assert torch.equal(got.m2, ref.m2)
+    for a, b in zip(got.planes.tensors().values(), ref.planes.tensors().values()):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert torch.equal(fx16.decode(got).view(torch.int16), w.view(torch.int16))

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import CorruptDataError, UnsupportedError
 from .base import Codec, EncodedTensor, register, view_2d
 from .fixed import _check_params, _m2_at, _sec, check_layout, padded_cols, unpack_nibbles
-from .fixed import encode_bits as _fixed_encode
+from .fixed import encode_bits_numpy as _fixed_encode
 
 #: largest base: the escape placeholder's exponent base + 7 must stay below 31 (inf/NaN)
 MAX_BASE = 23
@@ -67,18 +67,41 @@ def record_bits(rows: int, cols: int, n_escapes: int) -> int:
 def encode_bits(bits: np.ndarray, rows: int, cols: int,
                 max_bits: float = MAX_BITS_PER_WEIGHT) -> tuple[dict, dict]:
     """bits: uint16 [rows*cols] fp16 bit patterns -> (params, sections). Never modifies bits.
+    The C extension's encoder where built (``native.fixed_encode(fp16=True)``; 4096x4096 on the
+    2-vCPU VM, 40 MB/s in numpy), else :func:`encode_bits_numpy`; the same bytes.
 
     Raises UnsupportedError when the record would take >= ``max_bits`` bits per weight."""
+    from .. import native
+
+    if not native.available():
+        return encode_bits_numpy(bits, rows, cols, max_bits)
+    bits = np.ascontiguousarray(bits, dtype=np.uint16).reshape(-1)
+    counts = native.head_histogram(bits, 10, 0x1F) if bits.size else np.zeros(32, np.int64)
+    base = choose_base(counts) if bits.size else 0
+    _check_cost(rows, cols, base, int(bits.size - counts[base:base + 7].sum()), max_bits)
+    kpad = padded_cols(cols)
+    lo, nib, ptr, col, val, m2 = native.fixed_encode(bits, rows, cols, kpad, base, fp16=True)
+    params = {"base": base, "kpad": kpad, "n_escapes": int(val.size), "col_bits": 16 if cols <= 0x10000 else 32}
+    return params, {"lo": lo, "nib": nib, "esc.ptr": ptr, "esc.col": col, "esc.val": val, "m2": m2}
+
+
+def _check_cost(rows: int, cols: int, base: int, n_esc: int, max_bits: float) -> None:
+    n = rows * cols
+    cost = record_bits(rows, cols, n_esc) / max(1, n)
+    if cost >= max_bits:
+        raise UnsupportedError(f"codec fixed16 would not save: {cost:.2f} bits/weight (window of exponents "
+                               f"{base}..{base + 6} holds {100 * (1 - n_esc / max(1, n)):.2f} %), the limit "
+                               f"is {max_bits}")
+
+
+def encode_bits_numpy(bits: np.ndarray, rows: int, cols: int,
+                      max_bits: float = MAX_BITS_PER_WEIGHT) -> tuple[dict, dict]:
+    """:func:`encode_bits` in numpy (the reference of the C encoder)."""
     v = bits.reshape(rows, cols)
     exp = (v >> 10) & 0x1F
     base = choose_base(np.bincount(exp.reshape(-1), minlength=32)) if v.size else 0
     in_window = (exp >= base) & (exp <= base + 6)
-    n_esc = int(v.size - np.count_nonzero(in_window))
-    cost = record_bits(rows, cols, n_esc) / max(1, v.size)
-    if cost >= max_bits:
-        raise UnsupportedError(f"codec fixed16 would not save: {cost:.2f} bits/weight (window of exponents "
-                               f"{base}..{base + 6} holds {100 * (1 - n_esc / max(1, v.size)):.2f} %), the limit "
-                               f"is {max_bits}")
+    _check_cost(rows, cols, base, int(v.size - np.count_nonzero(in_window)), max_bits)
     # "fixed"'s encoder on the remapped words builds lo, nib and the escape list; its window (the
     # most values in 7 consecutive 7-bit fields) is ours, with ties to the lower start as ours
     mapped = _as_fixed_bits(v).reshape(-1)

@@ -5,11 +5,12 @@
  * 2026-12-02), its fancy-indexed nibble order and a dozen full-size temporaries the cost.
  *
  * fixed_encode_planes(bits u16[rows*cols], rows, cols, kpad, base, lo u8[rows*kpad],
- *                     nib u8[rows*kpad/2], counts u32[rows], threads=0) -> None
+ *                     nib u8[rows*kpad/2], counts u32[rows], threads=0, m2=None) -> None
  *   lo, nib: the record's sections; counts[r]: the escapes of row r (the caller's cumulative
- *   sum is the CSR row pointer).
+ *   sum is the CSR row pointer). With m2 (u8[rows*kpad/4]) the bits are fp16, codec fixed16:
+ *   the window is over the exponent and m2 receives its plane.
  * fixed_encode_escapes(bits, rows, cols, base, ptr u32[rows+1], col u16|u32[E], val u16[E],
- *                      threads=0) -> None
+ *                      threads=0, fp16=False) -> None
  *   the escapes of row r, by column, at ptr[r] .. ptr[r+1]; ValueError if a row's count is not
  *   the pointer's.
  * fixed_decode(lo, nib, ptr, col, val, rows, cols, kpad, base, out u16[rows*cols], threads=0,
@@ -29,7 +30,7 @@
 
 typedef struct {
     const uint16_t *bits;
-    uint8_t *lo, *nib;
+    uint8_t *lo, *nib, *m2; /* m2: fixed16's plane (encode), else NULL */
     uint32_t *counts;
     const uint8_t *clo, *cnib, *cm2; /* cm2: codec fixed16's m2 plane (decode and checks), else NULL */
     const uint32_t *ptr;
@@ -42,6 +43,7 @@ typedef struct {
     uint16_t *out;
     int64_t rows, cols, kpad, base, rows_per_task, n_esc;
     int64_t sevens; /* fixed_plane_checks: escape nibbles, summed over tasks */
+    int fp16;       /* encode: the bits are fp16 (codec fixed16: the exponent is the window field) */
     int err;
 } fx_t;
 
@@ -51,9 +53,15 @@ static inline int64_t task_rows(const fx_t *c, int64_t task, int64_t *r1) {
     return r0;
 }
 
-/* the 4-bit code of one value: sign << 3 | d, d = hi7 - base when in [0, 6], else ESCAPE_D */
-static inline uint32_t nibble_of(uint32_t v, int64_t base, uint32_t *esc) {
-    uint32_t d = ((v >> 8) & 0x7F) - (uint32_t)base; /* wraps above 6 when hi7 < base */
+/* the window offset of one value: its 7-bit high field (bf16: sign off the high byte; fp16, codec
+ * fixed16: the 5-bit exponent) less base, wrapping above 6 when below base */
+static inline uint32_t offset_of(uint32_t v, int64_t base, int fp16) {
+    return (fp16 ? (v >> 10) & 0x1F : (v >> 8) & 0x7F) - (uint32_t)base;
+}
+
+/* the 4-bit code of one value: sign << 3 | d when d = offset in [0, 6], else ESCAPE_D */
+static inline uint32_t nibble_of(uint32_t v, int64_t base, int fp16, uint32_t *esc) {
+    uint32_t d = offset_of(v, base, fp16);
     uint32_t e = d > 6;
     *esc += e;
     return ((v >> 15) << 3) | (e ? ESCAPE_D : d);
@@ -71,7 +79,7 @@ static void encode_planes_task(void *p, int64_t task) {
             uint32_t q[8];
             for (int j = 0; j < 8; j++) {
                 lo[8 * g + j] = (uint8_t)s[j];
-                q[j] = nibble_of(s[j], c->base, &esc);
+                q[j] = nibble_of(s[j], c->base, c->fp16, &esc);
             }
             for (int k = 0; k < 4; k++) nb[4 * g + k] = (uint8_t)(q[k] | q[k + 4] << 4);
         }
@@ -81,7 +89,7 @@ static void encode_planes_task(void *p, int64_t task) {
                 int64_t col = 8 * g + j;
                 if (col < cols) {
                     lo[col] = (uint8_t)src[col];
-                    q[j] = nibble_of(src[col], c->base, &esc);
+                    q[j] = nibble_of(src[col], c->base, c->fp16, &esc);
                 } else {
                     lo[col] = 0;
                     q[j] = 0;
@@ -90,6 +98,14 @@ static void encode_planes_task(void *p, int64_t task) {
             for (int k = 0; k < 4; k++) nb[4 * g + k] = (uint8_t)(q[k] | q[k + 4] << 4);
         }
         c->counts[r] = esc;
+        if (c->m2) { /* fixed16: bits 8-9 of column 16w + 4k + q in bits 2k of byte 4w + q, padding 0 */
+            uint8_t *m2 = c->m2 + r * (kpad / 4);
+            for (int64_t i = 0; i < kpad / 4; i++) m2[i] = 0;
+            for (int64_t col = 0; col < cols; col++) {
+                int64_t w = col / 16, f = col % 16;
+                m2[4 * w + (f & 3)] |= (uint8_t)(((src[col] >> 8) & 3) << (2 * (f >> 2)));
+            }
+        }
     }
 }
 
@@ -100,8 +116,8 @@ static void encode_escapes_task(void *p, int64_t task) {
         const uint16_t *src = c->bits + r * cols;
         int64_t k = c->ptr[r], end = c->ptr[r + 1];
         for (int64_t col = 0; col < cols; col++) {
-            uint32_t v = src[col], d = ((v >> 8) & 0x7F) - (uint32_t)c->base;
-            if (d > 6) {
+            uint32_t v = src[col];
+            if (offset_of(v, c->base, c->fp16) > 6) {
                 if (k >= end) break;
                 if (c->col16) c->col16[k] = (uint16_t)col;
                 else c->col32[k] = (uint32_t)col;
@@ -201,6 +217,14 @@ static int shape_ok(const char *fn, long long rows, long long cols, long long kp
     return 1;
 }
 
+static int base_ok16(const char *fn, long long base) {
+    if (base > 23) { /* codec fixed16: the placeholder exponent base + 7 stays below 31 */
+        PyErr_Format(PyExc_ValueError, "%s: fixed16 base %lld > 23", fn, base);
+        return 0;
+    }
+    return 1;
+}
+
 static int64_t per_task(int64_t kpad) {
     int64_t n = kpad ? TASK_VALUES / kpad : 1;
     return n > 0 ? n : 1;
@@ -225,13 +249,14 @@ static PyObject *run_checked(wc_task_fn f, fx_t *c, int threads, const char *fn,
 
 PyObject *wc_fixed_encode_planes(PyObject *self, PyObject *args) {
     static const char *fn = "fixed_encode_planes";
-    PyObject *o_bits, *o_lo, *o_nib, *o_cnt;
+    PyObject *o_bits, *o_lo, *o_nib, *o_cnt, *o_m2 = Py_None;
     long long rows, cols, kpad, base;
     int threads = 0;
-    if (!PyArg_ParseTuple(args, "OLLLLOOO|i", &o_bits, &rows, &cols, &kpad, &base, &o_lo, &o_nib, &o_cnt, &threads))
+    if (!PyArg_ParseTuple(args, "OLLLLOOO|iO", &o_bits, &rows, &cols, &kpad, &base, &o_lo, &o_nib, &o_cnt, &threads,
+                          &o_m2))
         return NULL;
-    if (!shape_ok(fn, rows, cols, kpad, base)) return NULL;
-    Py_buffer b[4];
+    if (!shape_ok(fn, rows, cols, kpad, base) || (o_m2 != Py_None && !base_ok16(fn, base))) return NULL;
+    Py_buffer b[5];
     int got = 0;
     PyObject *res = NULL;
     if (take(o_bits, &b[0], 2, rows * cols, 0, fn, "bits") < 0) goto done;
@@ -242,8 +267,13 @@ PyObject *wc_fixed_encode_planes(PyObject *self, PyObject *args) {
     got++;
     if (take(o_cnt, &b[3], 4, rows, 1, fn, "counts") < 0) goto done;
     got++;
+    if (o_m2 != Py_None) {
+        if (take(o_m2, &b[4], 1, rows * kpad / 4, 1, fn, "m2") < 0) goto done;
+        got++;
+    }
     fx_t c = {.bits = b[0].buf, .lo = b[1].buf, .nib = b[2].buf, .counts = b[3].buf, .rows = rows, .cols = cols,
-              .kpad = kpad, .base = base, .rows_per_task = per_task(kpad)};
+              .kpad = kpad, .base = base, .rows_per_task = per_task(kpad), .fp16 = o_m2 != Py_None,
+              .m2 = o_m2 != Py_None ? b[4].buf : NULL};
     res = run_checked(encode_planes_task, &c, threads, fn, "");
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
@@ -254,10 +284,10 @@ PyObject *wc_fixed_encode_escapes(PyObject *self, PyObject *args) {
     static const char *fn = "fixed_encode_escapes";
     PyObject *o_bits, *o_ptr, *o_col, *o_val;
     long long rows, cols, base;
-    int threads = 0;
-    if (!PyArg_ParseTuple(args, "OLLLOOO|i", &o_bits, &rows, &cols, &base, &o_ptr, &o_col, &o_val, &threads))
+    int threads = 0, fp16 = 0;
+    if (!PyArg_ParseTuple(args, "OLLLOOO|ip", &o_bits, &rows, &cols, &base, &o_ptr, &o_col, &o_val, &threads, &fp16))
         return NULL;
-    if (!shape_ok(fn, rows, cols, (cols + 15) / 16 * 16, base)) return NULL;
+    if (!shape_ok(fn, rows, cols, (cols + 15) / 16 * 16, base) || (fp16 && !base_ok16(fn, base))) return NULL;
     Py_buffer b[4];
     int got = 0;
     PyObject *res = NULL;
@@ -279,7 +309,8 @@ PyObject *wc_fixed_encode_escapes(PyObject *self, PyObject *args) {
         goto done;
     }
     fx_t c = {.bits = b[0].buf, .ptr = ptr, .val = b[3].buf, .rows = rows, .cols = cols, .base = base,
-              .kpad = (cols + 15) / 16 * 16, .rows_per_task = per_task((cols + 15) / 16 * 16), .n_esc = n};
+              .kpad = (cols + 15) / 16 * 16, .rows_per_task = per_task((cols + 15) / 16 * 16), .n_esc = n,
+              .fp16 = fp16};
     if (b[2].itemsize == 2) c.col16 = b[2].buf;
     else c.col32 = b[2].buf;
     res = run_checked(encode_escapes_task, &c, threads, fn, "a row's escapes differ from the row pointer's count");
@@ -314,10 +345,7 @@ PyObject *wc_fixed_decode(PyObject *self, PyObject *args) {
     if (take(o_out, &b[5], 2, rows * cols, 1, fn, "out") < 0) goto done;
     got++;
     if (o_m2 != Py_None) {
-        if (base > 23) {
-            PyErr_Format(PyExc_ValueError, "%s: fixed16 base %lld > 23", fn, base);
-            goto done;
-        }
+        if (!base_ok16(fn, base)) goto done;
         if (take(o_m2, &b[6], 1, rows * kpad / 4, 0, fn, "m2") < 0) goto done;
         got++;
     }

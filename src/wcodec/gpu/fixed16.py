@@ -81,6 +81,10 @@ def encode_weight(w: torch.Tensor, max_bits: float = codec.MAX_BITS_PER_WEIGHT) 
     if w.dtype != torch.float16 or w.dim() != 2:
         raise UnsupportedError(f"the fixed16 layout takes a 2-D float16 weight, got {w.dtype} {tuple(w.shape)}")
     N, K = w.shape
+    if w.device.type == "cpu" and N * K and fx._native_available():  # the codec's C encoder (4096x4096:
+        bits = w.detach().contiguous().view(torch.int16).numpy().view(np.uint16).reshape(-1)  # 50 -> ~390 MB/s)
+        params, sections = codec.encode_bits(bits, N, K, max_bits=max_bits)
+        return from_sections(params, sections, (N, K), w.device)
     bits = w.detach().contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
     planes = fx.encode_weight(_mapped(bits).to(torch.int16).view(torch.bfloat16))
     E = planes.ecol.numel()

@@ -469,11 +469,13 @@ def decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, tab
 
 # ---- fixed codec ---------------------------------------------------------------------------
 
-def fixed_encode(bits: np.ndarray, rows: int, cols: int, kpad: int, base: int):
+def fixed_encode(bits: np.ndarray, rows: int, cols: int, kpad: int, base: int, fp16: bool = False):
     """The sections of codec "fixed" (layout: ``wcodec.codecs.fixed``) of bf16 bits uint16
     [rows*cols] with window start ``base``: (lo uint8 [rows*kpad], nib uint8 [rows*kpad/2],
-    esc.ptr uint32 [rows+1], esc.col uint16 (cols <= 65536) or uint32 [E], esc.val uint16 [E]),
-    computed by the C extension on its threads; None without it (then the numpy encoder runs)."""
+    esc.ptr uint32 [rows+1], esc.col uint16 (cols <= 65536) or uint32 [E], esc.val uint16 [E]);
+    with ``fp16``, of codec "fixed16" on fp16 bits (``wcodec.codecs.fixed16``: the window over the
+    exponent), its m2 plane uint8 [rows*kpad/4] last. Computed by the C extension on its threads;
+    None without it (then the numpy encoder runs)."""
     e = ext()
     if e is None:
         return None
@@ -482,15 +484,16 @@ def fixed_encode(bits: np.ndarray, rows: int, cols: int, kpad: int, base: int):
     lo = np.empty(rows * kpad, np.uint8)
     nib = np.empty(rows * kpad // 2, np.uint8)
     counts = np.empty(rows, np.uint32)
-    e.fixed_encode_planes(bits, rows, cols, kpad, base, lo, nib, counts, threads)
+    m2 = np.empty(rows * kpad // 4, np.uint8) if fp16 else None
+    e.fixed_encode_planes(bits, rows, cols, kpad, base, lo, nib, counts, threads, m2)
     ptr = np.zeros(rows + 1, np.uint32)
     np.cumsum(counts, out=ptr[1:])
     n = int(ptr[-1])
     col = np.empty(n, np.uint16 if cols <= 0x10000 else np.uint32)
     val = np.empty(n, np.uint16)
     if n:
-        e.fixed_encode_escapes(bits, rows, cols, base, ptr, col, val, threads)
-    return lo, nib, ptr, col, val
+        e.fixed_encode_escapes(bits, rows, cols, base, ptr, col, val, threads, fp16)
+    return (lo, nib, ptr, col, val) + ((m2,) if fp16 else ())
 
 
 def fixed_decode(lo, nib, ptr, col, val, rows: int, cols: int, kpad: int, base: int, out: np.ndarray,
