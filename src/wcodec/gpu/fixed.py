@@ -358,7 +358,8 @@ def _use_triton(t: torch.Tensor) -> bool:
 
 
 def _decode_host(fw: FixedWeight) -> torch.Tensor:
-    """Decode with the codec's numpy decoder (no Triton): [N, K] bfloat16 on fw's device."""
+    """Decode with the codec's host decoder (the C extension's, numpy without it; no Triton):
+    [N, K] bfloat16 on fw's device."""
     params, sections = to_sections(fw)
     bits = decode_bits(params, sections, fw.N, fw.K).view(np.int16).reshape(fw.N, fw.K)
     return torch.from_numpy(bits).view(torch.bfloat16).to(fw.device)

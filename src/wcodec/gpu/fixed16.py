@@ -6,7 +6,7 @@ bytes, nibbles, escape lists) as a :class:`wcodec.gpu.fixed.FixedWeight`, plus t
 plane. ``linear`` computes ``x @ W.T (+ bias)``: for M <= GEMV_MAX_M rows of x the fused GEMV
 of :mod:`wcodec.gpu.fixed16_kernels` (CUDA-core FMAs, W decoded in registers), above that W is
 decoded once into a scratch by the decode kernel and multiplied by cuBLAS; on the CPU W is
-decoded by the codec's numpy decoder and multiplied by ``F.linear``.
+decoded by the codec's decoder (the C extension's, numpy without it) and multiplied by ``F.linear``.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def _decode_host(fw: Fixed16Weight) -> torch.Tensor:
 
 def decode(fw: Fixed16Weight) -> torch.Tensor:
     """The weight, bit-exact: [N, K] float16 on fw's device (decode kernel + escape patch on
-    CUDA or the Triton interpreter with WCODEC_FIXED_TRITON=1; the numpy decoder elsewhere)."""
+    CUDA or the Triton interpreter with WCODEC_FIXED_TRITON=1; the codec's host decoder elsewhere)."""
     p = fw.planes
     if not fx._use_triton(p.lo) or fw.N * fw.K == 0:
         return _decode_host(fw)

@@ -351,7 +351,7 @@ def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch
     the dense module). CUDA: the
     fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input).
     Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's)."""
-    if torch.compiler.is_compiling():  # one opaque op (the numpy decode cannot be traced)
+    if torch.compiler.is_compiling():  # one opaque op (the host decode cannot be traced)
         from .linear import _fixed_linear
         off, size, base, n, k = weights.slices[expert]
         return _fixed_linear(x, weights.packed[off:off + size], None, base, n, k)
