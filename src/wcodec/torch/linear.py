@@ -186,8 +186,8 @@ class CompressedLinear(FixedBuffers):
     no memory and ~2.5x an nn.Linear's ``.weight.dtype`` read (11 vs 4 us on a loaded 2-vCPU
     host); ``.weight.data``, ``.weight.T`` or any op decodes the whole weight into a new bf16
     tensor each time (2 bytes per weight while the result lives; 4096x4096 on that CPU: 0.8-1.0
-    s with the numpy decoder, 12-19 ms with the C extension's; on CUDA one decode kernel). ``forward`` never reads it. ``in_features``,
-    ``out_features`` and ``bias`` are nn.Linear's.
+    s with the numpy decoder, 12-19 ms with the C extension's; on CUDA one decode kernel).
+    ``forward`` never reads it. ``in_features``, ``out_features`` and ``bias`` are nn.Linear's.
     """
 
     def __init__(self, fw: fx.FixedWeight, bias: torch.Tensor | None = None):
