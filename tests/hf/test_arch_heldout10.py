@@ -1,0 +1,98 @@
+"""Fixes from the held-out sweep over the base mapping (tools/arch_sweep.py --mapping base).
+
+A >= 3-D input whose leading dimensions do not fold into a matrix without a copy (a transposed
+patch embedding's output: AIMv2's, stride (H*W*C, 1, H*W)) is multiplied by ATen's matmul in one
+folded GEMM when the weight requires grad (an nn.Linear's Parameter, even under no_grad) and
+batched when it does not (a decoded or frozen weight): the last bits differ. The compressed
+paths multiply as the Parameter does (``wcodec._torch_tensors.linear_as_parameter``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _case(dtype, bias: bool):
+    """A transposed input ([2, 256, 64], stride (16384, 1, 256): not foldable) and an nn.Linear
+    (64 -> 64) on which a frozen copy of the weight rounds differently (seed 6 of a search)."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 64, 256, generator=g).to(dtype).transpose(1, 2)
+    lin = torch.nn.Linear(64, 64, bias=bias, dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(64, 64, generator=g) * 0.1)
+        if bias:
+            lin.bias.copy_(torch.randn(64, generator=g))
+    return x, lin
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("perm", [(0, 1, 2), (0, 2, 1), (1, 0, 2)])
+def test_linear_as_parameter_rounds_as_nn_linear(dtype, bias, perm):
+    from wcodec._torch_tensors import linear_as_parameter
+
+    x, lin = _case(dtype, bias)
+    if perm != (0, 1, 2):  # other layouts whose leading dimensions do not fold: [4, 48, 64] permuted
+        x = torch.randn(4, 48, 64).to(dtype).permute(*perm).contiguous().permute(*perm)
+    with torch.no_grad():
+        want = lin(x)
+        got = linear_as_parameter(x, lin.weight.detach().clone(), None if lin.bias is None else lin.bias.detach())
+    assert torch.equal(got, want)
+    # autograd flows to x through the folded path as through nn.Linear's
+    xg = x.detach().clone().requires_grad_()
+    linear_as_parameter(xg, lin.weight.detach(), None if lin.bias is None else lin.bias.detach()).sum().backward()
+    xr = x.detach().clone().requires_grad_()
+    lin(xr).sum().backward()
+    assert torch.equal(xg.grad, xr.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_frozen_weight_would_round_differently(dtype, bias):
+    """The case the fix is for: a plain F.linear with the same weights, frozen, differs (so the
+    tests below can fail)."""
+    x, lin = _case(dtype, bias)
+    b = None if lin.bias is None else lin.bias.detach()
+    with torch.no_grad():
+        assert not torch.equal(F.linear(x, lin.weight.detach().clone(), b), lin(x))
+
+
+def test_compressed_linear_on_a_transposed_input_matches_nn_linear():
+    from wcodec.torch.linear import CompressedLinear
+
+    x, lin = _case(torch.bfloat16, True)
+    with torch.no_grad():
+        assert torch.equal(CompressedLinear.from_linear(lin)(x), lin(x))
+
+
+def test_compressed_linear16_on_a_transposed_input_matches_nn_linear():
+    from wcodec.torch.linear16 import CompressedLinear16
+
+    x, lin = _case(torch.float16, False)
+    with torch.no_grad():
+        assert torch.equal(CompressedLinear16.from_linear(lin)(x), lin(x))
+
+
+_TOOL = Path(__file__).resolve().parents[2] / "tools" / "arch_sweep.py"
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("arch_sweep", _TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_aimv2_vision_tower_exact_kept_and_jit(tmp_path):
+    """The sweep row itself (about 10 s): AIMv2's vision tower, tiny, lossless and fixed, plain,
+    kept compressed and "jit", outputs exact (0.0039 off under keep / jit before)."""
+    transformers = pytest.importorskip("transformers")
+    if "aimv2_vision_model" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no aimv2_vision_model")
+    row = _sweep().run_one("aimv2_vision_model", "base", tmp_path)
+    assert row["status"] == "pass", row
