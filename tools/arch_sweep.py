@@ -80,6 +80,8 @@ _SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
           "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
+# other widths (kept out of _WIDTH's lookups): audio codecs' decoders (DAC: 1536), a backbone's seen by a depth decoder (CSM)
+_OTHER_WIDTH = {"decoder_hidden_size", "backbone_hidden_size"}
 # conv encoders' base channel count (doubled per stage: VibeVoice's audio tokenizer, 32 -> 2048)
 CHANNELS = 8
 _CHANNELS = {"num_filters", "base_channels", "base_filters"}
@@ -99,7 +101,7 @@ def _shrink_value(key: str, v, orig_heads):
     """The shrunk value of one int field (None: leave it)."""
     if not isinstance(v, int) or isinstance(v, bool):
         return None
-    for names, target in ((_WIDTH, WIDTH), (_FFN, FFN), (_MOE_FFN, MOE_FFN), (_LAYERS, LAYERS),
+    for names, target in ((_WIDTH, WIDTH), (_OTHER_WIDTH, WIDTH), (_FFN, FFN), (_MOE_FFN, MOE_FFN), (_LAYERS, LAYERS),
                           (_HEADS, HEADS), (_HEAD_DIM, HEAD_DIM), (_VOCAB, VOCAB)):
         if key in names:
             return min(v, target) if v > 0 else None
@@ -142,6 +144,11 @@ def shrink(d: dict, stages: bool = True) -> dict:
         for k2 in _HEAD_DIM:
             if k != k2 and isinstance(d.get(k), int) and d.get(k) == d.get(k2) and k in out and k2 in out:
                 out[k] = out[k2] = min(out[k], out[k2])
+    width = next((d[k] for k in sorted(_WIDTH) if _int(d.get(k))), None)
+    new_width = next((out[k] for k in sorted(_WIDTH) if _int(out.get(k))), None)
+    for k, v in d.items():  # convolutions grouped over the whole width (Mimi's upsample_groups = hidden_size)
+        if k.endswith("groups") and _int(v) and v == width and new_width != width:
+            out[k] = new_width
     _shrink_rope_sections(d, out)
     if stages:
         _shrink_stages(d, out)
@@ -180,6 +187,10 @@ def shrink(d: dict, stages: bool = True) -> dict:
                 out[k] = [moved.setdefault(i, vocab - 1 - len(moved)) if isinstance(i, int) and i >= vocab else i
                           for i in v]
     return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _ints(v) -> bool:

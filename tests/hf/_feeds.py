@@ -182,8 +182,10 @@ class _Feeder:
         geo = image_geometry(self.config)
         (h, w), ch, (ph, pw) = geo["size"], geo["channels"], geo["patch"]
         vis = _vision_configs(self.config)
-        if "image_grid_thw" in self.names:  # fallback: Qwen-VL's flattened patches and their grid
-            return self._grid_patches(feed, "pixel_values", "image_grid_thw", vis, ch, ph, pw)
+        grid = next((n for n in ("image_grid_thw", "grid_thw") if n in self.names), None)
+        flat = next((n for n in ("pixel_values", "hidden_states") if n in self.names), None)
+        if grid and flat:  # fallback: Qwen-VL's flattened patches and their grid (a vision tower alone:
+            return self._grid_patches(feed, flat, grid, vis, ch, ph, pw)  # hidden_states, grid_thw)
         if "flattened_patches" in self.names:  # fallback: Pix2Struct (row, column, then the patch)
             n = _field(vis, ("max_patches", "seq_len")) or 16
             n = min(n, 16)
@@ -259,6 +261,10 @@ class _Feeder:
             mel = _field(subs, ("num_mel_bins",))
             if mel is not None and _field(subs, ("max_length",)):  # a spectrogram (AST)
                 feed["input_values"] = self.floats(BATCH, _field(subs, ("max_length",)), mel)
+            elif "channels" in self.extras:  # fallback: (batch, channels, samples), audio codecs (EnCodec, DAC)
+                hop = _field(subs, ("hop_length",))  # two frames of the codec (DAC: 512 samples each), at most 4000
+                feed["input_values"] = self.floats(BATCH, _field(subs, ("audio_channels",)) or 1,
+                                                   min(4000, 2 * hop) if hop else 4000)
             else:  # raw samples
                 feed["input_values"] = self.floats(BATCH, 4000)
 
@@ -367,7 +373,7 @@ def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) ->
     model's last try when the placeholder counts cannot be found."""
     f = _Feeder(model, dtype or model.dtype, vocab)
     try:
-        return _probe(model, f)
+        return _with_channels(model, f, _probe(model, f))
     except Exception:
         # fallbacks, the first failure raised when none runs: image_sizes, optional in the
         # signature, that some models need (Mistral3's Pixtral tower; LLaVA's breaks on it);
@@ -385,6 +391,28 @@ def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) ->
             except Exception:  # noqa: BLE001
                 pass
         raise
+
+
+def _with_channels(model, f: _Feeder, feed: dict) -> dict:
+    """``feed``, or, when its raw samples (batch, samples) do not run and (batch, channels,
+    samples) does (audio codecs: EnCodec, Mimi, DAC take a channel axis), that feed instead."""
+    x = feed.get("input_values")
+    if x is None or x.dim() != 2:
+        return feed
+    try:
+        with torch.no_grad():
+            model(**feed)
+        return feed
+    except Exception:  # noqa: BLE001  (the 2-D feed's own error is the run's to report)
+        f.extras.add("channels")
+        other = f.build({})
+        try:
+            with torch.no_grad():
+                model(**other)
+        except Exception:  # noqa: BLE001
+            f.extras.discard("channels")
+            return feed
+        return other
 
 
 def _probe(model, f: _Feeder) -> dict:

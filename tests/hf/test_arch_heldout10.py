@@ -96,3 +96,64 @@ def test_aimv2_vision_tower_exact_kept_and_jit(tmp_path):
         pytest.skip("this transformers has no aimv2_vision_model")
     row = _sweep().run_one("aimv2_vision_model", "base", tmp_path)
     assert row["status"] == "pass", row
+
+
+def _tiny(model_type: str):
+    """The sweep's tiny random-init AutoModel of ``model_type`` in bf16 (eval), or a skip."""
+    transformers = pytest.importorskip("transformers")
+    if model_type not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    config = transformers.AutoConfig.for_model(model_type, **_sweep().tiny_config_overrides(model_type))
+    torch.manual_seed(0)
+    return transformers.AutoModel.from_config(config, dtype=torch.bfloat16).eval()
+
+
+def test_a_vision_tower_alone_is_fed_flattened_patches_and_their_grid():
+    """A Qwen-VL-style vision tower as a base model (forward(hidden_states, grid_thw): GLM-4V's,
+    Qwen2.5-VL's) gets flattened patches and their (t, h, w) grid, and runs on them."""
+    from . import _feeds
+
+    model = _tiny("glm4v_vision")
+    feed = _feeds.inputs(model)
+    assert set(feed) == {"hidden_states", "grid_thw"}
+    assert feed["hidden_states"].shape[0] == int(feed["grid_thw"].prod(-1).sum())
+    with torch.no_grad():
+        model(**feed)
+
+
+def test_an_audio_codec_is_fed_samples_with_a_channel_axis():
+    """EnCodec / DAC take (batch, channels, samples): raw (batch, samples) does not run, so the
+    feed gets the config's audio_channels and two hops of samples where it names its hop (DAC:
+    1024, EnCodec: 640; 4000 else)."""
+    from . import _feeds
+
+    for model_type, shape in (("encodec", (2, 1, 640)), ("dac", (2, 1, 1024))):
+        model = _tiny(model_type)
+        feed = _feeds.inputs(model)
+        assert tuple(feed["input_values"].shape) == shape, model_type
+        with torch.no_grad():
+            model(**feed)
+    # a model that runs on (batch, samples) keeps them
+    wav = _tiny("wav2vec2")
+    assert _feeds.inputs(wav)["input_values"].dim() == 2
+
+
+def test_shrunk_groups_and_other_widths_follow_the_width():
+    """Convolution groups equal to the width (Mimi's upsample_groups = hidden_size = 512) shrink
+    with it; a decoder's own width (DAC's 1536) and the backbone width a depth decoder ties its
+    embedding to (CSM's backbone_hidden_size) shrink too."""
+    sw = _sweep()
+    out = sw.shrink({"hidden_size": 512, "upsample_groups": 512, "num_groups": 8})
+    assert out["upsample_groups"] == sw.WIDTH and out["num_groups"] == 8
+    out = sw.shrink({"hidden_size": 64, "decoder_hidden_size": 1536, "backbone_hidden_size": 2048})
+    assert out["decoder_hidden_size"] == sw.WIDTH and out["backbone_hidden_size"] == sw.WIDTH
+
+
+def test_a_model_without_linear_weights_passes_the_kept_check(tmp_path):
+    """EnCodec (convolutions, an LSTM, codebooks: no nn.Linear) has nothing keep_compressed must
+    keep: its row passes (it failed on "0 weights not kept compressed: []")."""
+    transformers = pytest.importorskip("transformers")
+    if "encodec" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no encodec")
+    row = _sweep().run_one("encodec", "base", tmp_path)
+    assert row["status"] == "pass", row
