@@ -157,3 +157,29 @@ def test_a_model_without_linear_weights_passes_the_kept_check(tmp_path):
         pytest.skip("this transformers has no encodec")
     row = _sweep().run_one("encodec", "base", tmp_path)
     assert row["status"] == "pass", row
+
+
+def test_mel_features_go_frames_first_where_channels_first_does_not_run():
+    """LASR's encoder takes (batch, frames, mel bins); Whisper-like channels first stays the
+    first try (Whisper's encoder keeps it)."""
+    from . import _feeds
+
+    model = _tiny("lasr_encoder")
+    feed = _feeds.inputs(model)
+    assert feed["input_features"].shape[-1] == model.config.num_mel_bins
+    with torch.no_grad():
+        model(**feed)
+    whisper = _tiny("whisper")
+    assert _feeds.inputs(whisper)["input_features"].shape[1] == whisper.config.num_mel_bins
+
+
+def test_patch_temporal_is_the_temporal_patch_size():
+    """MuseGlimmer's vision tower names its temporal patch ``patch_temporal``: flattened patches
+    are channels x 2 x 14 x 14 wide."""
+    from . import _feeds
+
+    model = _tiny("muse_glimmer_vision")
+    feed = _feeds.inputs(model)
+    assert feed["pixel_values"].shape[-1] == 3 * model.config.patch_temporal * 14 * 14
+    with torch.no_grad():
+        model(**feed)
