@@ -408,6 +408,37 @@ def _build(model_type: str, auto: str, kind: str, folder: Path):
     return _stage("build", _arch.build_source, "_sweep", folder), True
 
 
+def _takes_fixed(folder: Path) -> bool:
+    """Whether the folder's safetensors hold a BF16 or F16 tensor of at least the fixed codecs'
+    256 weights (``wcodec.codecs.MIN_CODED_NUMEL``)."""
+    from safetensors import safe_open
+    from wcodec.codecs import MIN_CODED_NUMEL
+
+    for path in Path(folder).glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():
+                s = f.get_slice(name)
+                n = 1
+                for d in s.get_shape():
+                    n *= d
+                if s.get_dtype() in ("BF16", "F16") and n >= MIN_CODED_NUMEL:
+                    return True
+    return False
+
+
+def _refused(src: Path, dst: Path, codec: str) -> None:
+    """``codec`` on a checkpoint with no tensor it takes: refused with UnsupportedError, nothing written."""
+    import _arch
+    from wcodec.errors import UnsupportedError
+
+    try:
+        _arch.convert(src, dst, codec)
+    except UnsupportedError:
+        assert not any(Path(dst).glob("*.wcodec")), f"refused codec {codec!r}, yet wrote {dst}"
+        return
+    raise AssertionError(f"codec {codec!r} was not refused on a checkpoint with no tensor it takes")
+
+
 def run_one(model_type: str, mapping: str, root: Path) -> dict:
     """Every check of one model; returns its row."""
     import torch
@@ -449,6 +480,9 @@ def run_one(model_type: str, mapping: str, root: Path) -> dict:
         return value
 
     for codec in _arch.CODECS:
+        if codec != "lossless" and not _takes_fixed(src):  # every weight under 256 (PatchTSMixer, tiny)
+            check(f"convert {codec} refused (no tensor it takes)", _refused, src, root / codec, codec)
+            continue
         folder = check(f"convert {codec}", _arch.convert, src, root / codec, codec)
         if folder is None:
             continue

@@ -183,3 +183,21 @@ def test_patch_temporal_is_the_temporal_patch_size():
     assert feed["pixel_values"].shape[-1] == 3 * model.config.patch_temporal * 14 * 14
     with torch.no_grad():
         model(**feed)
+
+
+def test_fixed_on_a_checkpoint_with_no_tensor_it_takes_is_checked_refused(tmp_path):
+    """A tiny model whose every weight is under 256 (PatchTSMixer's: 4-16 wide) has nothing the
+    fixed codec takes: convert_folder(codec="fixed") refuses it (UnsupportedError, nothing
+    written), and the row checks that refusal instead of failing on it."""
+    from safetensors.torch import save_file
+
+    sw = _sweep()
+    save_file({"a": torch.zeros(15, 16, dtype=torch.bfloat16), "b": torch.zeros(64, 64)}, str(tmp_path / "m.safetensors"))
+    assert not sw._takes_fixed(tmp_path)  # 240 bf16 weights; float32 is never fixed
+    save_file({"a": torch.zeros(16, 16, dtype=torch.float16)}, str(tmp_path / "m.safetensors"))
+    assert sw._takes_fixed(tmp_path)
+    transformers = pytest.importorskip("transformers")
+    if "patchtsmixer" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no patchtsmixer")
+    row = sw.run_one("patchtsmixer", "base", tmp_path / "row")
+    assert row["status"] == "pass" and row["checks"]["convert fixed refused (no tensor it takes)"] == "pass", row
