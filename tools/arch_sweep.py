@@ -80,7 +80,8 @@ _SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
           "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
-# other widths (kept out of _WIDTH's lookups): audio codecs' decoders (DAC: 1536), a backbone's seen by a depth decoder (CSM)
+# other widths (kept out of _WIDTH's lookups): audio codecs' decoders (DAC: 1536), the backbone's
+# that a depth decoder's embedding is tied to (CSM)
 _OTHER_WIDTH = {"decoder_hidden_size", "backbone_hidden_size"}
 # conv encoders' base channel count (doubled per stage: VibeVoice's audio tokenizer, 32 -> 2048)
 CHANNELS = 8

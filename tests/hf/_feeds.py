@@ -400,8 +400,9 @@ def _other_layout(model, f: _Feeder, feed: dict) -> dict:
     samples (batch, samples) given a channel axis (audio codecs: EnCodec, Mimi, DAC), mel
     features (batch, mel bins, frames) given frames first (LASR's encoder)."""
     x, mel = feed.get("input_values"), feed.get("input_features")
+    bins = _field(_sub_configs(f.config), ("num_mel_bins",))
     layout = "channels" if x is not None and x.dim() == 2 else "frames first" if (
-        mel is not None and mel.dim() == 3 and mel.shape[1] == _field(_sub_configs(f.config), ("num_mel_bins",))) else None
+        mel is not None and mel.dim() == 3 and mel.shape[1] == bins) else None
     if layout is None:
         return feed
     try:

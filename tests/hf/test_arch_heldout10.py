@@ -192,7 +192,8 @@ def test_fixed_on_a_checkpoint_with_no_tensor_it_takes_is_checked_refused(tmp_pa
     from safetensors.torch import save_file
 
     sw = _sweep()
-    save_file({"a": torch.zeros(15, 16, dtype=torch.bfloat16), "b": torch.zeros(64, 64)}, str(tmp_path / "m.safetensors"))
+    small = {"a": torch.zeros(15, 16, dtype=torch.bfloat16), "b": torch.zeros(64, 64)}
+    save_file(small, str(tmp_path / "m.safetensors"))
     assert not sw._takes_fixed(tmp_path)  # 240 bf16 weights; float32 is never fixed
     save_file({"a": torch.zeros(16, 16, dtype=torch.float16)}, str(tmp_path / "m.safetensors"))
     assert sw._takes_fixed(tmp_path)
