@@ -78,7 +78,7 @@ _SMALL = {"q_lora_rank": 32, "kv_lora_rank": 32, "o_lora_rank": 32,
           "num_experts_per_tok": 2, "moe_topk": 2, "moe_top_k": 2, "moe_k": 2, "top_k": 2, "num_selected_experts": 2,
           "num_experts_per_token": 2, "n_activated_experts": 2, "router_top_k": 2, "num_activated_experts": 2,
           "n_shared_experts": 1, "num_shared_experts": 1, "n_group": 1, "topk_group": 1,
-          "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8}
+          "first_k_dense_replace": 1, "index_n_heads": 4, "index_topk": 8, "index_kpool": 8}
 _VOCAB = {"vocab_size", "padded_vocab_size", "n_vocab"}
 # other widths (kept out of _WIDTH's lookups): audio codecs' decoders (DAC: 1536), the backbone's
 # that a depth decoder's embedding is tied to (CSM)
@@ -121,13 +121,15 @@ def _shrink_value(key: str, v, orig_heads):
     return None
 
 
-def shrink(d: dict, stages: bool = True) -> dict:
+def shrink(d: dict, stages: bool = True, widths: frozenset = frozenset()) -> dict:
     """A copy of a config dict (``PretrainedConfig.to_dict()``) with its size fields shrunk:
     width 64, FFN 128 (experts 64), 2 layers, 4 heads / 2 KV heads (MHA stays MHA), head_dim 16,
     vocab 512, 4 experts top-2; per-layer lists cut to the new depth, layer indices past it
     dropped, special token ids past the new vocabulary moved to its top; per-stage pyramids
     (``stages``: widths by a power of two, 2 blocks a stage), conv base channels 8, images past
-    512 px to about 224; nested configs alike."""
+    512 px to about 224; nested configs alike. ``widths``: original widths (``widths_of``) that
+    other ``*hidden_size`` / ``*_dim`` fields equal to one shrink with (a head's copy of the
+    backbone's width that a validator compares: PocketTTS's condition_dim)."""
     out = dict(d)
     heads = next((d[k] for k in _HEADS if isinstance(d.get(k), int)), None)
     layers = next((d[k] for k in _LAYERS if isinstance(d.get(k), int)), None)
@@ -135,9 +137,11 @@ def shrink(d: dict, stages: bool = True) -> dict:
         if not isinstance(k, str):  # a {size: size} table (Aria's patches -> queries): not a config
             continue
         if isinstance(v, dict) and not k.startswith("rope") and k not in ("id2label", "label2id"):
-            out[k] = shrink(v, stages)
+            out[k] = shrink(v, stages, widths)
             continue
         new = _shrink_value(k, v, heads)
+        if new is None and k.endswith(("hidden_size", "_dim")) and _int(v) and v in widths:
+            new = min(v, WIDTH)
         if new is not None:
             out[k] = new
     # head sizes equal in the original (DeepSeek's head_dim == qk_rope_head_dim) stay equal
@@ -296,14 +300,26 @@ def _kept_layers(d: dict, layers, new_layers) -> list:
 _META = ("model_type", "transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype")
 
 
-def tiny_config_overrides(model_type: str, stages: bool = True) -> dict:
+def widths_of(d: dict) -> frozenset:
+    """Every width (a ``_WIDTH`` field's int value) of a config dict and its nested configs."""
+    out = set()
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= widths_of(v)
+        elif k in _WIDTH and _int(v):
+            out.add(v)
+    return frozenset(out)
+
+
+def tiny_config_overrides(model_type: str, stages: bool = True, tie: bool = False) -> dict:
     """Overrides for ``AutoConfig.for_model(model_type, **overrides)``: the default config shrunk
-    (``stages=False``: its per-stage lists left as they are)."""
+    (``stages=False``: its per-stage lists left as they are; ``tie``: fields equal to a width
+    shrink with it, see ``shrink``)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
     d = config.to_dict()
-    small = shrink(d, stages)
+    small = shrink(d, stages, widths_of(d) if tie else frozenset())
     _default_rope_sections(config, d, small)
     return {k: v for k, v in small.items() if k not in _META and v != d.get(k) or isinstance(v, dict)}
 
@@ -386,27 +402,44 @@ def _pad_id(model_type: str, over: dict) -> dict:
     return {"pad_token_id": config.vocab_size - 1}
 
 
+# retries of a shrunk config that transformers cannot build: (stages, tie, the row's note)
+_RETRIES = ((False, False, "per-stage lists unshrunk (the shrunk config does not build)"),
+            (True, True, "fields equal to a width shrunk with it (the shrunk config does not build)"))
+
+
 def _build(model_type: str, auto: str, kind: str, folder: Path):
     """The tiny model built and saved into ``folder`` (tests/hf/_arch.build_source); a shrunk
     config that transformers cannot build is retried with its per-stage lists unshrunk (CvT's
-    drop-path table wants stage i deeper than i). Returns (folder, whether that retry was taken);
-    raises Skip when transformers builds neither."""
+    drop-path table wants stage i deeper than i), then with the fields equal to a width shrunk
+    with it (a validator comparing a head's copy of the width: PocketTTS, Nemotron diarization).
+    Returns (folder, the retry's note or None); raises Skip with the first failure when
+    transformers builds none."""
     import _arch
 
-    over = _stage("config", tiny_config_overrides, model_type)
-    if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1 needs
-        over = {**over, **_stage("config", _pad_id, model_type, over)}  # a pad id (never in our inputs)
-    _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
+    def overrides(stages=True, tie=False):
+        over = _stage("config", tiny_config_overrides, model_type, stages, tie)
+        if auto == "AutoModelForSequenceClassification":  # it pools the last non-pad token: batch > 1
+            over = {**over, **_stage("config", _pad_id, model_type, over)}  # needs a pad id (never in our inputs)
+        return over
+
+    first = overrides()
+    _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, first, kind)
     try:
-        return _arch.build_source("_sweep", folder), False
-    except Exception as e:  # noqa: BLE001  (transformers' own failure: a skip unless the retry builds)
-        unstaged = _stage("config", tiny_config_overrides, model_type, False)
-        if auto == "AutoModelForSequenceClassification":
-            unstaged = {**unstaged, **_stage("config", _pad_id, model_type, unstaged)}
-        if unstaged == over:
-            raise Skip(f"build: {_arch.describe(e)}") from e
-    _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, unstaged, kind)
-    return _stage("build", _arch.build_source, "_sweep", folder), True
+        return _arch.build_source("_sweep", folder), None
+    except Exception as e:  # noqa: BLE001  (transformers' own failure: a skip unless a retry builds)
+        error = e
+    tried = [first]
+    for stages, tie, note in _RETRIES:
+        over = overrides(stages, tie)
+        if over in tried:
+            continue
+        tried.append(over)
+        _arch.ARCHS["_sweep"] = _arch.Arch(model_type, auto, over, kind)
+        try:
+            return _arch.build_source("_sweep", folder), note
+        except Exception:  # noqa: BLE001  (the first failure is the row's)
+            pass
+    raise Skip(f"build: {_arch.describe(error)}") from error
 
 
 def _takes_fixed(folder: Path) -> bool:
@@ -449,9 +482,9 @@ def run_one(model_type: str, mapping: str, root: Path) -> dict:
     _, auto, kind = MAPPINGS[mapping]
     row = {"model_type": model_type, "mapping": mapping, "auto": auto, "status": "pass", "checks": {}}
     try:
-        src, unstaged = _build(model_type, auto, kind, root / "src")
-        if unstaged:
-            row["stages"] = "per-stage lists unshrunk (the shrunk config does not build)"
+        src, retry = _build(model_type, auto, kind, root / "src")
+        if retry:
+            row["retry"] = retry
         ref = _stage("load original", _arch.load, "_sweep", src)
         cfg = getattr(ref.config, "text_config", None) or ref.config
         vocab = getattr(cfg, "vocab_size", None) or VOCAB

@@ -202,3 +202,24 @@ def test_fixed_on_a_checkpoint_with_no_tensor_it_takes_is_checked_refused(tmp_pa
         pytest.skip("this transformers has no patchtsmixer")
     row = sw.run_one("patchtsmixer", "base", tmp_path / "row")
     assert row["status"] == "pass" and row["checks"]["convert fixed refused (no tensor it takes)"] == "pass", row
+
+
+def test_fields_equal_to_a_width_shrink_with_it_on_the_retry(tmp_path):
+    """PocketTTS's validator wants flow_head_config.condition_dim (1024) == the backbone's
+    hidden_size: the first shrink leaves it (not a width field) and transformers refuses the
+    config; the retry shrinks ``*hidden_size`` / ``*_dim`` fields equal to a width of the tree,
+    and the model builds."""
+    sw = _sweep()
+    d = {"hidden_size": 1024, "head": {"condition_dim": 1024, "latent_dim": 32, "audio_hidden_size": 512},
+         "audio": {"hidden_size": 512}}
+    assert sw.widths_of(d) == {1024, 512}
+    plain, tied = sw.shrink(d), sw.shrink(d, widths=sw.widths_of(d))
+    assert plain["head"]["condition_dim"] == 1024
+    assert tied["head"] == {"condition_dim": sw.WIDTH, "latent_dim": 32, "audio_hidden_size": sw.WIDTH}
+    transformers = pytest.importorskip("transformers")
+    if "pocket_tts" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no pocket_tts")
+    with pytest.raises(Exception, match="condition_dim"):
+        transformers.AutoConfig.for_model("pocket_tts", **sw.tiny_config_overrides("pocket_tts"))
+    folder, retry = sw._build("pocket_tts", "AutoModel", "feeds", tmp_path / "src")
+    assert retry and "width" in retry and any(folder.glob("*.safetensors"))
