@@ -223,3 +223,27 @@ def test_fields_equal_to_a_width_shrink_with_it_on_the_retry(tmp_path):
         transformers.AutoConfig.for_model("pocket_tts", **sw.tiny_config_overrides("pocket_tts"))
     folder, retry = sw._build("pocket_tts", "AutoModel", "feeds", tmp_path / "src")
     assert retry and "width" in retry and any(folder.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("codec, keep", [("lossless", True), ("fixed", "jit")])
+def test_integer_buffers_keep_their_dtype_kept_compressed(tmp_path, codec, keep):
+    """RADIO's persistent int64 buffer summary_idxs (the cls tokens it gathers) came back
+    bfloat16 under keep_compressed (transformers casts what a quantize operation gets to the
+    load dtype; IndexError in the forward): integer tensors now load as without wcodec."""
+    transformers = pytest.importorskip("transformers")
+    if "radio" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no radio")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _arch
+
+    sw = _sweep()
+    src, _ = sw._build("radio", "AutoModel", "feeds", tmp_path / "src")
+    ref = _arch.load("_sweep", src)
+    model = _arch.load("_sweep", _arch.convert(src, tmp_path / codec, codec), keep)
+    ints = {n: b for n, b in ref.named_buffers() if not b.is_floating_point()}
+    assert ints, "radio holds no integer buffer any more"
+    got = dict(model.named_buffers())
+    for n, b in ints.items():
+        assert got[n].dtype == b.dtype and torch.equal(got[n], b), n
