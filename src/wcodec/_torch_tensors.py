@@ -48,3 +48,24 @@ def resolve_dtype(dtype) -> torch.dtype | None:
     if not isinstance(value, torch.dtype):
         raise ValueError(f"unknown torch dtype {dtype!r}")
     return value
+
+
+def _folds(x: torch.Tensor) -> bool:
+    """Whether ``x.reshape(-1, x.shape[-1])`` is a view (its leading dimensions are contiguous)."""
+    return all(x.stride(i) == x.stride(i + 1) * x.shape[i + 1] for i in range(x.dim() - 2))
+
+
+def linear_as_parameter(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` rounded as nn.Linear rounds it with its weight a Parameter
+    that requires grad (every model's default), for a frozen or decoded ``weight``.
+
+    x: [..., K]; weight: [N, K]; bias: [N] or None, all one dtype; returns [..., N]. ATen's
+    matmul folds a >= 3-D x whose leading dimensions do not fold without a copy (a transposed
+    patch embedding's output) into one matrix when the weight requires grad, even under
+    no_grad, and multiplies it batched otherwise: bf16 results differ in the last bit (AIMv2's
+    vision tower: 0.0039 after two layers). Autograd flows through both paths alike.
+    """
+    if x.dim() < 3 or weight.requires_grad or _folds(x) or x.numel() == 0:
+        return torch.nn.functional.linear(x, weight, bias)
+    y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t()).view(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias

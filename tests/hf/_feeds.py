@@ -157,7 +157,7 @@ class _Feeder:
     def _grid_patches(self, feed: dict, pixels: str, grid: str, vis, ch: int, ph: int, pw: int) -> int:
         """Qwen-VL-style flattened patches (``pixels``) and their (t, h, w) grid (``grid``), one
         frame of 2 x merge patches a side per sample; returns the placeholder tokens per sample."""
-        tp = _field(vis, ("temporal_patch_size",)) or 1
+        tp = _field(vis, ("temporal_patch_size", "patch_temporal")) or 1
         merge = _field(vis, ("spatial_merge_size", "merge_size")) or 1
         gh = gw = 2 * merge
         feed[pixels] = self.floats(BATCH * gh * gw, ch * tp * ph * pw)
@@ -182,8 +182,10 @@ class _Feeder:
         geo = image_geometry(self.config)
         (h, w), ch, (ph, pw) = geo["size"], geo["channels"], geo["patch"]
         vis = _vision_configs(self.config)
-        if "image_grid_thw" in self.names:  # fallback: Qwen-VL's flattened patches and their grid
-            return self._grid_patches(feed, "pixel_values", "image_grid_thw", vis, ch, ph, pw)
+        grid = next((n for n in ("image_grid_thw", "grid_thw") if n in self.names), None)
+        flat = next((n for n in ("pixel_values", "hidden_states") if n in self.names), None)
+        if grid and flat:  # fallback: Qwen-VL's flattened patches and their grid (a vision tower alone:
+            return self._grid_patches(feed, flat, grid, vis, ch, ph, pw)  # hidden_states, grid_thw)
         if "flattened_patches" in self.names:  # fallback: Pix2Struct (row, column, then the patch)
             n = _field(vis, ("max_patches", "seq_len")) or 16
             n = min(n, 16)
@@ -246,9 +248,11 @@ class _Feeder:
         both = {"input_features", "input_values"} <= self.names
         if "input_features" in self.names and not (both and main == "input_values"):
             mel = _field(subs, ("num_mel_bins",))
-            if mel is not None:  # channels first (Whisper); its encoder wants 2 x its positions
-                frames = 2 * (_field(subs, ("max_source_positions",)) or 32)
+            if mel is not None and "frames first" not in self.extras:  # channels first (Whisper); its
+                frames = 2 * (_field(subs, ("max_source_positions",)) or 32)  # encoder wants 2 x its positions
                 feed["input_features"] = self.floats(BATCH, mel, frames)
+            elif mel is not None:  # fallback: mel bins last (LASR's encoder)
+                feed["input_features"] = self.floats(BATCH, 64, mel)
             else:  # frames first, feature_size (Speech2Text, SeamlessM4T...)
                 f = _field(subs, ("feature_projection_input_dim",))  # stacked frames (Wav2Vec2-BERT)
                 if f is None:
@@ -259,6 +263,10 @@ class _Feeder:
             mel = _field(subs, ("num_mel_bins",))
             if mel is not None and _field(subs, ("max_length",)):  # a spectrogram (AST)
                 feed["input_values"] = self.floats(BATCH, _field(subs, ("max_length",)), mel)
+            elif "channels" in self.extras:  # fallback: (batch, channels, samples), audio codecs (EnCodec, DAC)
+                hop = _field(subs, ("hop_length",))  # two frames of the codec (DAC: 512 samples each), at most 4000
+                feed["input_values"] = self.floats(BATCH, _field(subs, ("audio_channels",)) or 1,
+                                                   min(4000, 2 * hop) if hop else 4000)
             else:  # raw samples
                 feed["input_values"] = self.floats(BATCH, 4000)
 
@@ -367,7 +375,7 @@ def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) ->
     model's last try when the placeholder counts cannot be found."""
     f = _Feeder(model, dtype or model.dtype, vocab)
     try:
-        return _probe(model, f)
+        return _other_layout(model, f, _probe(model, f))
     except Exception:
         # fallbacks, the first failure raised when none runs: image_sizes, optional in the
         # signature, that some models need (Mistral3's Pixtral tower; LLaVA's breaks on it);
@@ -385,6 +393,32 @@ def inputs(model, dtype: torch.dtype | None = None, vocab: int | None = None) ->
             except Exception:  # noqa: BLE001
                 pass
         raise
+
+
+def _other_layout(model, f: _Feeder, feed: dict) -> dict:
+    """``feed``, or, when its audio does not run and another layout does, that feed instead: raw
+    samples (batch, samples) given a channel axis (audio codecs: EnCodec, Mimi, DAC), mel
+    features (batch, mel bins, frames) given frames first (LASR's encoder)."""
+    x, mel = feed.get("input_values"), feed.get("input_features")
+    bins = _field(_sub_configs(f.config), ("num_mel_bins",))
+    layout = "channels" if x is not None and x.dim() == 2 else "frames first" if (
+        mel is not None and mel.dim() == 3 and mel.shape[1] == bins) else None
+    if layout is None:
+        return feed
+    try:
+        with torch.no_grad():
+            model(**feed)
+        return feed
+    except Exception:  # noqa: BLE001  (the first layout's own error is the run's to report)
+        f.extras.add(layout)
+        other = f.build({})
+        try:
+            with torch.no_grad():
+                model(**other)
+        except Exception:  # noqa: BLE001
+            f.extras.discard(layout)
+            return feed
+        return other
 
 
 def _probe(model, f: _Feeder) -> dict:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..codecs.fixed import ESCAPE_D, choose_base, decode_bits, nibble_order, padded_cols
+from .._torch_tensors import linear_as_parameter
 from ..errors import InvalidInputError, UnsupportedError
 
 #: kernel by activation rows M (measured on the H100, benchmarks/fused_matmul.py and
@@ -835,7 +836,7 @@ def linear(x: torch.Tensor, fw: FixedWeight, bias: torch.Tensor | None = None,
         raise ValueError(f"split must be an int in [1, 64], got {split!r}")
     if not triton or kind == "decode":
         w = (decode(fw) if triton else _decode_host(fw)).to(x.dtype)
-        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
+        return linear_as_parameter(x, w, None if bias is None else bias.to(x.dtype))
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     if record is not None and x2.data_ptr() != x.data_ptr():

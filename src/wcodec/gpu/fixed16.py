@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._torch_tensors import linear_as_parameter
 from ..codecs import fixed16 as codec
 from ..codecs.fixed import padded_cols
 from ..errors import UnsupportedError
@@ -227,7 +228,7 @@ def linear(x: torch.Tensor, fw: Fixed16Weight, bias: torch.Tensor | None = None,
     triton = fx._use_triton(fw.planes.lo) and M > 0 and fw.N > 0
     if not triton or kind == "decode":
         w = decode(fw).to(x.dtype)
-        return torch.nn.functional.linear(x, w, None if bias is None else bias.to(x.dtype))
+        return linear_as_parameter(x, w, None if bias is None else bias.to(x.dtype))
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     p = fw.planes

@@ -127,6 +127,21 @@ def _stored_record_key(state: KeepState, sources, value: torch.Tensor, same_dtyp
     return key
 
 
+def _recast_record(state: KeepState, sources, value: torch.Tensor, want: torch.dtype) -> torch.Tensor | None:
+    """The stored record of ``value`` decoded in its own dtype ``want`` (the dtype the module
+    holds: transformers' keep-in-float32 modules, Voxtral's float32 embed_positions) when
+    transformers handed it over cast to the load dtype (rounded: a float32 table in bfloat16),
+    as it loads without wcodec; None when the record is not in ``want``."""
+    from .._torch_tensors import torch_dtype
+    from ..loading import load_tensors
+
+    key = _stored_record_key(state, sources, value, same_dtype=False)
+    if key is None or state.reader.entry(key)["dtype"] not in ("BF16", "F16", "F32", "F64") or \
+            torch_dtype(state.reader.entry(key)["dtype"]) != want:
+        return None
+    return load_tensors(state.reader, [key], value.device, "pt", state.verify)[key]  # (decoded twice: rare)
+
+
 def _region(value: torch.Tensor):
     """The block of its record that ``value`` is (a tensor-parallel shard read lazily), else None."""
     return value.region if isinstance(value, StoredTensor) else None
@@ -209,6 +224,12 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     want = current.dtype if isinstance(current, torch.Tensor) and current.is_floating_point() else None
     if not value.is_floating_point():
         return materialize(value)
+    if want is not None and value.dtype != want and _region(value) is None:
+        recast = _recast_record(state, sources, value, want)
+        if recast is not None:
+            state.report["kept"][name] = f"held in {want}, stored in {want}, the load dtype is {value.dtype}"
+            state.report["decoded"].append(name)
+            return recast
     matrix = attr == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and value.dim() == 2
     expert = not matrix and _is_expert_param(module, attr, value)
     if not (matrix or expert):  # norms, biases, buffers: dense, as transformers loads them

@@ -135,12 +135,15 @@ class WcodecHfQuantizer(HfQuantizer):
         # vector the model holds in another dtype than the load's (a float32 A_log or expert bias in
         # a bfloat16 model): transformers casts what it hands to a quantize operation to the load
         # dtype first, which would round it; it loads as it does without wcodec (matrices still
-        # pass: they may stay compressed, decoded from their record)
+        # pass: they may stay compressed, decoded from their record). An integer tensor is never
+        # kept compressed, and the cast would make it a float (RADIO's int64 summary_idxs, an
+        # index, became bfloat16): it loads as without wcodec too
         if not self.quantization_config.keep_compressed:
             return False
         held = _model_tensor(model, param_name)
-        return (held is None or not held.is_floating_point() or held.dim() >= 2 or self.load_dtype is None
-                or held.dtype == self.load_dtype)
+        if held is not None and not held.is_floating_point():
+            return False
+        return held is None or held.dim() >= 2 or self.load_dtype is None or held.dtype == self.load_dtype
 
     def get_quantize_ops(self):
         return KeepCompressed(self)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .tensors import torch_dtype
+from .tensors import linear_as_parameter, torch_dtype
 
 _ALIGN = 256  # the GPU decoder places outputs at 256-byte aligned offsets
 
@@ -128,7 +128,7 @@ class _JitLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, cw, key):
         ctx.cw, ctx.key = cw, key
-        return F.linear(x, weight, bias)
+        return linear_as_parameter(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
@@ -242,7 +242,7 @@ def _linear_forward(module: torch.nn.Linear, cw, key: str):
     def forward(x):
         if torch.is_grad_enabled() and (x.requires_grad or (module.bias is not None and module.bias.requires_grad)):
             return _JitLinear.apply(x, module.weight, module.bias, cw, key)
-        return F.linear(x, module.weight, module.bias)
+        return linear_as_parameter(x, module.weight, module.bias)
     return forward
 
 
