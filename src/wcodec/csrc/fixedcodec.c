@@ -287,7 +287,8 @@ PyObject *wc_fixed_encode_escapes(PyObject *self, PyObject *args) {
     int threads = 0, fp16 = 0;
     if (!PyArg_ParseTuple(args, "OLLLOOO|ip", &o_bits, &rows, &cols, &base, &o_ptr, &o_col, &o_val, &threads, &fp16))
         return NULL;
-    if (!shape_ok(fn, rows, cols, (cols + 15) / 16 * 16, base) || (fp16 && !base_ok16(fn, base))) return NULL;
+    const long long kpad = (cols + 15) / 16 * 16; /* codecs/fixed.py padded_cols */
+    if (!shape_ok(fn, rows, cols, kpad, base) || (fp16 && !base_ok16(fn, base))) return NULL;
     Py_buffer b[4];
     int got = 0;
     PyObject *res = NULL;
@@ -309,7 +310,7 @@ PyObject *wc_fixed_encode_escapes(PyObject *self, PyObject *args) {
         goto done;
     }
     fx_t c = {.bits = b[0].buf, .ptr = ptr, .val = b[3].buf, .rows = rows, .cols = cols, .base = base,
-              .kpad = (cols + 15) / 16 * 16, .rows_per_task = per_task((cols + 15) / 16 * 16), .n_esc = n,
+              .kpad = kpad, .rows_per_task = per_task(kpad), .n_esc = n,
               .fp16 = fp16};
     if (b[2].itemsize == 2) c.col16 = b[2].buf;
     else c.col32 = b[2].buf;
