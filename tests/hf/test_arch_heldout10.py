@@ -55,11 +55,16 @@ def test_linear_as_parameter_rounds_as_nn_linear(dtype, bias, perm):
 @pytest.mark.parametrize("bias", [False, True])
 def test_a_frozen_weight_would_round_differently(dtype, bias):
     """The case the fix is for: a plain F.linear with the same weights, frozen, differs (so the
-    tests below can fail)."""
+    tests below can fail) on an AVX2 CPU (the Zen 3 VM's); AVX-512 CPUs round both alike."""
     x, lin = _case(dtype, bias)
     b = None if lin.bias is None else lin.bias.detach()
     with torch.no_grad():
-        assert not torch.equal(F.linear(x, lin.weight.detach().clone(), b), lin(x))
+        same = torch.equal(F.linear(x, lin.weight.detach().clone(), b), lin(x))
+    if same and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        # MKL's AVX-512 kernels (an Intel Xeon VM, the device's host) round the folded GEMM and
+        # the batched one alike for every seed tried (200): the fix is not observable there.
+        pytest.skip(f"this CPU ({torch.backends.cpu.get_cpu_capability()}) rounds both products alike")
+    assert not same
 
 
 def test_compressed_linear_on_a_transposed_input_matches_nn_linear():
