@@ -12,7 +12,10 @@ lengths and tokens seeded, the same for every variant) and waits for all of them
 
 Per concurrency: output tokens/s = generated tokens / (last finish - first submission); time to
 first token (TTFT) = first token's timestamp - submission, median and p90 over requests;
-per-token latency (TPOT) = (last - first token's timestamp) / (tokens - 1), median.
+per-token latency (TPOT) = (last - first token's timestamp) / (tokens - 1), median. Per engine step
+(``ModelRunner.compute_batch``, CUDA events on the engine's compute stream: graph replays included):
+the GPU time by the rows the step's matmuls see (padded query tokens), decode steps (every request
+one token) apart from those holding a prefill, and the GPU's busy share of the level's wall time.
 
 Memory-budget run (``--budget-gb``, CUDA): ``torch.cuda.set_per_process_memory_fraction`` holds
 the process to the budget before loading; the KV cache gets what the weights leave (the
@@ -47,6 +50,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -183,6 +187,61 @@ def serve(manager, reqs: list, poll_active: bool = False) -> dict:
     return out
 
 
+STEP_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 1 << 30)
+
+
+class StepTimer:
+    """GPU time of each engine step: ``ModelRunner.compute_batch`` wrapped with CUDA events recorded
+    on the engine's compute stream (so a CUDA-graph replay is timed like an eager forward), with the
+    step's padded query tokens (the rows its matmuls see) and its requests."""
+
+    def __init__(self):
+        self.steps: list = []
+
+    def install(self) -> bool:
+        try:
+            from transformers.generation.continuous_batching import model_runner
+        except ImportError:  # an engine without the module: no step figures
+            return False
+        orig = model_runner.ModelRunner.compute_batch
+        steps = self
+
+        def compute_batch(runner, model, batch_data):
+            io = runner.inputs_and_outputs
+            stream = getattr(io, "compute_stream", None) or torch.cuda.current_stream()
+            host = io.io_pairs[io.current_pair].host_io if hasattr(io, "io_pairs") else io
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            orig(runner, model, batch_data)
+            b.record(stream)
+            steps.steps.append((int(batch_data["input_ids"].shape[-1]), getattr(host, "num_request_in_batch", None), a, b))
+
+        model_runner.ModelRunner.compute_batch = compute_batch
+        return True
+
+    def take(self, wall_s: float) -> dict:
+        """The steps since the last call, summarised (synchronises the device)."""
+        steps, self.steps = self.steps, []
+        torch.cuda.synchronize()
+        rows = [(q, n, a.elapsed_time(b)) for q, n, a, b in steps]
+        buckets = {}
+        for q, _, ms in rows:
+            hi = next(h for h in STEP_BUCKETS if q <= h)
+            buckets.setdefault(hi, []).append(ms)
+        decode = [ms for q, n, ms in rows if n and q < 2 * n]  # padded to a power of two: below 2 x requests
+        gpu = sum(ms for *_, ms in rows)
+        seen, slow = set(), []
+        for i, (q, n, ms) in enumerate(rows):  # whether a step is the level's first at its rows: a new shape
+            slow.append((ms, i, q, n, q not in seen))
+            seen.add(q)
+        slow = [{"ms": ms, "step": i, "rows": q, "requests": n, "first_at_rows": f}
+                for ms, i, q, n, f in sorted(slow, reverse=True)[:6]]
+        return {"steps": len(rows), "slowest": slow, "gpu_ms": gpu, "busy": gpu / (1e3 * wall_s) if wall_s else None,
+                "decode_steps": len(decode), "decode_ms": sum(decode),
+                "by_rows": {str(hi): {"steps": len(v), "ms": sum(v), "median_ms": statistics.median(v)}
+                            for hi, v in sorted(buckets.items())}}
+
+
 # -- one process --------------------------------------------------------------------------------
 def engine_config(engine: str, kv_percent: float | None = None, max_requests: int | None = None,
                   small: bool = False):
@@ -224,6 +283,15 @@ def kv_share(budget: int, share: float) -> float:
     return min(0.95, share * left / base)
 
 
+def compiled_since(cache: Path, since: float) -> dict:
+    """Triton kernels compiled into ``cache`` after ``since`` (epoch s): count per kernel name."""
+    names: dict = {}
+    for meta in cache.glob("*/*.json"):
+        if not meta.name.startswith("__grp__") and meta.stat().st_mtime > since:
+            names[meta.stem] = names.get(meta.stem, 0) + 1
+    return dict(sorted(names.items(), key=lambda kv: -kv[1]))
+
+
 def child(args) -> None:
     """One (variant, engine) in this process; prints one RESULT line (JSON)."""
     import transformers
@@ -240,6 +308,7 @@ def child(args) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
     res["load_s"] = time.perf_counter() - t
+    loaded = time.time()
     res["warmup"] = getattr(model, "wcodec_warmup", None)
     report = getattr(getattr(model, "wcodec_weights", None), "report", None)
     if report:
@@ -262,6 +331,9 @@ def child(args) -> None:
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
     hints = WorkloadHints(max_prompt_length=plen[1], max_generated_length=olen[1], num_requests=most)
+    timer = StepTimer()
+    if device != "cuda" or not timer.install():
+        timer = None
     t = time.perf_counter()
     # no inference_mode here: the engine's thread updates the paged cache in place outside it
     # (transformers 5.17: 'Inplace update to inference tensor outside InferenceMode')
@@ -274,12 +346,21 @@ def child(args) -> None:
             res["max_batch_tokens"] = int(cache.max_batch_tokens)
         # untimed in the figures (the engine's first shapes), but kept: a first process shows here
         res["first_batch"] = serve(manager, requests(min(8, max(levels + [8])), 99, vocab, plen, olen))
+        if timer:
+            timer.take(0)
         for c in levels:
             res[f"c{c}"] = serve(manager, requests(c, args.seed + c, vocab, plen, olen))
+            if timer:
+                res[f"c{c}"]["step_gpu"] = timer.take(res[f"c{c}"]["seconds"])
             print(f"# {args.child} {args.engine} c{c}: {json.dumps(res[f'c{c}'])}", file=sys.stderr, flush=True)
         if args.budget_gb:
             res["saturation"] = serve(manager, requests(args.sat_requests, args.seed, vocab, plen, olen),
                                       poll_active=True)
+            if timer:
+                res["saturation"]["step_gpu"] = timer.take(res["saturation"]["seconds"])
+    if args.cold and os.environ.get("TRITON_CACHE_DIR"):
+        res["compiled_while_serving"] = compiled_since(Path(os.environ["TRITON_CACHE_DIR"]), loaded)
+        shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
     res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
     breaks = torch._dynamo.utils.counters.get("graph_break", {})
     res["graph_breaks"] = {"count": int(sum(breaks.values())), "reasons": sorted(breaks, key=breaks.get)[-3:]}
@@ -295,8 +376,12 @@ def run_child(args, variant: str, engine: str, timeout: float) -> dict:
         if v is not None:
             cmd += [f"--{k.replace('_', '-')}", str(v)]
     cmd += ["--smoke"] * args.smoke
+    env = dict(os.environ)
+    if args.cold:
+        env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="serve_triton_")
+    cmd += ["--cold"] * args.cold
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 1))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 1), env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"killed after {timeout:.0f} s (--max-minutes)"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -358,6 +443,7 @@ def table(args, results: dict, device: str) -> list[str]:
         each = ", ".join(_f(r.get(top, {}).get("tok_s"), ".0f") for r in ok)
         row += f" {len(ok)} ok ({top} tok/s: {each})" + (f", {len(errs)} failed: {errs[0][:120]}" if errs else "") + " |"
         lines.append(row)
+    lines += step_table(levels + (["saturation"] if args.budget_gb else []), results)
     for (engine, variant), runs in results.items():
         ok = [r for r in runs if "fused_count" in r]
         if ok:
@@ -365,6 +451,37 @@ def table(args, results: dict, device: str) -> list[str]:
             lines.append(f"{engine} {variant}: {ok[0]['fused_count']} weights kept compressed (fused); {len(dense)} "
                          f"matrices held dense ({ok[0]['dense_matrices_gb']:.2f} GB)"
                          f"{': e.g. ' + dense[0] if dense else ''}")
+    return lines
+
+
+def step_table(levels: list, results: dict) -> list[str]:
+    """Per level and rows bucket: engine steps and GPU ms per step, each variant beside bf16 (the
+    first process of each; StepTimer)."""
+    lines = []
+    for (engine, variant), runs in results.items():
+        base = next((r for r in results.get((engine, "bf16"), []) if "error" not in r), None)
+        mine = next((r for r in runs if "error" not in r), None)
+        if variant == "bf16" or not base or not mine:
+            continue
+        rows = []
+        for c in levels:
+            key = c if c == "saturation" else f"c{c}"
+            b, m = base.get(key, {}).get("step_gpu"), mine.get(key, {}).get("step_gpu")
+            if not b or not m:
+                continue
+            for hi in sorted({*b["by_rows"], *m["by_rows"]}, key=int):
+                x, y = b["by_rows"].get(hi), m["by_rows"].get(hi)
+                ratio = f"{y['median_ms'] / x['median_ms']:.2f}x" if x and y else "-"
+                rows.append(f"| {key} | <= {hi} | {x['steps'] if x else 0} | {_f(x and x['median_ms'], '.2f')} | "
+                             f"{y['steps'] if y else 0} | {_f(y and y['median_ms'], '.2f')} | {ratio} |")
+            rows.append(f"| {key} | all | {b['steps']} ({b['decode_steps']} decode) | {b['gpu_ms']:.0f} total, "
+                         f"busy {b['busy']:.2f} | {m['steps']} ({m['decode_steps']} decode) | {m['gpu_ms']:.0f} total, "
+                         f"busy {m['busy']:.2f} | {m['gpu_ms'] / b['gpu_ms']:.2f}x |")
+        if rows:
+            lines += ["", f"{engine}: engine steps, GPU ms per step (median) by the rows the matmuls see, "
+                          f"{variant} against bf16; busy = GPU time / wall time",
+                      f"| level | rows | bf16 steps | bf16 ms | {variant} steps | {variant} ms | ratio |",
+                      "|---|---:|---:|---:|---:|---:|---:|"] + rows
     return lines
 
 
@@ -389,6 +506,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="default: $OUT/serve_<model>.json when OUT is set")
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="start no process after this, and kill one running past it (the table covers the rest)")
+    ap.add_argument("--cold", action="store_true",
+                    help="each process on an empty Triton cache (a fresh machine's first process); reports the "
+                         "kernels compiled after the load, while serving")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU: checks the script, measures nothing")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="auto", help=argparse.SUPPRESS)
