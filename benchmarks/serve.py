@@ -303,12 +303,20 @@ def child(args) -> None:
     if args.budget_gb:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.budget_gb * 1e9 / total))
+    log = None
+    if args.cold:  # what compiles, and why, from the load on (Triton's JIT hooks)
+        from compile_log import CompileLog
+
+        log = CompileLog()
+        log = log if log.install() else None
     t = time.perf_counter()
     model = load(args.child, src, dst, device).eval()
     if device == "cuda":
         torch.cuda.synchronize()
     res["load_s"] = time.perf_counter() - t
     loaded = time.time()
+    if log:
+        log.phase("serve")
     res["warmup"] = getattr(model, "wcodec_warmup", None)
     report = getattr(getattr(model, "wcodec_weights", None), "report", None)
     if report:
@@ -361,6 +369,8 @@ def child(args) -> None:
     if args.cold and os.environ.get("TRITON_CACHE_DIR"):
         res["compiled_while_serving"] = compiled_since(Path(os.environ["TRITON_CACHE_DIR"]), loaded)
         shutil.rmtree(os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
+    if log:
+        res["compile_log"] = log.report("serve", slower_than=0.05)
     res["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
     breaks = torch._dynamo.utils.counters.get("graph_break", {})
     res["graph_breaks"] = {"count": int(sum(breaks.values())), "reasons": sorted(breaks, key=breaks.get)[-3:]}
@@ -451,6 +461,13 @@ def table(args, results: dict, device: str) -> list[str]:
             lines.append(f"{engine} {variant}: {ok[0]['fused_count']} weights kept compressed (fused); {len(dense)} "
                          f"matrices held dense ({ok[0]['dense_matrices_gb']:.2f} GB)"
                          f"{': e.g. ' + dense[0] if dense else ''}")
+        for r in runs[:1]:
+            if r.get("compiled_while_serving") is not None:
+                lines.append(f"{engine} {variant}: kernels compiled after the load (--cold): "
+                             f"{r['compiled_while_serving'] or 'none'}")
+            for e in (r.get("compile_log") or {}).get("entries", [])[:12]:
+                lines.append(f"  {e['name']} {e['s']:.2f} s, call {e['call']}, differs from the load's nearest "
+                             f"{e['differs']} (its call {e['nearest_call']})")
     return lines
 
 

@@ -145,3 +145,101 @@ def test_workers_run_their_tasks_and_a_failure_is_reported_not_raised(monkeypatc
     assert (out["workers"], out["tasks"], out["failed"]) == (2, 2, 1)
     assert "CorruptDataError" in out["errors"][0] and out["seconds"] > 0
     assert out["warnings"] == []  # the good worker's stderr held no warning of wcodec's
+
+
+#: prints, for each fused kernel, the arguments it does not specialise on; a fresh process without
+#: Triton's interpreter (whose functions keep no parameter flags), no GPU needed to decorate
+_FLAGS = """
+import json
+from wcodec.gpu import fixed_kernels as k, fixed16_kernels as k16
+kernels = [k.fixed_gemv_kernel, k.fixed_mm_kernel, k.fixed_grad_input_kernel, k.fixed_decode_kernel,
+           k.fixed_escape_patch_kernel, k.fixed_rows_kernel, k16.fixed16_gemv_kernel, k16.fixed16_decode_kernel]
+from wcodec.gpu import fixed as fx
+if fx._gluon_available():
+    from wcodec.gpu import fixed_mma, fixed_ra, fixed_wgmma, fixed_ws
+    kernels += [fixed_mma.fixed_mma_kernel, fixed_ra.fixed_ra_kernel, fixed_wgmma.fixed_wgmma_kernel,
+                fixed_ws.fixed_ws_kernel]
+print(json.dumps({f.fn.__name__: {p.name: [p.do_not_specialize, p.do_not_specialize_on_alignment]
+                                  for p in f.params} for f in kernels}))
+"""
+
+
+def test_fused_kernels_do_not_specialise_on_what_differs_between_weights_of_one_shape():
+    """One module per shape warms every layer of that shape (distinct_weights) only if no kernel
+    specialises on a weight's own values: its escape count moves the escape values' and rows'
+    16-byte alignment in the packed buffer, and its window base is an integer argument."""
+    pytest.importorskip("triton", reason="triton decorates the kernels")
+    import os
+    import subprocess
+    import sys
+
+    # the packed layout does move them: eval at 4E, erow at 8E bytes past ecol
+    offs = {e: fx.unpack(torch.zeros(fx.packed_size(8, 16, e), dtype=torch.uint8), 120, 8, 16) for e in (4, 5, 6)}
+    assert len({fw.eval.data_ptr() % 16 for fw in offs.values()}) == 3
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-c", _FLAGS], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    flags = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(flags) >= 8 and all("base" in p or "E" in p for p in flags.values())
+    for name, params in flags.items():
+        for arg in ("base", "E"):  # the window base, the escape count
+            if arg in params:
+                assert params[arg][0], f"{name} specialises on {arg}"
+        for ptr in ("eval_ptr", "erow_ptr", "idx_ptr"):
+            if ptr in params:
+                assert params[ptr][1], f"{name} specialises on the alignment of {ptr}"
+        assert not params.get("lo_ptr", [False, False])[1]  # the planes stay aligned: their loads vectorise
+
+
+def test_warm_module_looks_up_int64_and_int32_token_ids(monkeypatch):
+    emb = CompressedEmbedding(fx.encode_weight((torch.randn(40, 32) * 0.02).to(torch.bfloat16)))
+    seen = []
+    real = fx.embedding
+    monkeypatch.setattr(fx, "embedding", lambda idx, fw: seen.append(idx.dtype) or real(idx, fw))
+    assert warmup.warm_module(emb, torch.bfloat16) == 2
+    assert seen == [torch.int64, torch.int32]
+
+
+ON_GPU = __import__("os").environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available()
+
+
+def _weights_apart(n: int, k: int):
+    """Two bf16 [n, k] weights of one shape whose escape counts differ mod 4 and whose window
+    bases differ in divisibility by 16: what varies between the layers of a model."""
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(0)) * 0.02
+
+    def scaled(j, tiny=0):
+        v = w * 2.0 ** j
+        v.view(-1)[:tiny] = 1e-30  # values below the window: escapes
+        v = v.to(torch.bfloat16)
+        return v, fx.encode_weight(v)
+
+    a, fa = next((v, fw) for v, fw in map(scaled, range(0, 80, 2)) if fw.base % 16 == 0)  # base: exponent / 2
+    b = next(v for v, fw in (scaled(2, t) for t in range(4)) if (fw.ecol.numel() - fa.ecol.numel()) % 4)
+    return a, b
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (WCODEC_GPU_TESTS_ON_DEVICE=1); CI has none")
+def test_one_weight_warms_every_weight_of_its_shape_on_the_gpu():
+    """After one weight's kernels ran (the warm-up's one module per shape), another weight of the
+    shape, of another escape count and window base, compiles nothing: on every route (GEMV,
+    mma, register-A, warp-specialised, wgmma, decode + cuBLAS) and the row lookup."""
+    from triton import knobs
+
+    from wcodec.gpu.precompile import sweep
+
+    a, b = (fx.encode_weight(w.cuda()) for w in _weights_apart(4096, 4096))
+    assert a.base % 16 == 0 and b.base % 16 and (a.ecol.numel() - b.ecol.numel()) % 4
+    ms = (1, 2, 3, 8, 16, 17, 32, 33, 64, 65, 100, 128, 129, 200)
+    ids = torch.arange(9, device="cuda", dtype=torch.int32)
+    sweep(a, None, torch.bfloat16, ms)
+    fx.embedding(ids, a)
+    compiled = []
+    knobs.runtime.jit_post_compile_hook = lambda *, fn, **_: compiled.append(fn.name)
+    try:
+        sweep(b, None, torch.bfloat16, ms)
+        fx.embedding(ids[1:], b)  # another weight, indices at another alignment
+        torch.cuda.synchronize()
+    finally:
+        knobs.runtime.jit_post_compile_hook = None
+    assert compiled == []

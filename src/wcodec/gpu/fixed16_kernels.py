@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fixed_kernels import _escapes, _natural_pairs, _store_y, _x_lanes
+from .fixed_kernels import PER_WEIGHT, _escapes, _natural_pairs, _store_y, _x_lanes
 
 
 @triton.jit
@@ -56,7 +56,7 @@ def _load_group16(lo_ptr, nib_ptr, m2_ptr, rows, gi, N, G, base):
     return _group16(nw, mw, lo, tl.full((1,), 0x0101010101010101, tl.uint64) * base)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed16_gemv_kernel(x_ptr, lo_ptr, nib_ptr, m2_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
                         M, N, K, G, stride_xm, stride_ym, base, MB,
                         BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
@@ -83,7 +83,7 @@ def fixed16_gemv_kernel(x_ptr, lo_ptr, nib_ptr, m2_ptr, eptr_ptr, ecol_ptr, eval
     _store_y(y, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed16_decode_kernel(lo_ptr, nib_ptr, m2_ptr, out_ptr, N, G, base, BN: tl.constexpr, BI: tl.constexpr):
     """Decode to out[N, kpad] fp16, natural column order (escapes hold their placeholder: the
     caller writes their values)."""

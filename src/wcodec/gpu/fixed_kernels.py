@@ -24,6 +24,17 @@ import triton.language as tl
 #: H100 times barely moved (the kernels wait on memory latency, tools/profile_serving.py)
 _PTX = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 
+#: Arguments a fused kernel must not be specialised on, because they differ between weights of one
+#: shape: the escape values' and rows' offsets in a packed weight follow its escape count
+#: (``fixed.pack``: eval at 4E, erow at 8E bytes past ecol, so their 16-byte alignment goes with
+#: E mod 4), the window ``base`` and the escape count ``E`` are each weight's own (Triton
+#: specialises integers on == 1 and divisibility by 16), the embedding's indices are the
+#: caller's. Specialised, the load-time warm-up of one weight per shape (wcodec.hf.warmup) left
+#: the other layers' variants to compile while serving (H200, 2026-12-03, benchmarks/serve.py
+#: --cold: 15 kernels, 0.3-1 s each). They feed gathers and integer adds, where the
+#: specialisation buys nothing.
+PER_WEIGHT = {"do_not_specialize": ["base", "E"], "do_not_specialize_on_alignment": ["eval_ptr", "erow_ptr", "idx_ptr"]}
+
 
 @triton.jit
 def _interleave(a, b, HIGH: tl.constexpr):
@@ -256,7 +267,7 @@ def _fma8(acc, w0, w1, w2, w3, w4, w5, w6, w7, x_ptr, x64_ptr, m, stride_xm, gi,
     return acc + (w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3 + w4 * x4 + w5 * x5 + w6 * x6 + w7 * x7)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr,
                       M, N, K, G, stride_xm, stride_ym, base, MB,
                       BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
@@ -297,7 +308,7 @@ def fixed_gemv_kernel(x_ptr, x64_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_
     _store_y(y, b_ptr, y_ptr, om, n0, M, N, stride_ym, BN, HAS_BIAS)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_mm_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB,
                     BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr,
@@ -443,7 +454,7 @@ def splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.conste
     tl.store(y_ptr + (offs // N) * stride_ym + n, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_gm, stride_xm, base, MB,
                             BM: tl.constexpr, BN: tl.constexpr, BI: tl.constexpr, DOT: tl.constexpr):
     """gx[M, K] = g[M, N] @ W (escapes excluded: the caller adds them). One program per BM rows
@@ -467,7 +478,7 @@ def fixed_grad_input_kernel(g_ptr, lo_ptr, nib_ptr, gx_ptr, M, N, K, G, stride_g
              mask=(om[:, None] < M) & (cols < K))
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, G, base, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, bases_ptr,
                         row0, rows, group_rows,
                         BN: tl.constexpr, BI: tl.constexpr, EB: tl.constexpr = 64, PATCH: tl.constexpr = False,
@@ -508,7 +519,7 @@ def fixed_decode_kernel(lo_ptr, nib_ptr, out_ptr, G, base, eptr_ptr, ecol_ptr, e
             tl.store(out_ptr + r * (8 * G) + c, v, mask=m)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_escape_patch_kernel(erow_ptr, ecol_ptr, eval_ptr, out_ptr, E, stride, BLOCK: tl.constexpr):
     """out[erow[e], ecol[e]] = eval[e] (bf16 bits) for the E escapes: the values
     ``fixed_decode_kernel`` left as placeholders; out viewed as int16."""
@@ -520,7 +531,7 @@ def fixed_escape_patch_kernel(erow_ptr, ecol_ptr, eval_ptr, out_ptr, E, stride, 
     tl.store(out_ptr + r * stride + c, v.to(tl.int16), mask=m)
 
 
-@triton.jit
+@triton.jit(**PER_WEIGHT)
 def fixed_rows_kernel(idx_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, out_ptr, N, K, G, base,
                       BI: tl.constexpr, EB: tl.constexpr):
     """out[i, :] = W[idx[i], :] (an embedding lookup), escapes included: one program per index

@@ -34,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from .fixed_kernels import _pairs
+from .fixed_kernels import PER_WEIGHT, _pairs
 
 
 @gluon.jit
@@ -278,7 +278,7 @@ def _program(x_ptr, stride_xm, M, BM: gl.constexpr, BN: gl.constexpr):
     return gl.program_id(1), m0, (pid // n_mb) * BN, x_ptr + m0.to(gl.int64) * stride_xm, M - m0
 
 
-@gluon.jit
+@gluon.jit(**PER_WEIGHT)
 def fixed_mma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                      M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                      BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, EB: gl.constexpr,

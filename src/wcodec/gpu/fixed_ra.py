@@ -38,7 +38,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from .fixed_kernels import _pairs
+from .fixed_kernels import PER_WEIGHT, _pairs
 from .fixed_mma import _cp, _esc_load, _esc_rows, _escapes_fma, _store
 from .fixed_ws import _barrier
 
@@ -197,7 +197,7 @@ def _mma_step(acc, nw, lo, base4, x_s, xp, xcol, i, k_left, w_s, wargs, aL: gl.c
     return warpgroup_mma_wait(num_outstanding=1, deps=[acc])
 
 
-@gluon.jit
+@gluon.jit(**PER_WEIGHT)
 def fixed_ra_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,

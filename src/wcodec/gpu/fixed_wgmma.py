@@ -22,7 +22,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from .fixed_kernels import _pairs
+from .fixed_kernels import PER_WEIGHT, _pairs
 from .fixed_mma import (_esc_load, _esc_rows, _escapes_fma, _program, _store, _w_loads, _w_stream, _w_stream_end,
                         _w_stream_next, _x_loads, _x_tile)
 
@@ -54,7 +54,7 @@ def _tile_rows(x_ptr, stride_xm, m_left, n0, N, G, base, wL: gl.constexpr, xL: g
     return gi, rows.to(gl.int64) * G, rows < N, xk, xrow, xmask, (base * 0x01010101).to(gl.uint32)
 
 
-@gluon.jit
+@gluon.jit(**PER_WEIGHT)
 def fixed_wgmma_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                        M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                        BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,

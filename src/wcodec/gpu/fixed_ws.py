@@ -35,6 +35,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from .fixed_kernels import PER_WEIGHT
 from .fixed_mma import _cp, _esc_load, _esc_rows, _escapes_fma, _store, _w_copies
 from .fixed_wgmma import _decode_rows, _tile_rows
 
@@ -195,7 +196,7 @@ def _consumer(w_s, x_s, c_s, e_s, ready, empty, esc_bar, x_ptr, ecol_ptr, eval_p
         _store(acc, b_ptr, y_ptr, ws_ptr, 0, n0, M, N, stride_ym, split, SPLIT, acc_l, BM, BN, HAS_BIAS, True)
 
 
-@gluon.jit
+@gluon.jit(**PER_WEIGHT)
 def fixed_ws_kernel(x_ptr, lo_ptr, nib_ptr, eptr_ptr, ecol_ptr, eval_ptr, erow_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, G, stride_xm, stride_ym, base, MB, SPLIT,
                     BM: gl.constexpr, BN: gl.constexpr, BG: gl.constexpr, HAS_BIAS: gl.constexpr,

@@ -70,7 +70,9 @@ def distinct_weights(model: torch.nn.Module) -> dict:
 def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     """Run one CompressedLinear's kernels for every M of :func:`rows` (x: zeros [M, K] of
     ``dtype``, the module's bias cast as its forward casts it), or one CompressedEmbedding's row
-    lookup, on the module's device; returns the number of calls. The module is not modified."""
+    lookup of int64 and of int32 indices, on the module's device; returns the number of calls.
+    One module stands for all of its shape: the kernels do not specialise on what differs between
+    weights of one shape (``wcodec.gpu.fixed_kernels.PER_WEIGHT``). The module is not modified."""
     from ..gpu import fixed as fx
     from ..gpu import fixed16 as fx16
     from ..gpu.precompile import sweep
@@ -78,9 +80,10 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
 
     fw = module.fixed_weight
     with torch.no_grad():
-        if isinstance(module, CompressedEmbedding):
-            fx.embedding(torch.zeros(1, dtype=torch.int64, device=fw.device), fw)
-            return 1
+        if isinstance(module, CompressedEmbedding):  # token ids come as int64 or int32 (an engine's buffers)
+            for ids in (torch.int64, torch.int32):
+                fx.embedding(torch.zeros(1, dtype=ids, device=fw.device), fw)
+            return 2
     bias = _bias(module, dtype)
     if isinstance(fw, fx16.Fixed16Weight):  # an fp16 weight tunes its GEMV only; above it, decode + cuBLAS
         return sweep(fw, bias, dtype, range(1, fx16.GEMV_MAX_M + 2), linear=fx16.linear)
