@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -169,10 +172,6 @@ def test_fused_kernels_do_not_specialise_on_what_differs_between_weights_of_one_
     specialises on a weight's own values: its escape count moves the escape values' and rows'
     16-byte alignment in the packed buffer, and its window base is an integer argument."""
     pytest.importorskip("triton", reason="triton decorates the kernels")
-    import os
-    import subprocess
-    import sys
-
     # the packed layout does move them: eval at 4E, erow at 8E bytes past ecol
     offs = {e: fx.unpack(torch.zeros(fx.packed_size(8, 16, e), dtype=torch.uint8), 120, 8, 16) for e in (4, 5, 6)}
     assert len({fw.eval.data_ptr() % 16 for fw in offs.values()}) == 3
@@ -200,7 +199,7 @@ def test_warm_module_looks_up_int64_and_int32_token_ids(monkeypatch):
     assert seen == [torch.int64, torch.int32]
 
 
-ON_GPU = __import__("os").environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available()
+ON_GPU = os.environ.get("WCODEC_GPU_TESTS_ON_DEVICE") == "1" and torch.cuda.is_available()
 
 
 def _weights_apart(n: int, k: int):

@@ -52,8 +52,8 @@ class Task:
     """One weight layout and the activation row counts to run on it: N, K (weight [N, K]),
     escapes (its escape count: it routes 65-128 rows), base (its exponent base; the kernels no
     longer specialise on it nor on the escapes' alignment, ``fixed_kernels.PER_WEIGHT``, so the
-    stand-in's kernels serve every weight of the shape), bias (whether a bias is passed), dtype (the activations',
-    a torch dtype name), ms (row counts M)."""
+    stand-in's kernels serve every weight of the shape), bias (whether a bias is passed), dtype
+    (the activations', a torch dtype name), ms (row counts M)."""
 
     N: int
     K: int
