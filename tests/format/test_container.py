@@ -221,3 +221,27 @@ def test_imap_in_threads_yields_in_order_a_bounded_distance_ahead():
     early.close()  # the consumer stops: nothing more starts
     n = len(started)
     assert n <= 3 and len(started) == n
+
+
+def test_map_in_threads_one_name_runs_on_the_calling_thread(monkeypatch):
+    """A thread's start and join cost more than a small tensor's decode (get_tensor decodes one
+    name per call); numba's parallel kernels, slow from the main thread, keep the worker thread."""
+    import threading
+
+    from wcodec import native
+    from wcodec.format.encode import map_in_threads
+
+    where = []
+
+    def fn(n):
+        where.append(threading.current_thread())
+        return n
+
+    monkeypatch.setattr(native, "available", lambda: True)
+    assert map_in_threads(fn, ["a"], workers=4) == {"a": "a"}
+    assert map_in_threads(fn, ["b", "c"], workers=1) == {"b": "b", "c": "c"}
+    assert where == [threading.current_thread()] * 3
+    where.clear()
+    monkeypatch.setattr(native, "available", lambda: False)
+    assert map_in_threads(fn, ["a"], workers=4) == {"a": "a"}
+    assert where and where[0] is not threading.current_thread()

@@ -183,9 +183,16 @@ def map_in_threads(fn, names: list, workers: int | None = None, cost=None) -> di
     largest tensor gets the native helper threads while they are free, the small ones fill the
     end; MiniLM on 2 cores decodes 4 % faster, benchmarks/RESULTS.md). Plain threads taking the
     next name from a shared counter: a ThreadPoolExecutor cost 17 us per name (671 us for
-    MiniLM's 39 tensors on 2 workers, against 175 us here)."""
+    MiniLM's 39 tensors on 2 workers, against 175 us here). One name or one worker with the C
+    kernels runs on the calling thread: a thread's start and join cost ~0.1-0.8 ms, more than a
+    small tensor's decode (``safe_open(...).get_tensor`` decodes one name per call)."""
+    from .. import native
+
     workers = default_workers() if workers is None else max(1, int(workers))
     order = sorted(names, key=cost, reverse=True) if cost is not None else list(names)
+    if (workers == 1 or len(order) == 1) and native.available():
+        done = {n: fn(n) for n in order}
+        return {n: done[n] for n in names}
     results, errors = [None] * len(order), []
     taken = iter(range(len(order)))
     lock = threading.Lock()
