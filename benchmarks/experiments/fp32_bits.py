@@ -19,6 +19,9 @@ All figures are bits per weight over the group. Columns:
   row classes           what a head with K contexts would save, the rows split into K quantile
                         classes of their RMS (best K of 2, 4, 8; tables per class and log2 K
                         bits per row counted; 0 where no K pays)
+  col classes           the same with the columns' RMS
+  row x col             K of 4-32 quantile classes of the predicted scale log2(row RMS) + log2(column
+                        RMS), 8 bits per row and column counted; best of the three: per tensor
 """
 
 from __future__ import annotations
@@ -57,6 +60,31 @@ def row_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
                + em.size * (8 - j) for j in range(5)) + a.shape[0] * np.log2(K)
 
 
+def _classes_cost(em: np.ndarray, ctx: np.ndarray, K: int) -> float:
+    """Total bits of the head + tail with one order-0 table per context class (32 bits per table
+    entry, head_bits chosen per tensor as the codec does)."""
+    return min(sum(entropy(c := np.bincount(em[ctx == i] >> (7 - j))) + 32 * np.count_nonzero(c) for i in range(K))
+               + em.size * (8 - j) for j in range(5))
+
+
+def quantile_classes(x: np.ndarray, K: int) -> np.ndarray:
+    return np.searchsorted(np.quantile(x, np.linspace(0, 1, K + 1)[1:-1]), x)
+
+
+def col_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
+    """row_classes with the columns' RMS instead (log2 K bits per column counted)."""
+    cls = quantile_classes(np.sqrt((a.astype(np.float64) ** 2).mean(axis=0)), K)
+    return _classes_cost(em, np.tile(cls, a.shape[0]), K) + a.shape[1] * np.log2(K)
+
+
+def scale_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
+    """The weights in K quantile classes of the predicted scale log2(row RMS) + log2(column RMS),
+    a table per class; 8 bits per row and per column counted (the scales a decoder would need)."""
+    a64 = a.astype(np.float64) ** 2
+    p = (np.log2(np.sqrt(a64.mean(axis=1)))[:, None] + np.log2(np.sqrt(a64.mean(axis=0)))[None, :]).ravel()
+    return _classes_cost(em, quantile_classes(p, K), K) + 8 * sum(a.shape)
+
+
 def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
     """Total bits of each column for one F32 tensor."""
     b = a.reshape(-1).view(np.uint32)
@@ -71,6 +99,9 @@ def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
     em = ((b >> 16) & 0x7FFF).astype(np.int64)  # exponent + the top 7 mantissa bits
     t["top floor"] = min(entropy(h := np.bincount(em >> (7 - j))) + 32 * np.count_nonzero(h) + n * (8 - j) for j in range(5))
     t["row classes"] = min([0.0] + [row_classes(a, em, K) - t["top floor"] for K in (2, 4, 8)]) if a.ndim == 2 else 0.0
+    t["col classes"] = min([0.0] + [col_classes(a, em, K) - t["top floor"] for K in (2, 4, 8)]) if a.ndim == 2 else 0.0
+    t["row x col"] = min([0.0] + [scale_classes(a, em, K) - t["top floor"] for K in (4, 8, 16, 32)]) if a.ndim == 2 else 0.0
+    t["best of the three"] = min(t["row classes"], t["col classes"], t["row x col"])
     lo = (b & 0xFFFF).astype(np.int64)
     c16 = np.bincount(lo, minlength=1 << 16)
     t["H1+H0"] = entropy(np.bincount(lo >> 8, minlength=256)) + entropy(np.bincount(lo & 255, minlength=256))
@@ -84,7 +115,8 @@ def tensor_terms(a: np.ndarray, rng: np.random.Generator) -> dict:
 
 
 COLUMNS = ("head words", "head states", "head tables", "head offsets", "tail", "low", "low v2", "top floor",
-           "H1+H0", "H16", "H16 MM", "H16 noise", "e|prev", "s|prev", "row classes")
+           "H1+H0", "H16", "H16 MM", "H16 noise", "e|prev", "s|prev", "row classes", "col classes", "row x col",
+           "best of the three")
 
 
 def main() -> None:
