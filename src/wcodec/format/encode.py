@@ -184,8 +184,9 @@ def map_in_threads(fn, names: list, workers: int | None = None, cost=None) -> di
     end; MiniLM on 2 cores decodes 4 % faster, benchmarks/RESULTS.md). Plain threads taking the
     next name from a shared counter: a ThreadPoolExecutor cost 17 us per name (671 us for
     MiniLM's 39 tensors on 2 workers, against 175 us here). One name or one worker with the C
-    kernels runs on the calling thread: a thread's start and join cost ~0.1-0.8 ms, more than a
-    small tensor's decode (``safe_open(...).get_tensor`` decodes one name per call)."""
+    kernels runs on the calling thread: a thread's start and join cost ~0.07 ms on an idle 2-vCPU
+    VM and ~1.6 ms with its other core busy, more than a small tensor's decode
+    (``safe_open(...).get_tensor`` decodes one name per call; benchmarks/HISTORY.md, session 15)."""
     from .. import native
 
     workers = default_workers() if workers is None else max(1, int(workers))
