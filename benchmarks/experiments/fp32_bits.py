@@ -50,16 +50,6 @@ def conditional(ctx: np.ndarray, sym: np.ndarray, k: int) -> float:
     return entropy(np.bincount(ctx * k + sym, minlength=k * k)) - entropy(np.bincount(ctx, minlength=k))
 
 
-def row_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
-    """Total bits of the head + tail with the rows of 2-D ``a`` in K RMS-quantile classes, one
-    order-0 table per class (head_bits chosen per tensor as the codec does)."""
-    rms = np.sqrt((a.astype(np.float64) ** 2).mean(axis=1))
-    cls = np.searchsorted(np.quantile(rms, np.linspace(0, 1, K + 1)[1:-1]), rms)
-    ctx = np.repeat(cls, a.shape[1])
-    return min(sum(entropy(c := np.bincount(em[ctx == i] >> (7 - j))) + 32 * np.count_nonzero(c) for i in range(K))
-               + em.size * (8 - j) for j in range(5)) + a.shape[0] * np.log2(K)
-
-
 def _classes_cost(em: np.ndarray, ctx: np.ndarray, K: int) -> float:
     """Total bits of the head + tail with one order-0 table per context class (32 bits per table
     entry, head_bits chosen per tensor as the codec does)."""
@@ -69,6 +59,13 @@ def _classes_cost(em: np.ndarray, ctx: np.ndarray, K: int) -> float:
 
 def quantile_classes(x: np.ndarray, K: int) -> np.ndarray:
     return np.searchsorted(np.quantile(x, np.linspace(0, 1, K + 1)[1:-1]), x)
+
+
+def row_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
+    """Total bits of the head + tail with the rows of 2-D ``a`` in K RMS-quantile classes, one
+    order-0 table per class (log2 K bits per row counted)."""
+    cls = quantile_classes(np.sqrt((a.astype(np.float64) ** 2).mean(axis=1)), K)
+    return _classes_cost(em, np.repeat(cls, a.shape[1]), K) + a.shape[0] * np.log2(K)
 
 
 def col_classes(a: np.ndarray, em: np.ndarray, K: int) -> float:
