@@ -13,7 +13,7 @@ timeout "${TESTS_S:-420}" python3 -m pytest -v -rfE -p no:cacheprovider -n "${WO
     ${TESTS:-tests/gpu tests/torch tests/fuzz/test_fixed_kernels.py tests/hf/test_hf_llama.py tests/hf/test_hf_fused.py \
     tests/hf/test_warmup.py tests/hf/test_hf_auto.py tests/hf/test_hf_fp16.py tests/hf/test_hf_loading.py} > "$OUT/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"
-grep -E "(^| )(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -30
+grep -E "^(FAILED|ERROR) " "$OUT/tests.log" | cut -c1-300 | head -30  # -rfE summary (-v lines say them too)
 # per-test lines (-v), so a run cut by the limit still says which tests passed
 echo "passed $(grep -c " PASSED" "$OUT/tests.log"), failed $(grep -c " FAILED" "$OUT/tests.log"), skipped $(grep -c " SKIPPED" "$OUT/tests.log")"
 tail -2 "$OUT/tests.log"
