@@ -9,9 +9,10 @@ in the middle of generation: the first fused process on a fresh H100 served 3.5-
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
 ``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M, fixed.WS_MAX_M) + 1`` right after loading: every key
 and specialisation the routing can reach is then tuned and compiled (Triton also caches both on
-disk, so later processes load them from that cache). On a cold cache the compiles are spread
-over worker processes first (:mod:`wcodec.gpu.precompile`): Triton compiles in the calling
-process, one kernel at a time.
+disk, so later processes load them from that cache). First the kernels compiled for this Triton
+and GPU that wcodec ships go into that cache (:mod:`wcodec.gpu.kernel_pack`); on a cache still
+cold for the model the compiles are spread over worker processes (:mod:`wcodec.gpu.precompile`):
+Triton compiles in the calling process, one kernel at a time.
 
 Why every M and not one call per bucket: within one bucket the routing still changes the key
 (the tiled kernel's kind and split-K slices follow ``ceil(M / 64)``; the kernels of branch
@@ -97,13 +98,18 @@ def _bias(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor | None:
 
 #: a first call slower than this (seconds) means Triton compiled: the cache is cold for this model
 PROBE_COLD_S = 0.5
+#: the same once the kernel pack is installed: the probe then still pays Triton's C compile of the
+#: kernel's launcher (not in the pack: a host binary), H200 0.53 s against 1.31-1.45 s for a probe
+#: that compiles its kernels too (tools/warmup_cold.py, 2026-12-03)
+PROBE_COLD_PACKED_S = 1.0
 
 
-def _precompile(mods: list, dtype: torch.dtype, device) -> dict | None:
+def _precompile(mods: list, dtype: torch.dtype, device, packed: bool = False) -> dict | None:
     """On a cold Triton cache, compile the bf16 fused linears' kernels in worker processes
     (:func:`wcodec.gpu.precompile.precompile`) before the caller's own sweep loads them from the
-    cache. Cold means: the first linear's first two row counts took over PROBE_COLD_S. Returns the
-    precompile report, with ``probe_s``; None when there is no such linear."""
+    cache. Cold means: the first linear's first two row counts took over PROBE_COLD_S
+    (PROBE_COLD_PACKED_S when ``packed``: a kernel pack is in the cache). Returns the precompile
+    report, with ``probe_s``; None when there is no such linear."""
     from ..gpu import fixed as fx
     from ..gpu import precompile as pc
 
@@ -115,7 +121,7 @@ def _precompile(mods: list, dtype: torch.dtype, device) -> dict | None:
     pc.sweep(first.fixed_weight, _bias(first, dtype), dtype, (1, 2))
     torch.cuda.synchronize(device)
     probe = time.perf_counter() - t
-    if probe < PROBE_COLD_S:
+    if probe < (PROBE_COLD_PACKED_S if packed else PROBE_COLD_S):
         return {"probe_s": probe, "workers": 0, "tasks": 0, "failed": 0, "seconds": 0.0, "errors": []}
     tasks = [pc.task_of(m.fixed_weight, m.bias is not None, dtype, rows()) for m in lins]
     return {"probe_s": probe, **pc.precompile(tasks, device)}
@@ -130,33 +136,38 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 def warmup(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict:
     """Tune and compile the fused kernels of every CUDA CompressedLinear / CompressedEmbedding
     of ``model`` for every row count of :func:`rows` (see the module docstring); on a cold Triton
-    cache the bf16 linears' kernels are first compiled by worker processes (:func:`_precompile`).
+    cache the shipped kernel pack is installed (:func:`wcodec.gpu.kernel_pack.install`) and the bf16
+    linears' kernels it lacks are compiled by worker processes (:func:`_precompile`).
     No-op on the CPU and under the Triton interpreter (nothing to tune there).
 
     dtype: the activations' dtype (default: the model's, else bfloat16). The model is not
     modified (its replay caches are untouched: the kernels are called directly with scratch
     inputs of zeros). Returns ``{"weights": distinct keys warmed, "calls": kernel calls,
-    "seconds": wall time, "skipped": why nothing ran, or None, "precompile": {device: the
-    workers' report (:func:`wcodec.gpu.precompile.precompile`) with the probe's seconds, or None}}``.
+    "seconds": wall time, "skipped": why nothing ran, or None, "kernel_pack": {device: the
+    pack's report (:func:`wcodec.gpu.kernel_pack.install`)}, "precompile": {device: the workers'
+    report (:func:`wcodec.gpu.precompile.precompile`) with the probe's seconds, or None}}``.
     """
     from ..gpu import fixed as fx
+    from ..gpu import kernel_pack
 
     todo = {k: m for k, m in distinct_weights(model).items() if k[-1].type == "cuda"}
     if not todo or fx._interpreting():
         why = "no fused weight on a CUDA device" if not todo else "Triton interpreter"
         return {"weights": 0, "calls": 0, "seconds": 0.0, "skipped": why}
     dtype = dtype or _dtype(model)
-    t0, calls, pre = time.perf_counter(), 0, {}
+    t0, calls, pre, packs = time.perf_counter(), 0, {}, {}
     for dev in {k[-1] for k in todo}:
         with torch.cuda.device(dev):
             mods = [m for key, m in todo.items() if key[-1] == dev]
-            pre[str(dev)] = _precompile(mods, dtype, dev)
+            packs[str(dev)] = rep = kernel_pack.install(dev)
+            packed = rep["kernels"] > 0 and rep["skipped"] in (None, "installed earlier in this process")
+            pre[str(dev)] = _precompile(mods, dtype, dev, packed)
             for m in mods:
                 calls += warm_module(m, dtype)
             torch.cuda.synchronize(dev)
     torch.cuda.empty_cache()  # the tuner's scratch (and its 256 MB L2 flush buffer) goes back
     return {"weights": len(todo), "calls": calls, "seconds": time.perf_counter() - t0, "skipped": None,
-            "precompile": pre}
+            "kernel_pack": packs, "precompile": pre}
 
 
 def after_load(model: torch.nn.Module, option) -> dict | None:
