@@ -88,8 +88,8 @@ def pack_name(triton_version: str, arch: str) -> str:
 def build(cache_dir, out, *, triton_version: str, arch: str, device: str = "") -> dict:
     """Write the pack ``out`` (a .tar.xz, atomically) from Triton cache directory ``cache_dir``:
     every complete entry (a ``__grp__<name>.json`` whose metadata and cubin are present) under its
-    cache key (:func:`cache_key`), its metadata and cubin only (the intermediate IR is not needed to launch). Returns the manifest:
-    {"format", "triton", "arch", "device", "sources": :func:`sources_hash`, "built" (UTC date),
+    cache key (:func:`cache_key`), its metadata and cubin only (the intermediate IR is not needed
+    to launch). Returns the manifest: {"format", "triton", "arch", "device", "sources": :func:`sources_hash`, "built" (UTC date),
     "kernels": entries, "names": {kernel name: entries}}. Raises ValueError when the cache holds
     no complete entry."""
     cache_dir, out = Path(cache_dir), Path(out)
@@ -121,8 +121,8 @@ def build(cache_dir, out, *, triton_version: str, arch: str, device: str = "") -
 
 def cache_key(dirname: str) -> str | None:
     """The cache key (64 hex digits, what Triton passes to ``get_cache_manager``) of a Triton
-    cache directory's name: the key itself (older Triton) or its unpadded base32 (Triton 3.2 on),
-    None for any other name."""
+    cache directory's name: the key itself (older Triton) or its unpadded base32 (Triton 3.6 and 3.9
+    name them so), None for any other name."""
     if re.fullmatch(r"[0-9a-f]{64}", dirname):
         return dirname
     if re.fullmatch(r"[A-Z2-7]{52}", dirname):
