@@ -33,14 +33,14 @@ def main() -> int:
     import triton
 
     import wcodec
+    from wcodec.gpu import fixed as fx
     from wcodec.gpu import kernel_pack, shipped
     from wcodec.hf import warmup
     from wcodec.torch.embedding import CompressedEmbedding
     from wcodec.torch.linear import CompressedLinear
     from wcodec.torch.linear16 import CompressedLinear16
 
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm{major}{minor}"
+    arch = fx._arch(torch.device("cuda"))
     shapes = sorted({(e["N"], e["K"]) for es in shipped.table(arch).values() for e in es})
     if not shapes:
         print(f"no shipped configs for {arch}: nothing to build from", file=sys.stderr)

@@ -15,6 +15,7 @@ import warnings
 
 import pytest
 
+from wcodec.gpu import fixed as fx
 from wcodec.gpu import kernel_pack as kp
 
 
@@ -155,6 +156,8 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fx, "_ARCH", {})
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setattr(kp, "_DONE", {})
     return tmp_path / "packs", kp.pack_name(triton.__version__, "sm90")
@@ -166,7 +169,9 @@ def test_install_writes_a_current_pack_once_per_process(cache, fake_gpu):
     kp.build(cache, packs / name, triton_version="t", arch="sm90")
     rep = kp.install(pack_dir=packs)
     assert (rep["pack"], rep["kernels"], rep["installed"], rep["present"], rep["skipped"]) == (name, 3, 3, 0, None)
-    assert kp.install(pack_dir=packs)["skipped"] == "installed earlier in this process"
+    assert rep["ready"]
+    again = kp.install(pack_dir=packs)
+    assert again["skipped"] == "installed earlier in this process" and again["ready"] and again["installed"] == 0
 
 
 def test_install_skips_stale_unreadable_and_missing_packs(cache, fake_gpu, monkeypatch):

@@ -71,10 +71,10 @@ def sources_hash(root: Path = GPU_DIR) -> str:
     (its key covers a kernel's source, its line number and the constants it reads), so a pack
     built from other sources is stale."""
     h = hashlib.sha256()
-    files = [p for p in sorted(root.glob("*.py")) if KERNEL_MARKER.search(p.read_bytes())]
-    files += sorted((root / "configs").glob("*.json"))
-    for p in files:
-        data = p.read_bytes()
+    modules = [(p, p.read_bytes()) for p in sorted(root.glob("*.py"))]
+    files = [(p, data) for p, data in modules if KERNEL_MARKER.search(data)]
+    files += [(p, p.read_bytes()) for p in sorted((root / "configs").glob("*.json"))]
+    for p, data in files:
         h.update(f"{p.relative_to(root).as_posix()}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
@@ -172,22 +172,26 @@ def install(device=None, pack_dir: Path | None = None) -> dict:
     """Write the shipped pack's entries for this Triton and ``device``'s architecture (default:
     the current CUDA device) into Triton's cache, those it lacks; once per process, cache
     location and pack. Returns ``{"pack": file name or None, "kernels": entries in it,
-    "installed": entries written, "present": entries already cached, "seconds": wall time,
+    "installed": entries written, "present": entries already cached, "ready": whether the pack's
+    entries are in the cache (written now or earlier in this process), "seconds": wall time,
     "skipped": why nothing was installed, or None}``. Never raises: a pack that cannot be read
-    warns once and is skipped (the kernels compile as without it)."""
+    warns once and is skipped (the kernels compile as without it). Without CUDA, triton is not
+    imported."""
     t0 = time.perf_counter()
-    out = {"pack": None, "kernels": 0, "installed": 0, "present": 0, "seconds": 0.0, "skipped": None}
+    out = {"pack": None, "kernels": 0, "installed": 0, "present": 0, "ready": False, "seconds": 0.0, "skipped": None}
     if not enabled():
         return {**out, "skipped": "WCODEC_KERNEL_PACK=0"}
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return {**out, "skipped": "no CUDA device"}
     try:
-        import torch
         import triton
     except Exception as e:  # no triton: nothing will compile either
         return {**out, "skipped": f"triton unavailable ({type(e).__name__})"}
-    if not torch.cuda.is_available() or torch.version.cuda is None:
-        return {**out, "skipped": "no CUDA device"}
-    major, minor = torch.cuda.get_device_capability(device)
-    name = pack_name(triton.__version__, f"sm{major}{minor}")
+    from . import fixed as fx
+
+    name = pack_name(triton.__version__, fx._arch(torch.device("cuda") if device is None else torch.device(device)))
     path = (pack_dir or DIR) / name
     out["pack"] = name
     if not path.is_file():
@@ -208,6 +212,7 @@ def install(device=None, pack_dir: Path | None = None) -> dict:
         return _DONE[memo]
     try:
         out["installed"], out["present"] = install_entries(entries)
+        out["ready"] = True
     except OSError as e:  # a read-only or full cache: what was written stays valid, the rest compiles
         warnings.warn(f"wcodec: kernel pack {name}: cannot write Triton's cache ({e}); the kernels compile instead",
                       stacklevel=2)

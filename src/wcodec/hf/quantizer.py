@@ -178,7 +178,9 @@ class WcodecHfQuantizer(HfQuantizer):
             check_model_size(model, reader)
             keep_lazily(folder, bool(q.keep_compressed), q.verify)
         if q.keep_compressed:
-            _install_kernel_pack()
+            from ..gpu import kernel_pack
+
+            kernel_pack.install()  # before the weights load: the load's own GPU kernels find them too
             self.state = KeepState(q.keep_compressed, q.jit_embeddings, q.decoder, q.offload, q.verify, reader, folder)
             self.state.load_dtype = self.load_dtype
         elif reader is not None:
@@ -416,15 +418,3 @@ def _accept_loading_options() -> None:
     if isinstance(types, tuple) and WcodecConfig not in types:
         auto.LOADING_ATTRIBUTES_CONFIG_TYPES = (*types, WcodecConfig)
         warnings.filterwarnings("ignore", message=_OPTIONS_WARNING, category=UserWarning)
-
-
-def _install_kernel_pack() -> None:
-    """The shipped compiled kernels into Triton's cache before the weights load, so that the load's
-    own GPU kernels (the fixed-rate encoder, the rANS decoders) and the warm-up find them
-    (:func:`wcodec.gpu.kernel_pack.install`: a no-op without CUDA or triton, once per process)."""
-    import torch
-
-    if torch.cuda.is_available():
-        from ..gpu import kernel_pack
-
-        kernel_pack.install()

@@ -159,9 +159,8 @@ def warmup(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict:
     for dev in {k[-1] for k in todo}:
         with torch.cuda.device(dev):
             mods = [m for key, m in todo.items() if key[-1] == dev]
-            packs[str(dev)] = rep = kernel_pack.install(dev)
-            packed = rep["kernels"] > 0 and rep["skipped"] in (None, "installed earlier in this process")
-            pre[str(dev)] = _precompile(mods, dtype, dev, packed)
+            packs[str(dev)] = kernel_pack.install(dev)
+            pre[str(dev)] = _precompile(mods, dtype, dev, packs[str(dev)]["ready"])
             for m in mods:
                 calls += warm_module(m, dtype)
             torch.cuda.synchronize(dev)
