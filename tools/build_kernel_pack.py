@@ -3,7 +3,8 @@
 In a fresh Triton cache directory: the load-time warm-up (wcodec.hf.warmup, its precompile workers
 included) of a CompressedLinear for every weight shape of the shipped configurations
 (gpu/configs/<arch>.json) with and without a bias, a 32000x4096 and a 128256x4096 lm_head, a
-CompressedEmbedding's row lookup, fp16 weights (CompressedLinear16) of two shapes; then the GPU
+CompressedEmbedding's row lookup, one Mixtral-8x7B-wide layer kept compressed (its experts on the
+grouped kernels: benchmarks/moe_model.py), fp16 weights (CompressedLinear16) of two shapes; then the GPU
 decoders: load_file(device="cuda") of lossless bf16 / fp16 / fp32, int8 and fixed-codec files.
 Everything Triton compiled there is packed (metadata and cubin per kernel) into
 ``$OUT/triton-<version>-sm<cc>.tar.xz`` (or ``--out``); copy it to src/wcodec/gpu/packs/.
@@ -57,6 +58,15 @@ def main() -> int:
     rep = warmup.warmup(torch.nn.Sequential(*mods))
     print(f"bf16 warm-up: {rep['weights']} weights, {rep['calls']} calls, {rep['seconds']:.1f} s", flush=True)
     del mods
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    import moe_model  # the Mixtral-shaped model the MoE benchmarks run
+
+    moe = moe_model.build(1)
+    moe_model.compress(moe)
+    rep = warmup.warmup(moe)
+    print(f"Mixtral layer warm-up: {rep['weights']} weights, {rep['calls']} calls, {rep['seconds']:.1f} s", flush=True)
+    del moe
+    torch.cuda.empty_cache()
     mods16 = [CompressedLinear16.from_weight(weight(n, k, torch.float16)) for n, k in ((4096, 4096), (11008, 4096))]
     rep = warmup.warmup(torch.nn.Sequential(*mods16), dtype=torch.float16)
     print(f"fp16 warm-up: {rep['weights']} weights, {rep['calls']} calls, {rep['seconds']:.1f} s", flush=True)

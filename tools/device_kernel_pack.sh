@@ -1,7 +1,8 @@
 # Build the kernel pack for the device's Triton and GPU, then measure and check it (device tool,
 # from the repository root: `bash tools/device_kernel_pack.sh`). Writes the pack and logs under
-# $OUT; the table of tools/warmup_cold.py last (a 7B layer + lm_head, then 13B shapes that no
-# shipped configuration names: held out from the build).
+# $OUT; the tables of tools/warmup_cold.py last (a 7B layer + lm_head; one Mixtral-wide layer;
+# then 13B shapes that no shipped configuration names: held out from the build, WITH_13B=0 skips
+# them). ROWS_7B / ROWS_MOE pick the rows of the first two.
 OUT=${OUT:-/tmp/kernel_pack_out}
 mkdir -p "$OUT"
 python3 setup.py build_ext --inplace -q > "$OUT/build.log" 2>&1; echo "build rc=$?"
@@ -34,6 +35,11 @@ for n, k in ((4096, 4096), (11008, 4096), (4096, 11008)):
 print(f"check: worst relative error {worst:.2e}; calls over 0.15 s (a compile): {slow}")
 assert worst < 2e-2
 PY
-ROWS="cold, workers;warm;cold, pack" python3 tools/warmup_cold.py > "$OUT/warmup_7b.log" 2>&1; tail -5 "$OUT/warmup_7b.log"
-SHAPES=5120x5120,13824x5120,5120x13824,32000x5120 ROWS="cold, workers;cold, pack" python3 tools/warmup_cold.py \
-    > "$OUT/warmup_13b.log" 2>&1; tail -4 "$OUT/warmup_13b.log"
+ROWS=${ROWS_7B:-"cold, workers;warm;cold, pack"} python3 tools/warmup_cold.py > "$OUT/warmup_7b.log" 2>&1
+tail -5 "$OUT/warmup_7b.log"
+MODEL=mixtral ROWS=${ROWS_MOE:-"cold, workers;warm;cold, pack"} python3 tools/warmup_cold.py > "$OUT/warmup_moe.log" 2>&1
+tail -5 "$OUT/warmup_moe.log"
+if [ "${WITH_13B:-1}" = 1 ]; then
+  SHAPES=5120x5120,13824x5120,5120x13824,32000x5120 ROWS="cold, workers;cold, pack" python3 tools/warmup_cold.py \
+      > "$OUT/warmup_13b.log" 2>&1; tail -4 "$OUT/warmup_13b.log"
+fi

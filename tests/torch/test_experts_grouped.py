@@ -165,3 +165,44 @@ def test_forward_compiles_whole(monkeypatch):
         want = experts(x, ids, w)
         got = torch.compile(lambda *a: experts(*a), backend="aot_eager", fullgraph=True)(x, ids, w)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
+def test_load_time_warm_up_reaches_every_route_of_the_grouped_forward(monkeypatch, arch):
+    """wcodec.hf.warmup keys a compressed experts module by its class and expert shapes and runs
+    its own forward over token counts whose routed slots reach the GEMV, both tile launches and
+    the decode + grouped_mm route (so that no Triton compile happens while serving a MoE model);
+    the routes spread the slots over every expert; the module's state is not touched."""
+    from wcodec.hf import warmup
+
+    model = copy.deepcopy(dense_model(arch)).to(DEVICE)
+    compress_all(model)
+    experts = model.model.layers[0].mlp.experts
+    keys = [k for k in warmup.distinct_weights(model) if k[0] == "experts"]
+    assert len(keys) == 1 and keys[0][1] == type(experts).__name__
+    assert [a for a, _ in keys[0][2]] == ex.compressed_attrs(experts)
+    before = {k: v.clone() for k, v in experts.state_dict().items()}
+    E, H = experts.num_experts, model.config.hidden_size
+    seen = []
+
+    def spy(self, x, ids, w):
+        seen.append((tuple(x.shape), x.dtype, ids.clone(), w.clone()))
+        return torch.zeros_like(x)
+
+    with monkeypatch.context() as m:
+        m.setattr(type(experts), "forward", spy)
+        calls = warmup.warm_module(experts, torch.bfloat16)
+    assert calls == len(seen) == len(warmup.expert_tokens(E, 2))
+    tokens = [s[0][0] for s in seen]
+    assert set(warmup.rows()) <= set(tokens) and all(s[0][1] == H and s[1] == torch.bfloat16 for s in seen)
+    slots = [t * 2 for t in tokens]
+    assert any(s <= fg.GEMV_MAX_SLOTS for s in slots)
+    assert any(fg.GEMV_MAX_SLOTS < s <= fg.PREFILL_SLOTS * E for s in slots)
+    assert any(fg.PREFILL_SLOTS * E < s <= fg.DECODE_SLOTS * E for s in slots)
+    assert any(s > fg.DECODE_SLOTS * E for s in slots)
+    for (t, _), _, ids, w in seen:
+        assert ids.shape == (t, 2) and int(ids.max()) < E and torch.allclose(w.float().sum(-1), torch.ones(t, device=w.device))
+        if t * 2 >= E:
+            assert set(ids.flatten().tolist()) == set(range(E))
+    assert warmup.warm_experts(experts, torch.bfloat16) == calls  # the real forward, every T
+    assert all(torch.equal(before[k], v) for k, v in experts.state_dict().items())

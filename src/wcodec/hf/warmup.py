@@ -7,8 +7,10 @@ specialisation (Triton specialises integer arguments such as M on ``== 1`` and d
 the tokens of all running sequences into one [M, hidden] matmul), so an untuned process tunes
 in the middle of generation: the first fused process on a fresh H100 served 3.5-9x slower than
 later ones (issue 28). :func:`warmup` runs each distinct fused weight once for every row count
-``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M, fixed.WS_MAX_M) + 1`` right after loading: every key
-and specialisation the routing can reach is then tuned and compiled (Triton also caches both on
+``1 .. max(fixed.LARGE_M, fixed.WGMMA_MAX_M, fixed.WS_MAX_M) + 1`` right after loading, and each
+distinct compressed MoE experts module its own forward over those token counts and the ones
+where the grouped kernels change launch (:func:`expert_tokens`): every key and specialisation
+the routing can reach is then tuned and compiled (Triton also caches both on
 disk, so later processes load them from that cache). First the kernels compiled for this Triton
 and GPU that wcodec ships go into that cache (:mod:`wcodec.gpu.kernel_pack`); on a cache still
 cold for the model the compiles are spread over worker processes (:mod:`wcodec.gpu.precompile`):
@@ -50,8 +52,12 @@ def buckets() -> list[int]:
 
 def distinct_weights(model: torch.nn.Module) -> dict:
     """One fused module per distinct kernel key of ``model``: ``{("linear", N, K, has_bias,
-    device): CompressedLinear, ("embedding", N, K, device): CompressedEmbedding}`` (the first of
-    each in ``named_modules`` order; modules holding the same key share every tuning result)."""
+    device): CompressedLinear, ("embedding", N, K, device): CompressedEmbedding, ("experts",
+    class name, ((attr, (E, d1, d2)), ...), device): compressed experts module}`` (the first of
+    each in ``named_modules`` order; modules holding the same key share every tuning result).
+    Experts modules count when their CUDA forward runs the fused kernels
+    (:func:`wcodec.torch.experts.decodes_per_call` false)."""
+    from ..torch import experts as ex
     from ..torch.embedding import CompressedEmbedding
     from ..torch.linear import CompressedLinear
 
@@ -62,6 +68,10 @@ def distinct_weights(model: torch.nn.Module) -> dict:
         elif isinstance(m, CompressedEmbedding):
             n, k = m._shape()
             key = ("embedding", n, k, m.w_packed.device)
+        elif isinstance(m, ex._CompressedExpertsMixin) and ex.compressed_attrs(m) and not ex.decodes_per_call(m):
+            attrs = ex.compressed_attrs(m)
+            shapes = tuple((a, tuple(m._buffers[f"{a}_shape"].tolist())) for a in attrs)
+            key = ("experts", type(m).__name__, shapes, m._buffers[f"{attrs[0]}_packed"].device)
         else:
             continue
         found.setdefault(key, m)
@@ -77,8 +87,11 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     from ..gpu import fixed as fx
     from ..gpu import fixed16 as fx16
     from ..gpu.precompile import sweep
+    from ..torch import experts as ex
     from ..torch.embedding import CompressedEmbedding
 
+    if isinstance(module, ex._CompressedExpertsMixin):
+        return warm_experts(module, dtype)
     fw = module.fixed_weight
     with torch.no_grad():
         if isinstance(module, CompressedEmbedding):  # token ids come as int64 or int32 (an engine's buffers)
@@ -89,6 +102,45 @@ def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     if isinstance(fw, fx16.Fixed16Weight):  # an fp16 weight tunes its GEMV only; above it, decode + cuBLAS
         return sweep(fw, bias, dtype, range(1, fx16.GEMV_MAX_M + 2), linear=fx16.linear)
     return sweep(fw, bias, dtype, rows())
+
+
+def expert_tokens(n_experts: int, top_k: int) -> list[int]:
+    """The token counts T that :func:`warm_experts` runs: every M of :func:`rows`, and the first T
+    whose ``T * top_k`` routed slots pass ``fixed_grouped.PREFILL_SLOTS`` and
+    ``fixed_grouped.DECODE_SLOTS`` slots per expert (the prefill tiles; all experts decoded and
+    ``torch._grouped_mm``), so that every launch the grouped routing can choose is compiled."""
+    from ..gpu import fixed_grouped as fg
+
+    edges = {limit * n_experts // top_k + 1 for limit in (fg.PREFILL_SLOTS, fg.DECODE_SLOTS)}
+    return sorted(set(rows()) | edges)
+
+
+def warm_experts(module: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Run a compressed experts module's own forward for every T of :func:`expert_tokens`
+    (hidden_states: zeros [T, hidden] of ``dtype``; top_k_index ``(arange(T * k) % E).view(T, k)``,
+    k the config's ``num_experts_per_tok`` where the module has a config, else 2, at most E:
+    the slots reach every expert evenly; top_k_weights 1/k) on the module's device; returns the
+    number of calls. The forward is what serving runs, so its routing (GEMV, tiles, decode +
+    grouped_mm; the per-expert fused linears where one projection is kept dense) needs no copy
+    here. At the largest T the decode route holds the dense experts transiently (Mixtral's
+    gate_up_proj: 1.9 GB), as a prompt of that length would. Its parameters and buffers are
+    not modified (its caches of expert views fill as at its first serving call)."""
+    from ..torch import experts as ex
+
+    up = ex._expert_attrs(module)[0]
+    shape = (tuple(module._buffers[f"{up}_shape"].tolist()) if f"{up}_packed" in module._buffers
+             else tuple(getattr(module, up).shape))
+    n_experts, hidden = shape[0], shape[1] if ex._transposed(module) else shape[2]
+    top_k = getattr(getattr(module, "config", None), "num_experts_per_tok", None) or 2
+    top_k = max(1, min(int(top_k), n_experts))
+    device = module._buffers[f"{ex.compressed_attrs(module)[0]}_packed"].device
+    tokens = expert_tokens(n_experts, top_k)
+    with torch.no_grad():
+        for t in tokens:
+            ids = (torch.arange(t * top_k, device=device) % n_experts).view(t, top_k)
+            module(torch.zeros(t, hidden, dtype=dtype, device=device), ids,
+                   torch.full((t, top_k), 1.0 / top_k, dtype=dtype, device=device))
+    return len(tokens)
 
 
 def _bias(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor | None:
@@ -135,7 +187,8 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 
 def warmup(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict:
     """Tune and compile the fused kernels of every CUDA CompressedLinear / CompressedEmbedding
-    of ``model`` for every row count of :func:`rows` (see the module docstring); on a cold Triton
+    of ``model`` for every row count of :func:`rows` (see the module docstring), and of every
+    compressed experts module for every token count of :func:`expert_tokens`; on a cold Triton
     cache the shipped kernel pack is installed (:func:`wcodec.gpu.kernel_pack.install`) and the bf16
     linears' kernels it lacks are compiled by worker processes (:func:`_precompile`).
     No-op on the CPU and under the Triton interpreter (nothing to tune there).
@@ -183,4 +236,5 @@ def after_load(model: torch.nn.Module, option) -> dict | None:
     return report
 
 
-__all__ = ["rows", "buckets", "distinct_weights", "warm_module", "warmup", "after_load"]
+__all__ = ["rows", "buckets", "distinct_weights", "expert_tokens", "warm_module", "warm_experts", "warmup",
+           "after_load"]
