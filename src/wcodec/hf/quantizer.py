@@ -54,9 +54,9 @@ class WcodecConfig(QuantizationConfigMixin):
         under torch.compile).
     decoder: "auto", "triton" or "numba" (keep_compressed). offload: keep_compressed on CUDA
         with the compressed bytes in pinned CPU memory. verify: check checksums.
-    warmup: True: with keep_compressed on CUDA, tune the fused kernels for every row count right
-        after loading (:mod:`wcodec.hf.warmup`) so that none tunes while serving; None (default)
-        and False skip it (on a fresh H100 the sweep outlasted a 150 s test: off until measured).
+    warmup: True: with keep_compressed on CUDA, tune the fused kernels (linears, embeddings, MoE
+        experts) for every row count right after loading (:mod:`wcodec.hf.warmup`) so that none
+        tunes or compiles while serving; None (default) and False skip it.
     format_version / mode / wcodec_version: written by convert_folder, informative.
     Raises ValueError for an unknown keep_compressed, decoder or warmup.
     """
@@ -390,14 +390,20 @@ def patch_dtype() -> None:
 
         def device(self):
             # every parameter held compressed (OLMo: norms without weights): the device of its buffers
+            # (transformers 5.25 reads it inside from_pretrained, before keep.finish has run)
             try:
                 return orig_device(self)
             except StopIteration:
-                if "_wcodec_dtype" not in self.__dict__:
+                if "_wcodec_dtype" not in self.__dict__ and not _holds_compressed(self):
                     raise
                 return next(self.buffers()).device
 
         ModuleUtilsMixin.device = property(device, dev.fset, dev.fdel, dev.__doc__)
+
+
+def _holds_compressed(model) -> bool:
+    """Whether ``model`` holds a wcodec module (its weights as buffers of ours)."""
+    return any(type(m).__module__.startswith("wcodec.") for m in model.modules())
 
 
 # transformers warns whenever a quantization_config is passed for a folder that has one, even

@@ -195,9 +195,10 @@ def _rowwise_local():
     from transformers.integrations.tensor_parallel import RowwiseParallel
 
     class RowwiseLocal(RowwiseParallel):
-        def transform_output_post_forward(self, module, output, mesh):
+        def transform_output_post_forward(self, module, output, mesh, *args, **kwargs):
+            # (transformers 5.25 added a config keyword: passed on as it comes)
             if isinstance(output, DTensor) or output.requires_grad:
-                return super().transform_output_post_forward(module, output, mesh)
+                return super().transform_output_post_forward(module, output, mesh, *args, **kwargs)
             dist.all_reduce(output, group=mesh.get_group() if mesh.ndim == 1 else mesh.get_group("tp"))
             bias = module._parameters.get("bias")
             return output if bias is None else output + local(bias)
