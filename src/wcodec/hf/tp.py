@@ -72,14 +72,24 @@ def like(t: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
                               stride=ref.stride())
 
 
+def _tp_api():
+    """transformers' tensor-parallel module: ``transformers.distributed.tensor_parallel`` (5.24
+    has it; ``transformers.integrations.tensor_parallel`` is its shim in 5.25), else the older
+    ``transformers.integrations.tensor_parallel``."""
+    try:
+        from transformers.distributed import tensor_parallel
+    except ImportError:
+        from transformers.integrations import tensor_parallel
+    return tensor_parallel
+
+
 def _style(model, module_name: str):
     """transformers' parallel style object that the model's plan gives module ``module_name``
     (its layer numbers matched by ``*``, as transformers matches them), or None."""
-    from transformers.integrations.tensor_parallel import ALL_PARALLEL_STYLES, replace_layer_number_by_wildcard
-
+    api = _tp_api()
     plan = getattr(model, "tp_plan", None) or {}
-    name = plan.get(replace_layer_number_by_wildcard(module_name))
-    return None if name is None else ALL_PARALLEL_STYLES[name]
+    name = plan.get(api.replace_layer_number_by_wildcard(module_name))
+    return None if name is None else api.ALL_PARALLEL_STYLES[name]
 
 
 def adopt(model, module_name: str, old: torch.nn.Module, new: torch.nn.Module) -> None:
@@ -177,8 +187,8 @@ def _local_inference(style):
     redistributed to Replicate) computes the same sum with more host work per call, and eager
     decoding is bound by host time."""
     from torch.distributed.tensor import Replicate
-    from transformers.integrations.tensor_parallel import RowwiseParallel
 
+    RowwiseParallel = _tp_api().RowwiseParallel
     if type(style) is not RowwiseParallel or not isinstance(style.output_layouts, Replicate):
         return style
     if id(style) not in _LOCAL_STYLES:
@@ -192,9 +202,8 @@ def _local_inference(style):
 def _rowwise_local():
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
-    from transformers.integrations.tensor_parallel import RowwiseParallel
 
-    class RowwiseLocal(RowwiseParallel):
+    class RowwiseLocal(_tp_api().RowwiseParallel):
         def transform_output_post_forward(self, module, output, mesh, *args, **kwargs):
             # (transformers 5.25 added a config keyword: passed on as it comes)
             if isinstance(output, DTensor) or output.requires_grad:
