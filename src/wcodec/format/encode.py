@@ -1,7 +1,8 @@
 """Encode a stream of tensors into a writer: thread pool over tensors, bounded memory, aliases.
 
-At most ``workers + 1`` tensors are in flight (being encoded or waiting to be written), so
-memory stays bounded by the largest tensors, never the whole checkpoint. Records are written in
+At most ``workers + 1`` tensors, or more while their input bytes stay within
+:data:`WINDOW_BYTES`, are in flight (being encoded or waiting to be written), so memory stays
+bounded by the largest tensors and the window, never the whole checkpoint. Records are written in
 input order, so the output is deterministic whatever the number of workers.
 """
 
@@ -37,6 +38,14 @@ class Item:
     array: np.ndarray
     dtype: str
     ident: tuple | None = None
+
+
+#: input bytes that may be in flight beyond ``workers + 1`` tensors: tensors behind a large one
+#: keep the other workers busy while it encodes, their records waiting for it to be written.
+#: MiniLM bf16 on 2 cores (its 23 MB token embedding ahead of 38 small tensors), save_file
+#: 55-60 ms with the count bound alone, 43 ms with this window; the kernels alone 29.5 ms
+#: (benchmarks/HISTORY.md, session 17)
+WINDOW_BYTES = 256 << 20
 
 
 def default_workers() -> int:
@@ -110,9 +119,12 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
     seen: dict[tuple, str] = {}
     totals = {"tensors": 0, "aliases": 0, "raw_bytes": 0, "coded_bytes": 0}
     pending: deque = deque()
+    in_flight = 0  # input bytes of the pending tensors
 
     def flush_one():
+        nonlocal in_flight
         name, fut, nbytes = pending.popleft()
+        in_flight -= nbytes
         rec, crc, prepared = fut.result()
         sink.add_record(name, rec, crc, prepared=prepared)
         totals["tensors"] += 1
@@ -143,7 +155,8 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
                 seen[key] = item.name
             m, opts = (plan or {}).get(item.name, (mode, None))
             pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts), int(item.array.nbytes)))
-            while len(pending) > workers:
+            in_flight += int(item.array.nbytes)
+            while len(pending) > workers and in_flight > WINDOW_BYTES:
                 flush_one()
         while pending:
             flush_one()
