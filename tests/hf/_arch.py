@@ -279,6 +279,14 @@ def _assert_kept(cell: Cell, rep: dict) -> None:
     kept = set(rep.get("fused", [])) | set(rep.get("compressed", []))
     must = must_stay_compressed(cell.ref)
     dense = [n for n in must if n not in kept]
+    # a Linear weight tied to one outside that list (IBert's lm_head.decoder to its QuantEmbedding
+    # table) and reported dense with it is that very tensor: compressing it would add memory
+    ties: dict = {}
+    for n, p in cell.ref.named_parameters(remove_duplicate=False):
+        ties.setdefault(id(p), []).append(n)
+    partners = {n: group for group in ties.values() for n in group}
+    decoded = set(rep.get("decoded", []))
+    dense = [n for n in dense if not (n in decoded and any(o not in must and o in decoded for o in partners.get(n, [])))]
     # a model with no Linear / experts weight (EnCodec: convolutions and an LSTM) has none to keep
     assert (kept or not must) and not dense, f"{len(dense)} weights not kept compressed: {dense[:4]}" \
         f"{' (reason: ' + str(rep.get('kept', {}).get(dense[0])) + ')' if dense else ''}"

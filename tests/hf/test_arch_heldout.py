@@ -160,3 +160,24 @@ def test_weights_read_outside_their_module_stay_theirs(tmp_path, keep):
     assert "vision_model.visual.transformer.resblocks.0.attn.out_proj.weight" in jit
     assert keep is True or "vision_model.visual.embeddings.position_embedding.weight" in jit
     _arch.assert_same_outputs(_arch.outputs(model, feed), _arch.outputs(ref, feed), "outputs")
+
+
+def test_a_linear_tied_to_a_weight_kept_dense_is_reported_with_it(tmp_path):
+    """IBert's lm_head.decoder is tied to its QuantEmbedding table, which stays dense: under "jit"
+    the decoder is that same dense tensor, and the report says so (never silently dense)."""
+    if "ibert" not in transformers.CONFIG_MAPPING:
+        pytest.skip("this transformers has no ibert")
+    from wcodec.hf import WcodecConfig, convert_folder
+
+    auto = transformers.AutoModelForMaskedLM
+    cfg = transformers.AutoConfig.for_model("ibert", vocab_size=512, hidden_size=64, intermediate_size=128,
+                                            num_hidden_layers=1, num_attention_heads=4)
+    torch.manual_seed(0)
+    auto.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path / "src")
+    convert_folder(tmp_path / "src", tmp_path / "wc")
+    model = auto.from_pretrained(tmp_path / "wc", quantization_config=WcodecConfig(keep_compressed="jit")).eval()
+    assert model.lm_head.decoder.weight is model.ibert.embeddings.word_embeddings.weight
+    rep = _arch.report(model)
+    why = rep["kept"]["lm_head.decoder.weight"]
+    assert why.startswith("tied to ibert.embeddings.word_embeddings.weight, kept dense: QuantEmbedding")
+    assert "lm_head.decoder.weight" in rep["decoded"]

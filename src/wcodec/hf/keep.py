@@ -536,6 +536,7 @@ def finish(state: KeepState, model) -> None:
             else:  # only Linear / Embedding weights decode just in time
                 module._parameters[pname] = torch.nn.Parameter(tp.like(cw.materialize(key), p), requires_grad=False)
                 state.report["decoded"].append(full)
+    _name_tied_partners(state, model)
     state.report["compressed"] = sorted(set(state.report["compressed"]))
     for cw in cws.values():
         cw.report = state.report
@@ -547,6 +548,25 @@ def finish(state: KeepState, model) -> None:
         warnings.warn(f"wcodec: {len(dense)} Linear/Embedding/expert weight(s) kept dense (see "
                       f"model.wcodec_weights.report['kept'] for each reason), e.g. {dense[0]}: "
                       f"{state.report['kept'][dense[0]]}", UserWarning, stacklevel=3)
+
+
+def _name_tied_partners(state: KeepState, model) -> None:
+    """A weight transformers tied to one kept dense (IBert's lm_head.decoder to its QuantEmbedding
+    table) never reached :func:`keep_tensor` under its own name: it is that same dense tensor
+    (no memory of its own), reported with its partner's reason, never silently dense."""
+    rep = state.report
+    done = set(rep["fused"]) | set(rep["compressed"])
+    names: dict = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    for group in names.values():
+        dense = next((n for n in group if n in rep["kept"] and n in rep["decoded"]), None)
+        if dense is None or len(group) < 2:
+            continue
+        for n in group:
+            if n not in rep["kept"] and n not in done:
+                rep["kept"][n] = f"tied to {dense}, kept dense: {rep['kept'][dense]}"
+                rep["decoded"].append(n)
 
 
 def _dense_dtype(module, held: dict):
