@@ -80,8 +80,9 @@ def distinct_weights(model: torch.nn.Module) -> dict:
 
 def warm_module(module: torch.nn.Module, dtype: torch.dtype) -> int:
     """Run one CompressedLinear's kernels for every M of :func:`rows` (x: zeros [M, K] of
-    ``dtype``, the module's bias cast as its forward casts it), or one CompressedEmbedding's row
-    lookup of int64 and of int32 indices, on the module's device; returns the number of calls.
+    ``dtype``, the module's bias cast as its forward casts it), one CompressedEmbedding's row
+    lookup of int64 and of int32 indices, or a compressed experts module's forward
+    (:func:`warm_experts`), on the module's device; returns the number of calls.
     One module stands for all of its shape: the kernels do not specialise on what differs between
     weights of one shape (``wcodec.gpu.fixed_kernels.PER_WEIGHT``). The module is not modified."""
     from ..gpu import fixed as fx
@@ -138,8 +139,9 @@ def warm_experts(module: torch.nn.Module, dtype: torch.dtype) -> int:
     with torch.no_grad():
         for t in tokens:
             ids = (torch.arange(t * top_k, device=device) % n_experts).view(t, top_k)
-            module(torch.zeros(t, hidden, dtype=dtype, device=device), ids,
-                   torch.full((t, top_k), 1.0 / top_k, dtype=dtype, device=device))
+            # forward, not __call__: a tensor-parallel plan's hooks would reduce across ranks
+            module.forward(torch.zeros(t, hidden, dtype=dtype, device=device), ids,
+                           torch.full((t, top_k), 1.0 / top_k, dtype=dtype, device=device))
     return len(tokens)
 
 
