@@ -154,8 +154,9 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
             if key is not None:
                 seen[key] = item.name
             m, opts = (plan or {}).get(item.name, (mode, None))
-            pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts), int(item.array.nbytes)))
-            in_flight += int(item.array.nbytes)
+            nbytes = int(item.array.nbytes)
+            pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts), nbytes))
+            in_flight += nbytes
             while len(pending) > workers and in_flight > WINDOW_BYTES:
                 flush_one()
         while pending:
