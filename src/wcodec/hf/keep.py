@@ -560,8 +560,10 @@ def _name_tied_partners(state: KeepState, model) -> None:
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), []).append(name)
     for group in names.values():
+        if len(group) < 2:
+            continue
         dense = next((n for n in group if n in rep["kept"] and n in rep["decoded"]), None)
-        if dense is None or len(group) < 2:
+        if dense is None:
             continue
         for n in group:
             if n not in rep["kept"] and n not in done:
