@@ -158,7 +158,7 @@ def test_refusals_leave_the_module_dense():
 
     m = _Einsum()
     with pytest.raises(ExpertsKeptDenseError, match="bfloat16"):
-        compress_expert_param(m, "w", m.w.detach().float())
+        compress_expert_param(m, "w", m.w.detach().float() + 2 ** -20)
     with pytest.raises(ExpertsKeptDenseError, match=r"\[3, N, K\]"):
         compress_expert_param(m, "w", m.w.detach()[:2])
     assert isinstance(m._parameters["w"], torch.nn.Parameter) and not compressed_attrs(m)
@@ -208,6 +208,33 @@ def test_from_pretrained_kept_compressed(arch, codec, keep, tmp_path, monkeypatc
             assert torch.equal(bits(again.get_parameter(n)), bits(ref.get_parameter(n)))
         with torch.no_grad():
             assert torch.equal(again(IDS).logits, ref(IDS).logits)
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_float32_config_takes_the_stored_bf16_records(arch, tmp_path, monkeypatch):
+    """A bf16 folder whose config names float32 loads in float32: each expert parameter's stored
+    bf16 fixed record is taken as it is, held in float32 (decoded for each call), outputs equal
+    the dense float32 model's bit for bit."""
+    import json
+
+    from wcodec.torch import experts as ex
+
+    src = _folder(arch, tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "dtype": "float32"}))
+    ref = tf.AutoModelForCausalLM.from_pretrained(src).eval()
+    assert ref.dtype == torch.float32
+    wc = _convert(src, tmp_path / "wc", "fixed")
+    taken, load_record = [], ex.load_expert_record
+    monkeypatch.setattr(ex, "load_expert_record", lambda m, a, *args, **kw: (taken.append(kw.get("name")),
+                                                                              load_record(m, a, *args, **kw)))
+    model = tf.AutoModelForCausalLM.from_pretrained(wc, quantization_config=WcodecConfig(keep_compressed=True)).eval()
+    want = own_forward_params(ref)
+    assert set(want) <= set(taken) and not [n for n in want if n not in model.wcodec_weights.report["compressed"]]
+    assert model.dtype == torch.float32 and all(
+        getattr(model.get_submodule(n.rpartition(".")[0]), n.rpartition(".")[2]).dtype == torch.float32 for n in want)
+    with torch.no_grad():
+        assert torch.equal(model(IDS).logits.view(torch.int32), ref(IDS).logits.view(torch.int32))
 
 
 # ---- FalconMamba: transformers' _is_quantized flag ----

@@ -13,7 +13,7 @@ tf = pytest.importorskip("transformers")
 
 from wcodec.errors import WcodecError  # noqa: E402
 from wcodec.torch.experts import (ExpertsKeptDenseError, FixedExpertsTensor, compress_expert_param,  # noqa: E402
-                                  compressed_attrs, decompress_experts, is_expert_param,
+                                  compressed_attrs, decodes_per_call, decompress_experts, is_expert_param,
                                   load_compressed_experts, register_implementation)
 
 COMMON = dict(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -119,13 +119,50 @@ def test_state_dict_reload_view_and_decompress(arch):
         assert torch.equal(bits(fresh(ids).logits), bits(dense(ids).logits))
 
 
+@pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
+def test_float32_model_with_bf16_values(arch):
+    """A bf16 checkpoint loaded in float32 (its config's dtype): the experts are stored in the
+    bf16 layout, read back in float32, decoded for each call; outputs, state_dict reload,
+    decompression and module.to(dtype) stay the dense model's bit for bit."""
+    dense = dense_model(arch).float()
+    model = copy.deepcopy(dense)
+    names = compress_all(model)
+    experts = model.model.layers[0].mlp.experts
+    assert len(names) == 2 and decodes_per_call(experts)
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = dense(ids).logits
+        assert torch.equal(model(ids).logits.view(torch.int32), want.view(torch.int32))
+    orig = dense.model.layers[0].mlp.experts
+    view = experts.down_proj
+    assert view.dtype == torch.float32 and "float32" in repr(view)
+    assert torch.equal(view[1].view(torch.int32), orig.down_proj[1].view(torch.int32))
+    fresh = copy.deepcopy(dense)
+    fresh.load_state_dict(model.state_dict(), strict=False)  # the dense experts take the compressed buffers
+    fexp = fresh.model.layers[0].mlp.experts
+    assert load_compressed_experts(fexp, model.state_dict(), "model.layers.0.mlp.experts.")
+    assert fexp.down_proj.dtype == torch.float32 and decodes_per_call(fexp)
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits.view(torch.int32), want.view(torch.int32))
+    # the dense dtype follows module.to(dtype)
+    model.to(torch.bfloat16)
+    assert experts.down_proj.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert torch.equal(bits(model(ids).logits), bits(dense.to(torch.bfloat16)(ids).logits))
+    model.float()
+    decompress_experts(experts)
+    assert not compressed_attrs(experts) and experts.down_proj.dtype == torch.float32
+    assert torch.equal(experts.down_proj.view(torch.int32), orig.float().down_proj.view(torch.int32))
+
+
 def test_refusals_leave_the_module_dense():
     model = dense_model("mixtral")
     experts = model.model.layers[0].mlp.experts
     assert is_expert_param(experts, "gate_up_proj") and not is_expert_param(experts, "act_fn")
     assert not is_expert_param(model.model.layers[0].self_attn.q_proj, "weight")
     w = experts.gate_up_proj.detach()
-    for module, attr, value, match in ((experts, "gate_up_proj", w.float(), "float32"),
+    for module, attr, value, match in ((experts, "gate_up_proj", w.float() + 2 ** -20, "float32 values that bfloat16"),
+                                       (experts, "gate_up_proj", w.to(torch.float8_e4m3fn), "float8"),
                                        (experts, "gate_up_proj", w[:2], r"\[4, N, K\]"),
                                        (experts, "down_proj", w, "module holds"),
                                        (experts, "bias", w, "not an expert projection"),
@@ -177,6 +214,25 @@ def test_cuda_exact_experts_equal_dense(arch):
     ids = torch.randint(0, 64, (3, 11), device="cuda")
     with torch.no_grad():
         assert torch.equal(bits(model(ids).logits), bits(dense(ids).logits))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
+def test_cuda_float32_experts_with_bf16_values_equal_dense(arch):
+    """Experts held in float32 with bf16 values decode per call on CUDA too (not the bf16 fused
+    kernels): logits bit-identical to the dense float32 model's, eager and compiled."""
+    dense = dense_model(arch).float().cuda()
+    model = copy.deepcopy(dense)
+    compress_all(model)
+    assert decodes_per_call(model.model.layers[0].mlp.experts)
+    ids = torch.randint(0, 64, (3, 11), device="cuda")
+    with torch.no_grad():
+        want = dense(ids).logits.view(torch.int32)
+        assert torch.equal(model(ids).logits.view(torch.int32), want)
+        # compiled: the experts still decode (outside the graph) and multiply in float32, so only
+        # the graph's own fusions differ (the fused kernels would round to bf16: ~1e-2)
+        got, ref = torch.compile(model)(ids).logits, dense(ids).logits
+        assert ((got - ref).norm() / ref.norm()).item() < 1e-4
 
 
 def _record(t):

@@ -12,8 +12,9 @@ tensor). For a parameter ``name`` holding ``value`` (already on its device, in t
   untied bfloat16 ``nn.Embedding`` a :class:`wcodec.torch.embedding.CompressedEmbedding`, a 3-D
   expert parameter of an experts module compressed experts (:mod:`wcodec.torch.experts`: a
   transformers experts module's run on the fused kernels on CUDA; those of an experts module
-  with a forward of its own, Llama-4's or JetMoE's, decode for each call and run that forward,
-  listed as "compressed"); the
+  with a forward of its own, Llama-4's or JetMoE's, and those held in another dtype than
+  bfloat16 with bfloat16 values, a bf16 checkpoint loaded in float32, decode for each call and
+  run the dense forward, listed as "compressed"); the
   fixed-rate layout comes straight from the file when the tensor was stored with codec "fixed"
   (or "fixed16") and reached the model unchanged, else it is encoded on the device;
 - weights of ``nn.Linear`` / ``nn.Embedding`` that are not fused (``keep_compressed="jit"``, or
@@ -247,7 +248,10 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
         return value if want is None or value.dtype == want else value.to(want)
     why = _why_not_fused(state, model, module, name, value) if state.mode is True and matrix else None
     if expert and state.mode in (True, "jit"):
-        key = _fixed_record(state, _stored_record_key(state, sources, value), value.dtype)
+        # a bf16 record loaded in float32 (the config's dtype) holds the same values: taken as stored
+        widened = value.dtype in (torch.float32, torch.float64)
+        key = _fixed_record(state, _stored_record_key(state, sources, value, same_dtype=not widened),
+                            torch.bfloat16 if widened else value.dtype)
         why = _keep_expert(state, model, module, attr, name, value, key, exact=state.mode == "jit")
         if why is None:
             return None
@@ -432,8 +436,6 @@ def _keep_expert(state: KeepState, model, module, attr: str, name: str, value: t
     so does an experts module with a forward of its own in either mode."""
     from ..torch import experts as ex
 
-    if value.dtype != torch.bfloat16:
-        return f"dtype {value.dtype} (the fixed-rate layout of the fused kernels is for bfloat16)"
     sharded = module._parameters.get(attr)
     sharded = sharded if tp.is_dtensor(sharded) else None
     entry = state.reader.entry(key) if key is not None and sharded is None else None
@@ -442,7 +444,7 @@ def _keep_expert(state: KeepState, model, module, attr: str, name: str, value: t
             if entry is not None and ex.stored_record_fits(module, attr, entry["codec"], entry["dtype"],
                                                            entry["shape"]):
                 ex.load_expert_record(module, attr, _stored(state, key, value.device), value.device, exact=exact,
-                                      name=key)
+                                      name=key, dtype=value.dtype)
             else:
                 ex.compress_expert_param(module, attr, materialize(value), exact=exact)
     except ex.ExpertsKeptDenseError as e:

@@ -38,8 +38,15 @@ State: a compressed parameter ``P`` (e.g. ``gate_up_proj``) becomes four buffers
   weight of ``y = x @ W.T``: ``P[e]`` itself, or ``P[e].T`` for modules with
   ``is_transposed`` (gpt-oss).
 
-``module.P`` still reads (a 3-D bf16 tensor view: metadata free, ``P[e]`` decodes expert e, any
-other op decodes all); biases stay dense Parameters. A compressed module does not pickle
+``module.P`` still reads (a 3-D tensor view in the parameter's dtype: metadata free, ``P[e]``
+decodes expert e, any other op decodes all); biases stay dense Parameters.
+
+Dtype: the fixed layout stores bfloat16. A parameter held in another floating dtype whose values
+bfloat16 holds exactly (a bf16 checkpoint loaded in float32 because its config names float32,
+as Ergo's does) is stored so too, its dense dtype remembered (``module._wcodec_dtypes``, followed
+through ``module.to(dtype)``); such a module decodes for each call (as ``exact`` below) and
+casts, so its outputs stay the dense module's bit for bit. Values bfloat16 does not hold
+(true float32 weights) are refused: the caller keeps them dense. A compressed module does not pickle
 (``torch.save(module)``): save its state_dict.
 
 Experts modules with a forward of their own (not ``use_experts_implementation`` modules:
@@ -145,44 +152,64 @@ def _check(module: nn.Module, attr: str, value: torch.Tensor) -> None:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: expected a [{n}, N, K] "
                                     f"tensor, got {got}")
-    if value.dtype != torch.bfloat16:
-        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: {str(value.dtype).replace('torch.', '')}; "
-                                    "the fixed layout keeps bfloat16 weights only")
     if value.is_meta:
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: on the meta device (no values)")
+    if value.dtype != torch.bfloat16 and value.dtype not in _BITS:
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: {str(value.dtype).replace('torch.', '')}; "
+                                    "the fixed layout keeps bfloat16 weights only")
     held = tuple(p.to_local().shape if hasattr(p, "to_local") else p.shape) if p is not None else None
     if held is not None and held != tuple(value.shape):  # a tensor-parallel shard: its local shape
         raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: the module holds {held}, "
                                     f"got {tuple(value.shape)}")
 
 
+#: floating dtypes that hold every bfloat16 value, and the integers their bits read as
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}
+
+
+def _as_bf16(module: nn.Module, attr: str, w: torch.Tensor) -> torch.Tensor:
+    """``w`` in bfloat16, exactly: a bf16 ``w`` itself, another dtype's cast when it gives every
+    value back bit for bit (float16 only where no value needs its extra mantissa bits); else
+    ExpertsKeptDenseError."""
+    if w.dtype == torch.bfloat16:
+        return w
+    b = w.to(torch.bfloat16)
+    if not torch.equal(b.to(w.dtype).view(_BITS[w.dtype]), w.view(_BITS[w.dtype])):
+        raise ExpertsKeptDenseError(f"{type(module).__name__}.{attr}: {str(w.dtype).replace('torch.', '')} values "
+                                    "that bfloat16 does not hold exactly; the fixed layout keeps bfloat16 weights only")
+    return b
+
+
 def compress_expert_param(module: nn.Module, attr: str, value: torch.Tensor, exact: bool = False) -> None:
-    """Store ``value`` (the dense [E, d1, d2] bfloat16 tensor transformers would assign to
+    """Store ``value`` (the dense [E, d1, d2] tensor transformers would assign to
     ``module.<attr>``, on the CPU or CUDA; not modified) as E fixed-rate weights on value's
-    device, in place of the parameter (see the module docstring for the buffers). The module's
+    device, in place of the parameter (see the module docstring for the buffers). bfloat16, or
+    another floating dtype whose values are all bfloat16 values (the module then decodes for each
+    call, see the module docstring). The module's
     forward then runs :func:`experts_forward`. Transient memory: one expert's dense transpose
-    (transposed modules) and the packed experts twice while they are concatenated. ``exact``:
-    the module decodes its experts and multiplies as the dense module does, on CUDA too (see
-    the module docstring); it applies to the whole module.
+    (transposed modules) or bf16 cast, and the packed experts twice while they are concatenated.
+    ``exact``: the module decodes its experts and multiplies as the dense module does, on CUDA
+    too (see the module docstring); it applies to the whole module.
 
     Raises ExpertsKeptDenseError (a WcodecError) for a module that is not a transformers experts
     module, an attribute that is not its gate_up/up/down projection, a value that is not 3-D
-    [num_experts, ., .], not bfloat16 (e.g. fp32), on the meta device, or of another shape than
-    the module's parameter; the module is then unchanged.
+    [num_experts, ., .], with values bfloat16 does not hold (e.g. trained fp32), on the meta
+    device, or of another shape than the module's parameter; the module is then unchanged.
     """
     _check(module, attr, value)
     E, d1, d2 = value.shape
     packs, offsets, bases = [], [0], []
     with torch.no_grad():
         for e in range(E):
-            w = value[e].T if _transposed(module) else value[e]
-            fw = fx.encode_weight(w.detach())
+            w = _as_bf16(module, attr, value[e].detach())
+            w = w.T if _transposed(module) else w
+            fw = fx.encode_weight(w)
             packs.append(fx.pack(fw))
             offsets.append(offsets[-1] + packs[-1].numel())  # pack sizes are multiples of 16 bytes
             bases.append(fw.base)
     dev = value.device
     _install(module, attr, torch.cat(packs) if packs else torch.zeros(0, dtype=torch.uint8, device=dev),
-             offsets, bases, (E, d1, d2), exact)
+             offsets, bases, (E, d1, d2), exact, value.dtype)
 
 
 def stored_record_fits(module: nn.Module, attr: str, codec: str, dtype: str, shape) -> bool:
@@ -196,7 +223,8 @@ def stored_record_fits(module: nn.Module, attr: str, codec: str, dtype: str, sha
             and not _transposed(module) and p is not None and tuple(p.shape) == shape and shape[2] % 16 == 0)
 
 
-def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool = False, name: str = "") -> None:
+def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool = False, name: str = "",
+                       dtype: torch.dtype = torch.bfloat16) -> None:
     """Hold ``module.<attr>`` compressed straight from a stored codec "fixed" record of the
     whole [E, N, K] parameter (one :func:`stored_record_fits` accepts), on ``device``, never
     decoding it: the record is validated (``codecs.fixed.check_record``, CorruptDataError naming
@@ -204,7 +232,8 @@ def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool
     planes, are copied into the packed buffer (:func:`wcodec.gpu.loader.upload`: through pinned
     staging buffers, pipelined, no other host copy) and its escapes re-indexed from the record's [E, N*K] columns to [N, K]. The buffers are those of
     :func:`compress_expert_param` (every expert with the record's window ``base``), so the module
-    behaves the same. Raises ExpertsKeptDenseError when the record does not fit."""
+    behaves the same; ``dtype``: the dense dtype the module holds the bf16 values in (float32
+    where the load dtype is). Raises ExpertsKeptDenseError when the record does not fit."""
     import numpy as np
 
     from ..codecs.fixed import check_record
@@ -235,14 +264,15 @@ def load_expert_record(module: nn.Module, attr: str, record, device, exact: bool
                  vals[a:b], rows[a:b])
         host += fx.pack_parts(packed[offsets[e]:offsets[e + 1]], parts, N, K)
     upload(host, packed.device)
-    _install(module, attr, packed, offsets, [c.base] * E, (E, N, K), exact)
+    _install(module, attr, packed, offsets, [c.base] * E, (E, N, K), exact, dtype)
 
 
 def _install(module: nn.Module, attr: str, packed: torch.Tensor, offsets: list, bases: list, shape: tuple,
-             exact: bool) -> None:
+             exact: bool, dtype: torch.dtype) -> None:
     dev = packed.device
     _make_compressed(module)
     module.__dict__["_wcodec_exact"] = bool(exact)
+    _set_dtype(module, attr, dtype)
     _note_planned(module, attr, module._parameters.pop(attr, None))
     module.__dict__.pop(attr, None)
     _register(module, attr, packed, torch.tensor(offsets, dtype=torch.int64, device=dev),
@@ -263,6 +293,15 @@ def _note_planned(module: nn.Module, attr: str, param) -> None:
         meta = torch.empty(param.to_local().shape, dtype=param.dtype, device="meta")
         module.__dict__.setdefault("_wcodec_planned", {})[attr] = DTensor.from_local(
             meta, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride())
+
+
+def _set_dtype(module: nn.Module, attr: str, dtype: torch.dtype) -> None:
+    """Record the dense dtype of compressed ``attr``; one other than bfloat16 makes the module
+    decode for each call (the fused kernels compute in bf16)."""
+    dtypes = module.__dict__.setdefault("_wcodec_dtypes", {})
+    dtypes[attr] = dtype
+    if any(d != torch.bfloat16 for d in dtypes.values()):
+        module.__dict__["_wcodec_exact"] = True
 
 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
@@ -305,6 +344,7 @@ class ExpertWeights:
         E, d1, d2 = b[f"{attr}_shape"].tolist()
         self.transposed = _transposed(module)
         self.exact = bool(getattr(module, "_wcodec_exact", False))
+        self.dtype = module.__dict__.get("_wcodec_dtypes", {}).get(attr, torch.bfloat16)
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
         self.slices = [(offsets[e], offsets[e + 1] - offsets[e], bases[e], n, k) for e in range(E)]
@@ -324,14 +364,16 @@ class ExpertWeights:
         return self._grouped
 
     def dense(self, e: int) -> torch.Tensor:
-        """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] bf16 tensor."""
+        """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] tensor of
+        the parameter's dtype (``self.dtype``, bfloat16 unless it was held in another)."""
         w = fx.decode(self.experts[e])
-        return w.T.contiguous() if self.transposed else w
+        w = w.T.contiguous() if self.transposed else w
+        return w if self.dtype == torch.bfloat16 else w.to(self.dtype)
 
     def dense_all(self) -> torch.Tensor:
-        """All E experts as the dense parameter: a new [E, d1, d2] bfloat16 tensor (bit-exact) on
-        the packed buffer's device; transient beyond it: one expert's decode."""
-        out = torch.empty(self.shape, dtype=torch.bfloat16, device=self.packed.device)
+        """All E experts as the dense parameter: a new [E, d1, d2] tensor of ``self.dtype``
+        (bit-exact) on the packed buffer's device; transient beyond it: one expert's decode."""
+        out = torch.empty(self.shape, dtype=self.dtype, device=self.packed.device)
         for e in range(len(self.experts)):
             out[e].copy_(self.dense(e))
         return out
@@ -350,19 +392,25 @@ def expert_linear(x: torch.Tensor, weights: ExpertWeights, expert: int) -> torch
     an ``exact`` module: the expert is decoded and multiplied by that same op (bit-identical to
     the dense module). CUDA: the
     fused kernels of ``wcodec.gpu.fixed.linear`` (the input gradient through their grad_input).
-    Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's)."""
-    if torch.compiler.is_compiling():  # one opaque op (the host decode cannot be traced)
+    Under torch.compile: the ``wcodec::fixed_linear`` custom op (CompressedLinear's); an ``exact``
+    module's decode runs outside the graph."""
+    if torch.compiler.is_compiling() and not weights.exact:  # one opaque op (the host decode cannot be traced)
         from .linear import _fixed_linear
         off, size, base, n, k = weights.slices[expert]
         return _fixed_linear(x, weights.packed[off:off + size], None, base, n, k)
     fw = weights.experts[expert]
     if not x.is_cuda or weights.exact:
-        w = weights.dense(expert).to(x.dtype)
+        w = _dense_expert(weights, expert).to(x.dtype)
         return x @ w if weights.transposed else nn.functional.linear(x, w)
     if torch.is_grad_enabled() and x.requires_grad:
         from .linear import _FixedLinearFn
         return _FixedLinearFn.apply(x, None, fw)
     return fx.linear(x, fw)
+
+
+@torch.compiler.disable
+def _dense_expert(weights: ExpertWeights, expert: int) -> torch.Tensor:
+    return weights.dense(expert)
 
 
 #: run a compressed module's CUDA forward (not ``exact``) on the grouped kernels, one launch per
@@ -490,13 +538,13 @@ def _project(module: nn.Module, attr: str, x: torch.Tensor, e: int) -> torch.Ten
 
 
 class FixedExpertsTensor(torch.Tensor):
-    """``module.P`` of a compressed expert parameter: a [E, d1, d2] bfloat16 tensor with no
-    storage. dtype/device/shape are free; ``t[e]`` decodes expert e only; any other op decodes
+    """``module.P`` of a compressed expert parameter: a [E, d1, d2] tensor of the parameter's dtype
+    (bfloat16 unless it was held in another) with no storage. dtype/device/shape are free; ``t[e]`` decodes expert e only; any other op decodes
     all E experts into a new dense tensor (E*d1*d2*2 bytes) and runs on it."""
 
     @staticmethod
     def __new__(cls, weights: ExpertWeights):
-        t = torch.Tensor._make_wrapper_subclass(cls, weights.shape, dtype=torch.bfloat16,
+        t = torch.Tensor._make_wrapper_subclass(cls, weights.shape, dtype=weights.dtype,
                                                 device=weights.packed.device, requires_grad=False)
         t._weights = weights
         return t
@@ -508,7 +556,7 @@ class FixedExpertsTensor(torch.Tensor):
         return self._weights.dense_all()
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        return f"FixedExpertsTensor(shape={tuple(self.shape)}, dtype=torch.bfloat16, device={self.device})"
+        return f"FixedExpertsTensor(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     #: transformers' initialisers skip a tensor with this flag: these are loaded weights
     _is_hf_initialized = True
@@ -564,6 +612,12 @@ class _CompressedExpertsMixin:
 
     def _apply(self, fn, *args, **kwargs):
         self.__dict__["_wcodec_weights"] = {}  # views of the buffers that fn replaces
+        dtypes = self.__dict__.get("_wcodec_dtypes", {})
+        for attr in compressed_attrs(self):  # module.to(dtype) / .float(): the dense dtype fn gives
+            d = dtypes.get(attr, torch.bfloat16)
+            after = fn(torch.empty(0, dtype=d))
+            if isinstance(after, torch.Tensor) and after.dtype != d and after.is_floating_point():
+                _set_dtype(self, attr, after.dtype)
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -623,9 +677,9 @@ def _make_compressed(module: nn.Module) -> None:
 
 
 def decompress_experts(module: nn.Module) -> None:
-    """Turn every compressed expert parameter of ``module`` back into a dense bfloat16
-    nn.Parameter (bit-exact, on the buffers' device) and restore the module's class. Does
-    nothing to a module with none."""
+    """Turn every compressed expert parameter of ``module`` back into a dense nn.Parameter of
+    its dtype (bit-exact, on the buffers' device) and restore the module's class. Does nothing
+    to a module with none."""
     attrs = compressed_attrs(module)
     for attr in attrs:
         dense = FixedExpertsTensor(_weights(module, attr)).dense()
@@ -634,6 +688,8 @@ def decompress_experts(module: nn.Module) -> None:
         module._parameters[attr] = nn.Parameter(dense)
     module.__dict__.pop("_wcodec_weights", None)
     module.__dict__.pop("_wcodec_planned", None)
+    module.__dict__.pop("_wcodec_dtypes", None)
+    module.__dict__.pop("_wcodec_exact", None)
     if isinstance(module, _CompressedExpertsMixin):
         module.__class__ = module._wcodec_dense_class
 
@@ -660,6 +716,8 @@ def load_compressed_experts(module: nn.Module, state_dict: dict, prefix: str = "
                                         f"the module holds {tuple(p.shape)}")
         _make_compressed(module)
         module._parameters.pop(attr, None)
+        if p is not None or attr not in module.__dict__.get("_wcodec_dtypes", {}):
+            _set_dtype(module, attr, p.dtype if p is not None else torch.bfloat16)
         dev = packed.device
         _register(module, attr, packed, offsets.to(dev, torch.int64), bases.to(dev, torch.int64),
                   shape.to(dev, torch.int64))
