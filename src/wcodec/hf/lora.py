@@ -157,6 +157,54 @@ def dispatch(target, adapter_name: str, config, **kwargs):
     return None
 
 
+def densify_targeted_experts(model: torch.nn.Module, target_parameters) -> list[str]:
+    """Make the compressed expert parameters of ``model`` that peft's ``target_parameters``
+    matches (peft's rule: ``"<module>.<param>"`` equal to a target or ending in ``".<target>"``)
+    dense nn.Parameters again (:func:`wcodec.torch.experts.decompress_experts`, bit-exact, in
+    their dtype), so that peft's ``ParamWrapper`` can parametrize them; the module's other
+    parameters stay compressed. peft adds the adapter's delta to the whole [E, N, K] stack in
+    every forward, on a dense tensor, so a compressed stack would be decoded for it anyway.
+    Warns with the names and the dense bytes added; the load report lists them as decoded.
+    Returns the names made dense."""
+    import warnings
+
+    from ..torch import experts as ex
+
+    targets = sorted(set(target_parameters))
+    done, added = [], 0
+    for name, module in model.named_modules():
+        attrs = ex.compressed_attrs(module)
+        unwrapped = name.replace(".base_layer", "")  # a module peft already wrapped
+        hit = [a for a in attrs if (key := f"{unwrapped}.{a}") in targets or any(key.endswith(f".{t}") for t in targets)]
+        if not hit:
+            continue
+        before = sum(module._buffers[f"{a}_packed"].numel() for a in hit)
+        ex.decompress_experts(module, hit)
+        added += sum(module._parameters[a].nbytes for a in hit) - before
+        done += [f"{unwrapped}.{a}" for a in hit]
+    if done:
+        _report_dense(model, done)
+        warnings.warn(f"wcodec: LoRA target_parameters on {len(done)} compressed expert parameter(s), e.g. "
+                      f"{done[0]}: peft adapts nn.Parameters only, so these were decompressed to dense "
+                      f"parameters (+{added / 2**30:.2f} GiB); the rest of the model stays compressed",
+                      UserWarning, stacklevel=4)
+    return done
+
+
+def _report_dense(model: torch.nn.Module, names: list) -> None:
+    """List ``names`` in the load report (``model.wcodec_weights.report``) as decoded, with why."""
+    report = getattr(getattr(model, "wcodec_weights", None), "report", None)
+    if not isinstance(report, dict):
+        return
+    for n in names:
+        for kind in ("fused", "compressed"):
+            if n in report.get(kind, []):
+                report[kind].remove(n)
+        if n not in report.setdefault("decoded", []):
+            report["decoded"].append(n)
+        report.setdefault("kept", {})[n] = "decompressed for a LoRA adapter on the parameter (peft target_parameters)"
+
+
 def lora_config(**kwargs) -> LoraConfig:
     """``peft.LoraConfig(**kwargs)`` that also adapts CompressedLinear layers (plain
     ``LoraConfig`` does too after ``import wcodec``; kept for earlier code)."""
@@ -171,4 +219,5 @@ def register(config: LoraConfig) -> LoraConfig:
     return config
 
 
-__all__ = ["LoraCompressedLinear", "LoraJitLinear", "LoraJitEmbedding", "dispatch", "lora_config", "register"]
+__all__ = ["LoraCompressedLinear", "LoraJitLinear", "LoraJitEmbedding", "densify_targeted_experts", "dispatch",
+           "lora_config", "register"]

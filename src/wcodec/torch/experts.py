@@ -676,16 +676,22 @@ def _make_compressed(module: nn.Module) -> None:
     module.__dict__.setdefault("_wcodec_weights", {})
 
 
-def decompress_experts(module: nn.Module) -> None:
-    """Turn every compressed expert parameter of ``module`` back into a dense nn.Parameter of
-    its dtype (bit-exact, on the buffers' device) and restore the module's class. Does nothing
-    to a module with none."""
-    attrs = compressed_attrs(module)
-    for attr in attrs:
+def decompress_experts(module: nn.Module, attrs=None) -> None:
+    """Turn the compressed expert parameters ``attrs`` of ``module`` (default: all) back into
+    dense nn.Parameters of their dtype (bit-exact, on the buffers' device); once none is left compressed, the module's class is restored. The others
+    stay compressed (the forward reads a dense one as the dense module does). Does nothing to a
+    module with none."""
+    held = compressed_attrs(module)
+    for attr in held if attrs is None else [a for a in attrs if a in held]:
         dense = FixedExpertsTensor(_weights(module, attr)).dense()
         for suffix in SUFFIXES:
             del module._buffers[f"{attr}_{suffix}"]
         module._parameters[attr] = nn.Parameter(dense)
+        module.__dict__.get("_wcodec_dtypes", {}).pop(attr, None)
+        module.__dict__.get("_wcodec_planned", {}).pop(attr, None)
+        module.__dict__["_wcodec_weights"] = {}
+    if compressed_attrs(module):
+        return
     module.__dict__.pop("_wcodec_weights", None)
     module.__dict__.pop("_wcodec_planned", None)
     module.__dict__.pop("_wcodec_dtypes", None)
