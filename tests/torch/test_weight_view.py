@@ -76,16 +76,20 @@ def test_view_follows_moves_loads_copies_and_pickles():
     lin = linear()
     cl = CompressedLinear.from_linear(lin)
     first = cl.weight
-    cl.to(torch.float32)  # moves the bias; _apply drops the cached view
+    cl.to(torch.float32)  # casts the bias and the dtype the layer computes in; drops the cached view
     assert cl.weight is not first and cl.weight._packed is cl.w_packed
+    assert cl.weight.dtype == torch.float32  # the layout's values cast (NaN payloads too)
+    assert torch.equal(cl.weight.data.view(torch.int32), lin.weight.detach().float().view(torch.int32))
     other = CompressedLinear.from_linear(linear(seed=1))
     other.weight  # noqa: B018
     other.load_state_dict(cl.state_dict())
     assert torch.equal(bits(other.weight.data), bits(lin.weight))
     for dup in (copy.deepcopy(cl), _pickled(cl)):
         assert dup.weight._packed is dup.w_packed and dup.w_packed is not cl.w_packed
-        assert torch.equal(bits(dup.weight.data), bits(lin.weight))
-    assert torch.equal(bits(copy.deepcopy(cl.weight)), bits(lin.weight))
+        assert dup.weight.dtype == torch.float32 and torch.equal(bits(dup.weight.data.bfloat16()), bits(lin.weight))
+    assert torch.equal(bits(copy.deepcopy(cl.weight).bfloat16()), bits(lin.weight))
+    cl.to(torch.bfloat16)
+    assert torch.equal(bits(cl.weight.data), bits(lin.weight))
 
 
 def _pickled(module):

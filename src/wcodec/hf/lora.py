@@ -108,7 +108,7 @@ class LoraCompressedLinear(_DenseWhenWritten, LoraLinear):
             return
         # built on meta, then given the decoded weight: nn.Linear's random init would draw from
         # the RNG that the adapters' own init (or the user's next draw) expects untouched
-        w = base.decoded_weight()
+        w = base.decoded_weight().to(base.weight_dtype)
         dense = torch.nn.Linear(base.in_features, base.out_features, bias=base.bias is not None,
                                 device="meta", dtype=w.dtype)
         dense.weight = torch.nn.Parameter(w, requires_grad=False)

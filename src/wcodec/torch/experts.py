@@ -612,12 +612,14 @@ class _CompressedExpertsMixin:
 
     def _apply(self, fn, *args, **kwargs):
         self.__dict__["_wcodec_weights"] = {}  # views of the buffers that fn replaces
+        from .linear import applied_dtype
+
         dtypes = self.__dict__.get("_wcodec_dtypes", {})
         for attr in compressed_attrs(self):  # module.to(dtype) / .float(): the dense dtype fn gives
             d = dtypes.get(attr, torch.bfloat16)
-            after = fn(torch.empty(0, dtype=d))
-            if isinstance(after, torch.Tensor) and after.dtype != d and after.is_floating_point():
-                _set_dtype(self, attr, after.dtype)
+            after = applied_dtype(fn, d)
+            if after != d:
+                _set_dtype(self, attr, after)
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

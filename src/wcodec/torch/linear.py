@@ -72,6 +72,18 @@ class _FixedLinearFn(torch.autograd.Function):
         return gx, gb, None
 
 
+def applied_dtype(fn, dtype: torch.dtype) -> torch.dtype:
+    """The dtype that ``nn.Module._apply``'s ``fn`` gives a floating tensor of ``dtype``: the new
+    one for ``module.to(dtype)`` / ``.float()`` / ``.half()`` (which cast floating tensors only,
+    so a compressed module's uint8 buffers stay), ``dtype`` itself for a move. Probed on an
+    empty tensor; an ``fn`` that cannot take one leaves ``dtype``."""
+    try:
+        after = fn(torch.empty(0, dtype=dtype))
+    except (RuntimeError, TypeError, ValueError):
+        return dtype
+    return after.dtype if isinstance(after, torch.Tensor) and after.is_floating_point() else dtype
+
+
 class FixedBuffers(nn.Module):
     """Holds a FixedWeight as one uint8 buffer ``w_packed`` (``wcodec.gpu.fixed.pack``:
     ``.to(device)`` moves it, ``state_dict`` saves it; one graph input per layer under
@@ -85,6 +97,11 @@ class FixedBuffers(nn.Module):
     _view_type = FixedWeightTensor
     #: the layout's packing into one uint8 buffer
     _pack = staticmethod(fx.pack)
+
+    #: the dtype the module computes and returns in, and its ``.weight`` reads as: the layout's
+    #: (bfloat16; float16 for CompressedLinear16) until ``module.to(dtype)`` / ``.float()`` /
+    #: ``.half()`` casts it (the layout's values cast, as the dense module's cast weight holds)
+    weight_dtype = torch.bfloat16
 
     def _register_fixed(self, fw: fx.FixedWeight) -> None:
         self.register_buffer("w_packed", self._pack(fw))
@@ -106,9 +123,9 @@ class FixedBuffers(nn.Module):
             return tied
         packed, shape = self._buffers["w_packed"], self._shape()
         view = self.__dict__.get("_weight_view")
-        if view is not None and view.backed_by(packed, self.base, *shape):
+        if view is not None and view.backed_by(packed, self.base, *shape, self.weight_dtype):
             return view
-        view = self._view_type(packed, self.base, *shape)
+        view = self._view_type(packed, self.base, *shape, self.weight_dtype)
         if not torch.compiler.is_compiling():  # no attribute writes inside a traced forward
             self.__dict__["_weight_view"] = view
         return view
@@ -125,6 +142,7 @@ class FixedBuffers(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):
         self.__dict__.pop("_weight_view", None)  # it holds the buffer that fn replaces
+        self.weight_dtype = applied_dtype(fn, self.weight_dtype)
         return super()._apply(fn, *args, **kwargs)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -196,7 +214,6 @@ class CompressedLinear(FixedBuffers):
         self.in_features = fw.K
         self.out_features = fw.N
         self.bias = nn.Parameter(bias.detach().clone()) if bias is not None else None
-        self.weight_dtype = torch.bfloat16
         self._replays = fx.LinearReplays()
 
     @classmethod
@@ -218,8 +235,9 @@ class CompressedLinear(FixedBuffers):
         return fx.decode(self.fixed_weight)
 
     def to_linear(self) -> nn.Linear:
-        """A plain nn.Linear with the decoded weight (bit-exact) and a copy of the bias."""
-        w = self.decoded_weight()
+        """A plain nn.Linear with the decoded weight (bit-exact, in ``weight_dtype``) and a copy
+        of the bias."""
+        w = self.decoded_weight().to(self.weight_dtype)
         n, k = self._shape()
         lin = nn.Linear(k, n, bias=self.bias is not None, device=w.device, dtype=w.dtype)
         with torch.no_grad():

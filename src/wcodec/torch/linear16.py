@@ -115,10 +115,10 @@ class CompressedLinear16(CompressedLinear):
 
     _view_type = Fixed16WeightTensor
     _pack = staticmethod(fx16.pack)
+    weight_dtype = torch.float16
 
     def __init__(self, fw: fx16.Fixed16Weight, bias: torch.Tensor | None = None):
         super().__init__(fw, bias)
-        self.weight_dtype = torch.float16
 
     def _check_packed(self, packed, base: int, n: int, k: int, where: str) -> None:
         check_packed16(packed, base, n, k, where)

@@ -3,7 +3,7 @@
 Model code, generation utilities, gradient checkpointing and adapter libraries read
 ``module.weight.dtype`` / ``.device`` / ``.shape``, and some take ``.weight.data`` or
 ``.weight.T`` of a Linear. A CompressedLinear holds no dense weight, so ``.weight`` is this
-tensor subclass: a bfloat16 [N, K] tensor whose metadata (dtype, device, shape, ndim, numel) is
+tensor subclass: a bfloat16 [N, K] tensor (or of the dtype the module was cast to) whose metadata (dtype, device, shape, ndim, numel) is
 free and whose values are decoded (bit-exact, :func:`wcodec.gpu.fixed.decode`) by any torch
 operation on it, which then returns a plain tensor. ``isinstance(w, torch.Tensor)`` holds.
 """
@@ -38,34 +38,38 @@ class FixedWeightTensor(torch.Tensor):
     _layout = fx
 
     @staticmethod
-    def __new__(cls, packed: torch.Tensor, base: int, n: int, k: int):
-        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=cls._dtype, device=packed.device,
+    def __new__(cls, packed: torch.Tensor, base: int, n: int, k: int, dtype: torch.dtype | None = None):
+        t = torch.Tensor._make_wrapper_subclass(cls, (n, k), dtype=dtype or cls._dtype, device=packed.device,
                                                 requires_grad=False)
         t._packed, t._window = packed, base  # Tensor has its own _base: not that name
         return t
 
-    def __init__(self, packed: torch.Tensor, base: int, n: int, k: int):
+    def __init__(self, packed: torch.Tensor, base: int, n: int, k: int, dtype: torch.dtype | None = None):
         super().__init__()
 
     def dense(self) -> torch.Tensor:
-        """The weight, bit-exact: a new [n, k] tensor of this tensor's dtype."""
-        return self._layout.decode(self._layout.unpack(self._packed, self._window, *self.shape))
+        """The weight, bit-exact: a new [n, k] tensor of this tensor's dtype (the layout's, or the
+        one its module was cast to: the layout's values cast)."""
+        w = self._layout.decode(self._layout.unpack(self._packed, self._window, *self.shape))
+        return w if w.dtype == self.dtype else w.to(self.dtype)
 
-    def backed_by(self, packed: torch.Tensor, base: int, n: int, k: int) -> bool:
-        """Whether this tensor reads ``packed`` as an [n, k] weight of window ``base``."""
-        return self._packed is packed and self._window == base and tuple(self.shape) == (n, k)
+    def backed_by(self, packed: torch.Tensor, base: int, n: int, k: int, dtype: torch.dtype | None = None) -> bool:
+        """Whether this tensor reads ``packed`` as an [n, k] weight of window ``base`` (and of
+        ``dtype``, when given)."""
+        return (self._packed is packed and self._window == base and tuple(self.shape) == (n, k)
+                and (dtype is None or self.dtype == dtype))
 
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     def __reduce_ex__(self, protocol):
-        return type(self), (self._packed, self._window, *self.shape)
+        return type(self), (self._packed, self._window, *self.shape, self.dtype)
 
     def __deepcopy__(self, memo):
-        return type(self)(copy.deepcopy(self._packed, memo), self._window, *self.shape)
+        return type(self)(copy.deepcopy(self._packed, memo), self._window, *self.shape, self.dtype)
 
     def __tensor_flatten__(self):
-        return ["_packed"], (self._window, *self.shape)
+        return ["_packed"], (self._window, *self.shape, self.dtype)
 
     @classmethod
     def __tensor_unflatten__(cls, inner, ctx, outer_size, outer_stride):
