@@ -53,6 +53,21 @@ def test_cast_computes_as_the_dense_model_cast(folders, folder, keep, cast):
     assert torch.equal(got, ref)
 
 
+@pytest.mark.parametrize("keep", [True, "jit"])
+def test_cast_model_saves_in_its_dtype(folders, keep, tmp_path):
+    """save_pretrained after .to(float32) records float32 in the config (as transformers does):
+    a plain reload, and a kept-compressed one, is the float32 model."""
+    dense = tf.AutoModelForCausalLM.from_pretrained(folders / "src").to(torch.float32)
+    kept = tf.AutoModelForCausalLM.from_pretrained(folders / "fixed", quantization_config=WcodecConfig(keep_compressed=keep))
+    kept.to(torch.float32).save_pretrained(tmp_path / "saved")
+    with torch.no_grad():
+        want = dense.eval()(input_ids=IDS).logits
+        for again in (tf.AutoModelForCausalLM.from_pretrained(tmp_path / "saved"),
+                      tf.AutoModelForCausalLM.from_pretrained(tmp_path / "saved",
+                                                              quantization_config=WcodecConfig(keep_compressed=keep))):
+            assert again.dtype == torch.float32 and torch.equal(again.eval()(input_ids=IDS).logits, want)
+
+
 def test_layers_follow_the_cast():
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 32).to(torch.bfloat16)

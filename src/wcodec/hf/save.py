@@ -105,6 +105,9 @@ def save_folder(model, save_directory, max_shard_size="5GB", progress: bool = Fa
         encode_into(sink, items, mode="lossless")
         paths = sink.commit()
     cfg = copy.deepcopy(model.config)
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:  # as transformers' save_pretrained
+        cfg.dtype = str(dtype).split(".")[1]  # records it: the dtype a plain reload takes (after a .to(dtype))
     block = codec_config("lossless")
     if records:
         block["codec"] = "fixed"
