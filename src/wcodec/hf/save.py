@@ -12,7 +12,7 @@ back into its plain one, bit-exact.
 from __future__ import annotations
 
 import copy
-import types
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +147,9 @@ def _save_pretrained(self, save_directory, *args, push_to_hub: bool = False, max
 def bind_save(model) -> None:
     """Make ``model.save_pretrained`` write a wcodec folder (an instance attribute, so
     transformers' own, which would write the decoded weights as safetensors, is not reached)."""
-    model.__dict__["save_pretrained"] = types.MethodType(_save_pretrained, model)
+    # a partial of a module-level function, not a bound method: the model still pickles
+    # (torch.save(model)), the attribute with it
+    model.__dict__["save_pretrained"] = functools.partial(_save_pretrained, model)
 
 
 def dequantize_model(model):
@@ -188,7 +190,7 @@ def dequantize_model(model):
 
 
 def _to_embedding(m) -> torch.nn.Embedding:
-    w = m.decoded_weight()
+    w = m.decoded_weight().to(m.weight_dtype)
     emb = torch.nn.Embedding(w.shape[0], w.shape[1], padding_idx=m.padding_idx, device=w.device, dtype=w.dtype)
     with torch.no_grad():
         emb.weight.copy_(w)

@@ -46,8 +46,8 @@ bfloat16 holds exactly (a bf16 checkpoint loaded in float32 because its config n
 as Ergo's does) is stored so too, its dense dtype remembered (``module._wcodec_dtypes``, followed
 through ``module.to(dtype)``); such a module decodes for each call (as ``exact`` below) and
 casts, so its outputs stay the dense module's bit for bit. Values bfloat16 does not hold
-(true float32 weights) are refused: the caller keeps them dense. A compressed module does not pickle
-(``torch.save(module)``): save its state_dict.
+(true float32 weights) are refused: the caller keeps them dense. A compressed module pickles
+(``torch.save(module)``, ``copy.deepcopy``): its compressed class is rebuilt on load.
 
 Experts modules with a forward of their own (not ``use_experts_implementation`` modules:
 Llama-4's ``Llama4TextExperts`` bmm over tokens sorted by expert, JetMoE's
@@ -610,6 +610,12 @@ class _CompressedExpertsMixin:
             return FixedExpertsTensor(_weights(self, name))
         return super().__getattr__(name)
 
+    def __reduce_ex__(self, protocol):
+        # the class is made at run time (one per experts class, not importable by name): pickled
+        # as its dense class and rebuilt on load; the cache of views is remade on use
+        state = {**self.__dict__, "_wcodec_weights": {}}
+        return _compressed_instance, (self._wcodec_dense_class, isinstance(self, _OwnForwardMixin)), state
+
     def _apply(self, fn, *args, **kwargs):
         self.__dict__["_wcodec_weights"] = {}  # views of the buffers that fn replaces
         from .linear import applied_dtype
@@ -663,18 +669,28 @@ def _decoded(module: nn.Module, attr: str) -> torch.Tensor:
 _CLASSES: dict = {}
 
 
+def _compressed_class(cls: type, own_forward: bool) -> type:
+    """The compressed subclass of experts class ``cls`` (made once): the experts forward's, or
+    for a module with a forward of its own (``own_forward``) the decoding one."""
+    if cls not in _CLASSES:
+        mixin = _OwnForwardMixin if own_forward else _CompressedExpertsMixin
+        _CLASSES[cls] = type(f"Compressed{cls.__name__}", (mixin, cls),
+                             {"__module__": __name__, "_wcodec_dense_class": cls})
+    return _CLASSES[cls]
+
+
+def _compressed_instance(cls: type, own_forward: bool) -> nn.Module:
+    """An empty instance of ``cls``'s compressed subclass, for unpickling (``__setstate__`` fills it)."""
+    compressed = _compressed_class(cls, own_forward)
+    return compressed.__new__(compressed)
+
+
 def _make_compressed(module: nn.Module) -> None:
-    """Swap module's class for its compressed subclass (made once per experts class): the
-    experts forward for a transformers experts module, the decoding one for a module with a
-    forward of its own."""
+    """Swap module's class for its compressed subclass (:func:`_compressed_class`)."""
     cls = type(module)
     if issubclass(cls, _CompressedExpertsMixin):
         return
-    if cls not in _CLASSES:
-        mixin = _CompressedExpertsMixin if _is_experts_module(module) else _OwnForwardMixin
-        _CLASSES[cls] = type(f"Compressed{cls.__name__}", (mixin, cls),
-                             {"__module__": __name__, "_wcodec_dense_class": cls})
-    module.__class__ = _CLASSES[cls]
+    module.__class__ = _compressed_class(cls, not _is_experts_module(module))
     module.__dict__.setdefault("_wcodec_weights", {})
 
 

@@ -246,6 +246,32 @@ def _linear_forward(module: torch.nn.Linear, cw, key: str):
     return forward
 
 
+class _Hook:
+    """A hook of a module decoding just in time: calls ``fn``; copies share it (as a function's
+    would), and pickling refuses with a clear error (``torch.save(model)`` reaches the hooks
+    before anything else of such a module; they hold the shared decode state, which does not
+    pickle)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError("a model whose weights decode just in time (keep_compressed='jit', or weights "
+                               "kept compressed beside fused layers) does not pickle: save it with "
+                               "save_pretrained() or its state_dict(), or dequantize() it first")
+
+
 def _own_forward_pre_hook(cw, key: str, view: torch.nn.Parameter):
     """Pre-hook of an attached Linear subclass whose own forward reads ``self.weight`` (it may
     not be F.linear, so :class:`_JitLinear` cannot stand in): without autograd, the weight is
@@ -413,13 +439,13 @@ class CompressedWeights:
             module._parameters["weight"] = self._params[id(w)][1]
         own = isinstance(module, torch.nn.Linear) and type(module).forward is not torch.nn.Linear.forward
         if own:  # a Linear subclass with a forward of its own (a grouped projection): kept, see below
-            h = module.register_forward_pre_hook(_own_forward_pre_hook(self, key, module.weight))
+            h = module.register_forward_pre_hook(_Hook(_own_forward_pre_hook(self, key, module.weight)))
         else:
-            h = module.register_forward_pre_hook(pre_hook)
-        handles = [h, module.register_state_dict_post_hook(state_dict_hook),
-                   module.register_load_state_dict_pre_hook(load_hook)]
+            h = module.register_forward_pre_hook(_Hook(pre_hook))
+        handles = [h, module.register_state_dict_post_hook(_Hook(state_dict_hook)),
+                   module.register_load_state_dict_pre_hook(_Hook(load_hook))]
         if own:
-            handles.append(module.register_forward_hook(_restore_view(module.weight)))
+            handles.append(module.register_forward_hook(_Hook(_restore_view(module.weight))))
         module.weight.requires_grad_(False)
         if isinstance(module, torch.nn.Linear) and not own:
             module.forward = _linear_forward(module, self, key)
