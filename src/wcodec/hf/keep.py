@@ -225,7 +225,10 @@ def keep_tensor(state: KeepState, model, name: str, value: torch.Tensor, sources
     want = current.dtype if isinstance(current, torch.Tensor) and current.is_floating_point() else None
     if not value.is_floating_point():
         return materialize(value)
-    if want is not None and value.dtype != want and _region(value) is None:
+    # (a value in another dtype than the load dtype was cast on purpose by transformers' dtype
+    # plan, keep-in-fp32: in 5.17 onto a module still in the load dtype; kept as handed over)
+    planned = state.load_dtype is not None and value.dtype != state.load_dtype
+    if want is not None and value.dtype != want and _region(value) is None and not planned:
         recast = _recast_record(state, sources, value, want)
         if recast is not None:
             state.report["kept"][name] = f"held in {want}, stored in {want}, the load dtype is {value.dtype}"
