@@ -175,7 +175,8 @@ def densify_targeted_experts(model: torch.nn.Module, target_parameters) -> list[
     for name, module in model.named_modules():
         attrs = ex.compressed_attrs(module)
         unwrapped = name.replace(".base_layer", "")  # a module peft already wrapped
-        hit = [a for a in attrs if (key := f"{unwrapped}.{a}") in targets or any(key.endswith(f".{t}") for t in targets)]
+        keys = {a: f"{unwrapped}.{a}" for a in attrs}
+        hit = [a for a, key in keys.items() if key in targets or any(key.endswith(f".{t}") for t in targets)]
         if not hit:
             continue
         before = sum(module._buffers[f"{a}_packed"].numel() for a in hit)

@@ -27,10 +27,11 @@ class CompressedEmbedding(FixedBuffers):
     """``weight[input]`` with the table (weight: [num_embeddings, embedding_dim] bfloat16) kept in
     the fixed-rate layout; bit-exact rows.
 
-    input: integer tensor of any shape on the table's device; returns [*input.shape,
-    embedding_dim] bfloat16 (``weight_dtype``: the dtype a ``.to(dtype)`` cast the module to). ``padding_idx`` is kept for reference (the table is frozen, so it
-    changes nothing). On CUDA an index outside [0, num_embeddings) returns a row of zeros (no
-    device assert and no host sync); on the CPU it raises IndexError as nn.Embedding does.
+    input: integer tensor of any shape on the table's device; returns [*input.shape, embedding_dim]
+    bfloat16 (``weight_dtype``: the dtype a ``.to(dtype)`` cast the module to). ``padding_idx`` is
+    kept for reference (the table is frozen, so it changes nothing). On CUDA an index outside [0,
+    num_embeddings) returns a row of zeros (no device assert and no host sync); on the CPU it raises
+    IndexError as nn.Embedding does.
     ``.weight``: the table as a FixedWeightTensor, as CompressedLinear's (metadata free, any op
     decodes the whole table); ``num_embeddings``, ``embedding_dim``, ``padding_idx`` and
     nn.Embedding's options (all off) are there for code that reads them.
@@ -87,8 +88,7 @@ class CompressedEmbedding(FixedBuffers):
             rows = fx.embedding(input, self.fixed_weight)
         else:
             rows = _fixed_embedding(input, self.w_packed, self.base, self._n, self._k)
-        # a module cast by .to(dtype): the rows as the cast table holds them
-        return rows if self.weight_dtype == torch.bfloat16 else rows.to(self.weight_dtype)
+        return rows.to(self.weight_dtype)  # a module cast by .to(dtype): the rows as the cast table holds them
 
     def extra_repr(self) -> str:
         return (f"{self._n}, {self._k}, padding_idx={self.padding_idx}, "

@@ -367,8 +367,7 @@ class ExpertWeights:
         """Expert e as the module's dense parameter held it: a new contiguous [d1, d2] tensor of
         the parameter's dtype (``self.dtype``, bfloat16 unless it was held in another)."""
         w = fx.decode(self.experts[e])
-        w = w.T.contiguous() if self.transposed else w
-        return w if self.dtype == torch.bfloat16 else w.to(self.dtype)
+        return (w.T.contiguous() if self.transposed else w).to(self.dtype)
 
     def dense_all(self) -> torch.Tensor:
         """All E experts as the dense parameter: a new [E, d1, d2] tensor of ``self.dtype``
@@ -539,8 +538,9 @@ def _project(module: nn.Module, attr: str, x: torch.Tensor, e: int) -> torch.Ten
 
 class FixedExpertsTensor(torch.Tensor):
     """``module.P`` of a compressed expert parameter: a [E, d1, d2] tensor of the parameter's dtype
-    (bfloat16 unless it was held in another) with no storage. dtype/device/shape are free; ``t[e]`` decodes expert e only; any other op decodes
-    all E experts into a new dense tensor (E*d1*d2*2 bytes) and runs on it."""
+    (bfloat16 unless it was held in another) with no storage. dtype/device/shape are free; ``t[e]``
+    decodes expert e only; any other op decodes all E experts into a new dense tensor (E*d1*d2*2
+    bytes) and runs on it."""
 
     @staticmethod
     def __new__(cls, weights: ExpertWeights):
@@ -696,9 +696,9 @@ def _make_compressed(module: nn.Module) -> None:
 
 def decompress_experts(module: nn.Module, attrs=None) -> None:
     """Turn the compressed expert parameters ``attrs`` of ``module`` (default: all) back into
-    dense nn.Parameters of their dtype (bit-exact, on the buffers' device); once none is left compressed, the module's class is restored. The others
-    stay compressed (the forward reads a dense one as the dense module does). Does nothing to a
-    module with none."""
+    dense nn.Parameters of their dtype (bit-exact, on the buffers' device); once none is left
+    compressed, the module's class is restored. The others stay compressed (the forward reads a
+    dense one as the dense module does). Does nothing to a module with none."""
     held = compressed_attrs(module)
     for attr in held if attrs is None else [a for a in attrs if a in held]:
         dense = FixedExpertsTensor(_weights(module, attr)).dense()

@@ -1,11 +1,12 @@
 """FixedWeightTensor: the ``.weight`` of a compressed module, for code that reads it.
 
 Model code, generation utilities, gradient checkpointing and adapter libraries read
-``module.weight.dtype`` / ``.device`` / ``.shape``, and some take ``.weight.data`` or
-``.weight.T`` of a Linear. A CompressedLinear holds no dense weight, so ``.weight`` is this
-tensor subclass: a bfloat16 [N, K] tensor (or of the dtype the module was cast to) whose metadata (dtype, device, shape, ndim, numel) is
-free and whose values are decoded (bit-exact, :func:`wcodec.gpu.fixed.decode`) by any torch
-operation on it, which then returns a plain tensor. ``isinstance(w, torch.Tensor)`` holds.
+``module.weight.dtype`` / ``.device`` / ``.shape``, and some take ``.weight.data`` or ``.weight.T``
+of a Linear. A CompressedLinear holds no dense weight, so ``.weight`` is this tensor subclass: a
+bfloat16 [N, K] tensor (or of the dtype the module was cast to) whose metadata (dtype, device,
+shape, ndim, numel) is free and whose values are decoded (bit-exact,
+:func:`wcodec.gpu.fixed.decode`) by any torch operation on it, which then returns a plain tensor.
+``isinstance(w, torch.Tensor)`` holds.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class FixedWeightTensor(torch.Tensor):
         """The weight, bit-exact: a new [n, k] tensor of this tensor's dtype (the layout's, or the
         one its module was cast to: the layout's values cast)."""
         w = self._layout.decode(self._layout.unpack(self._packed, self._window, *self.shape))
-        return w if w.dtype == self.dtype else w.to(self.dtype)
+        return w.to(self.dtype)  # the same tensor when the dtype is the layout's
 
     def backed_by(self, packed: torch.Tensor, base: int, n: int, k: int, dtype: torch.dtype | None = None) -> bool:
         """Whether this tensor reads ``packed`` as an [n, k] weight of window ``base`` (and of
