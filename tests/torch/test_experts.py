@@ -146,10 +146,13 @@ def test_float32_model_with_bf16_values(arch):
         assert torch.equal(fresh(ids).logits.view(torch.int32), want.view(torch.int32))
     # the dense dtype follows module.to(dtype)
     model.to(torch.bfloat16)
-    assert experts.down_proj.dtype == torch.bfloat16
+    assert experts.down_proj.dtype == torch.bfloat16 and not decodes_per_call(experts)  # the cause is gone
     with torch.no_grad():
         assert torch.equal(bits(model(ids).logits), bits(dense.to(torch.bfloat16)(ids).logits))
     model.float()
+    assert decodes_per_call(experts)
+    decompress_experts(experts, ["gate_up_proj"])  # the float32 one left keeps the per-call decode
+    assert compressed_attrs(experts) == ["down_proj"] and decodes_per_call(experts)
     decompress_experts(experts)
     assert not compressed_attrs(experts) and experts.down_proj.dtype == torch.float32
     assert torch.equal(experts.down_proj.view(torch.int32), orig.float().down_proj.view(torch.int32))

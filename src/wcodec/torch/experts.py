@@ -297,11 +297,17 @@ def _note_planned(module: nn.Module, attr: str, param) -> None:
 
 def _set_dtype(module: nn.Module, attr: str, dtype: torch.dtype) -> None:
     """Record the dense dtype of compressed ``attr``; one other than bfloat16 makes the module
-    decode for each call (the fused kernels compute in bf16)."""
-    dtypes = module.__dict__.setdefault("_wcodec_dtypes", {})
-    dtypes[attr] = dtype
-    if any(d != torch.bfloat16 for d in dtypes.values()):
-        module.__dict__["_wcodec_exact"] = True
+    decode for each call while it lasts (:func:`_is_exact`)."""
+    module.__dict__.setdefault("_wcodec_dtypes", {})[attr] = dtype
+
+
+def _is_exact(module: nn.Module) -> bool:
+    """Whether ``module`` decodes and multiplies as the dense module does: exactness was asked for
+    (``_wcodec_exact``), or a compressed parameter is held in a dtype other than bfloat16 (the
+    fused kernels compute in bf16). Derived on each call, so a partial decompress or a
+    ``.to(torch.bfloat16)`` that removes the cause brings the fused kernels back."""
+    d = module.__dict__
+    return bool(d.get("_wcodec_exact", False)) or any(t != torch.bfloat16 for t in d.get("_wcodec_dtypes", {}).values())
 
 
 def _register(module: nn.Module, attr: str, packed, offsets, bases, shape) -> None:
@@ -314,7 +320,7 @@ def decodes_per_call(module: nn.Module) -> bool:
     """Whether compressed ``module`` decodes its experts for each call and multiplies as the dense
     module does (an ``exact`` module, or one with a forward of its own), rather than reading the
     fixed layout in the fused kernels on CUDA."""
-    return isinstance(module, _OwnForwardMixin) or bool(module.__dict__.get("_wcodec_exact", False))
+    return isinstance(module, _OwnForwardMixin) or _is_exact(module)
 
 
 def compressed_attrs(module: nn.Module) -> list[str]:
@@ -343,7 +349,7 @@ class ExpertWeights:
         bases = b[f"{attr}_bases"].tolist()
         E, d1, d2 = b[f"{attr}_shape"].tolist()
         self.transposed = _transposed(module)
-        self.exact = bool(getattr(module, "_wcodec_exact", False))
+        self.exact = _is_exact(module)
         self.dtype = module.__dict__.get("_wcodec_dtypes", {}).get(attr, torch.bfloat16)
         self.shape = (E, d1, d2)
         n, k = (d2, d1) if self.transposed else (d1, d2)
@@ -452,7 +458,7 @@ def experts_forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: t
 
 
 def _runs_grouped(module: nn.Module, x: torch.Tensor) -> bool:
-    return (GROUPED and fx._use_triton(x) and not module._wcodec_exact
+    return (GROUPED and fx._use_triton(x) and not _is_exact(module)
             and len(compressed_attrs(module)) == 2 and not (torch.is_grad_enabled() and x.requires_grad))
 
 
@@ -586,12 +592,13 @@ def _refuse_writes(cls, func, args, kwargs) -> None:
 class _CompressedExpertsMixin:
     """Placed before a transformers experts class (see :func:`_make_compressed`)."""
 
-    #: decode and multiply as the dense module on CUDA too (set per module by ``_install``)
+    #: exactness asked for: decode and multiply as the dense module on CUDA too (set per module
+    #: by ``_install``; :func:`_is_exact` adds the dtype cause)
     _wcodec_exact = False
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
-        exact = hidden_states.device.type == "cpu" or self._wcodec_exact
+        exact = hidden_states.device.type == "cpu" or _is_exact(self)
         if (exact and impl != "wcodec" and not torch.compiler.is_compiling()
                 and not _runs_grouped(self, hidden_states)):
             # the CPU path is exact to the dense model as configured: its own implementation
