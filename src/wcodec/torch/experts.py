@@ -303,9 +303,10 @@ def _set_dtype(module: nn.Module, attr: str, dtype: torch.dtype) -> None:
 
 def _is_exact(module: nn.Module) -> bool:
     """Whether ``module`` decodes and multiplies as the dense module does: exactness was asked for
-    (``_wcodec_exact``), or a compressed parameter is held in a dtype other than bfloat16 (the
-    fused kernels compute in bf16). Derived on each call, so a partial decompress or a
-    ``.to(torch.bfloat16)`` that removes the cause brings the fused kernels back."""
+    (``_wcodec_exact`` in its ``__dict__``, set by ``_install``), or a compressed parameter is
+    held in a dtype other than bfloat16 (the fused kernels compute in bf16). Derived on each
+    call, so a partial decompress or a ``.to(torch.bfloat16)`` that removes the cause brings the
+    fused kernels back."""
     d = module.__dict__
     return bool(d.get("_wcodec_exact", False)) or any(t != torch.bfloat16 for t in d.get("_wcodec_dtypes", {}).values())
 
@@ -591,10 +592,6 @@ def _refuse_writes(cls, func, args, kwargs) -> None:
 
 class _CompressedExpertsMixin:
     """Placed before a transformers experts class (see :func:`_make_compressed`)."""
-
-    #: exactness asked for: decode and multiply as the dense module on CUDA too (set per module
-    #: by ``_install``; :func:`_is_exact` adds the dtype cause)
-    _wcodec_exact = False
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         impl = getattr(getattr(self, "config", None), "_experts_implementation", None)
