@@ -8,6 +8,7 @@ ran (native-avx512/avx2/scalar: the C extension; numba: the fallback).
     python benchmarks/codec_cpu.py --minilm --quick --threads 1,2,4,8,16 --with-numba
     python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --api   # + the public API
     python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --stages  # + the API stage by stage
+    python benchmarks/codec_cpu.py --minilm --quick --scaling-only --threads 2 --api --dtypes F32 --low-joint  # format v2
     python benchmarks/codec_cpu.py --minilm --fixed --synthetic 0.125                  # codec fixed: C vs numpy
 
 Tensors: every floating tensor with >= 4096 elements (the methodology of ../shared/models/README.md);
@@ -59,6 +60,17 @@ def load_models(shared: Path, minilm_only: bool = False) -> dict:
 #: with one thread the two agree on an idle machine)
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = CLOCK["wall"]
+#: --low-joint: F32 encodes of the scaling rounds and the API with format version 2's joint low plane
+LOW_JOINT = False
+
+
+def f32_opts(dtype: str) -> dict:
+    """The encode options of the scaling rounds for ``dtype``."""
+    return {"low_joint": True} if LOW_JOINT and dtype == "F32" else {}
+
+
+def label(dtype: str) -> str:
+    return f"{dtype} v2" if f32_opts(dtype) else dtype
 
 
 def timed(fn, repeat=3):
@@ -144,7 +156,7 @@ class ApiRun:
         import torch
         from safetensors.torch import save_file as st_save
 
-        self.threads, self.folder = threads, folder
+        self.threads, self.folder, self.opts = threads, folder, f32_opts(dtype)
         self.names = [f"t{i:03d}" for i in range(len(arrays))]
         self.tensors = {n: (torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dtype == "BF16"
                             else torch.from_numpy(a)) for n, a in zip(self.names, arrays)}
@@ -171,7 +183,7 @@ class ApiRun:
         def cli_encode():
             with contextlib.redirect_stdout(io.StringIO()):  # its one-line summary
                 return cli.main(["encode", str(self.src), str(self.cli_file), "--quiet", "--force",
-                                 "--workers", str(self.threads)])
+                                 "--workers", str(self.threads), *(["--low-joint"] if self.opts else [])])
 
         def cli_decode():
             with contextlib.redirect_stdout(io.StringIO()):
@@ -186,9 +198,10 @@ class ApiRun:
         def keep(blob):
             self.blob = blob  # torch.load's input (load_file reads what save_file wrote)
 
-        return {"save_file": (lambda: wcodec.save_file(self.tensors, self.file, workers=self.threads), keep),
+        return {"save_file": (lambda: wcodec.save_file(self.tensors, self.file, workers=self.threads, **self.opts),
+                              keep),
                 "load_file": (lambda: wcodec.load_file(self.file), self._same),
-                "torch.save": (lambda: wt.save(self.tensors), keep),
+                "torch.save": (lambda: wt.save(self.tensors, **self.opts), keep),
                 "torch.load": (lambda: wt.load(self.blob), self._same),
                 "cli encode": (cli_encode, cli_encoded),
                 "cli decode": (cli_decode, cli_decoded)}[name]
@@ -215,7 +228,7 @@ def paired(arrays, dtype, threads, ctx, repeat, api=None):
             best[2] = min(best[2], clock() - t)
         with ctx():
             t = clock()
-            recs = pool_map(lambda a: encode_tensor(a, dtype), arrays, threads)
+            recs = pool_map(lambda a: encode_tensor(a, dtype, **f32_opts(dtype)), arrays, threads)
             best[0] = min(best[0], clock() - t)
         if z is not None:
             t = clock()
@@ -278,7 +291,7 @@ def scaling(models: dict, counts: list, with_numba: bool, repeat: int = 3, dtype
                             bench_wcodec(arrays[:2], dtype, threads=t)  # warm-up (numba: compile)
                         run = ApiRun(arrays, dtype, t, folder) if api else None
                         te, td, zte, ztd, ta = paired(arrays, dtype, t, ctx, repeat, run)
-                        print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} | {raw / td / 1e9:.2f} | "
+                        print(f"| {model} | {label(dtype)} | {t} | {path} | {raw / te / 1e9:.2f} | {raw / td / 1e9:.2f} | "
                               f"{raw / zte / 1e9:.2f} | {raw / ztd / 1e9:.2f} | {zte / te:.2f} | {ztd / td:.2f} |",
                               flush=True)
                         if api:
@@ -303,7 +316,7 @@ def print_api(rows, repeat) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model, dtype, t, path, raw, te, td, zte, ztd, ta in rows:
         gb = {k: raw / v / 1e9 for k, v in ta.items()}
-        print(f"| {model} | {dtype} | {t} | {path} | {raw / te / 1e9:.2f} / {raw / td / 1e9:.2f} | "
+        print(f"| {model} | {label(dtype)} | {t} | {path} | {raw / te / 1e9:.2f} / {raw / td / 1e9:.2f} | "
               f"{gb['save_file']:.2f} / {gb['load_file']:.2f} | {gb['torch.save']:.2f} / {gb['torch.load']:.2f} | "
               f"{gb['cli encode']:.2f} / {gb['cli decode']:.2f} | {raw / zte / 1e9:.2f} / {raw / ztd / 1e9:.2f} | "
               f"{zte / ta['save_file']:.2f} / {ztd / ta['load_file']:.2f} | "
@@ -428,6 +441,10 @@ def main(argv=None) -> int:
                     help="add N GiB (of bf16) of synthetic 4096x4096 layers, N(0, 0.02) weights")
     ap.add_argument("--safetensors", type=Path, action="append", default=[],
                     help="add the float32 tensors of this file (repeatable)")
+    ap.add_argument("--low-joint", action="store_true",
+                    help="F32 rows of the thread-scaling and --api tables encode with format version 2's joint "
+                         "low plane (encode_tensor / save_file / torch.save low_joint=True, wcodec encode "
+                         "--low-joint); the rows read 'F32 v2'")
     ap.add_argument("--dtypes", default="BF16,F32",
                     help="BF16, F32 or both (default): e.g. BF16 alone for float32 files that hold "
                          "bf16-rounded values (a bf16 checkpoint widened to fit a carry)")
@@ -435,8 +452,9 @@ def main(argv=None) -> int:
     dtypes = tuple(d.strip().upper() for d in args.dtypes.split(","))
     if not dtypes or not set(dtypes) <= {"BF16", "F32"}:
         ap.error(f"--dtypes takes BF16, F32 or both, got {args.dtypes!r}")
-    global clock
+    global clock, LOW_JOINT
     clock = CLOCK[args.clock]
+    LOW_JOINT = args.low_joint
     models = load_models(args.shared, args.minilm)
     for path in args.safetensors:
         from safetensors.numpy import load_file

@@ -40,6 +40,15 @@ def mode_of(mode: str, qp=None, target_snr_db=None, codec: str | None = None) ->
     return out
 
 
+def check_flag(name: str, value) -> None:
+    """An on/off setting must be a bool (numpy's too): a string such as "no" would read as on.
+    Raises InvalidInputError (a ValueError) naming it."""
+    import numpy as np
+
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+
+
 def target_of(mode: str) -> float | None:
     """The per-tensor SNR target (dB) of a mode string, or None."""
     return float(mode.split("=", 1)[1]) if mode.startswith("lossy:snr=") else None

@@ -19,9 +19,9 @@ def load_file(filename, verify: bool = True) -> dict:
     return _load_file(filename, device="cpu", framework="np", verify=verify)
 
 
-def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless") -> bytes:
+def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless", low_joint: bool = False) -> bytes:
     """The .wcodec file of ``{name: numpy array}`` as bytes. See wcodec.api.save."""
-    return _save(tensors, metadata, mode)
+    return _save(tensors, metadata, mode, low_joint=low_joint)
 
 
 def load(data: bytes, verify: bool = True) -> dict:

@@ -75,7 +75,8 @@ def has_nonfinite(array: np.ndarray, dtype: str) -> bool:
     return False
 
 
-def _encode_one(item: Item, mode: str, codec: str | None = None, options: dict | None = None):
+def _encode_one(item: Item, mode: str, codec: str | None = None, options: dict | None = None,
+                low_joint: bool = False):
     from ..codecs import choose_codec, decode_tensor, encode_tensor
 
     if mode == "int8" and choose_codec(item.dtype, tuple(item.array.shape), mode) == "int8-quant" \
@@ -84,6 +85,8 @@ def _encode_one(item: Item, mode: str, codec: str | None = None, options: dict |
         # whole checkpoint (the info table then shows codec "float" for it)
         warnings.warn(f"tensor '{item.name}': holds NaN or inf; stored lossless instead of int8", stacklevel=2)
         mode = "lossless"
+    if low_joint and item.dtype == "F32" and choose_codec(item.dtype, tuple(item.array.shape), mode) == "float":
+        options = {**(options or {}), "low_joint": True}  # the float codec's format-version-2 plane
     rec = encode_tensor(item.array, item.dtype, mode, item.name, prefer=codec, **(options or {}))
     if rec.codec in LOSSY_CODECS:
         crc = spec.crc32(decode_tensor(rec, item.name))
@@ -104,7 +107,8 @@ def _check_input_name(name) -> None:
 
 
 def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: int | None = None,
-                progress=None, codec: str | None = None, plan: dict | None = None) -> dict:
+                progress=None, codec: str | None = None, plan: dict | None = None,
+                low_joint: bool = False) -> dict:
     """Encode ``items`` in order into ``sink`` (a Writer or ShardedWriter).
 
     mode: "lossless", "int8" or a lossy mode string. workers: encoding threads (None:
@@ -112,6 +116,8 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
     codec: a codec id of ``wcodec.codecs.PREFERABLE`` (``"fixed"``) used for the tensors it can
     take. plan: {name: (mode string, encode_tensor options)} overriding ``mode`` per tensor
     (e.g. :func:`wcodec.codecs.lossy.allocate_fisher`'s ``"lossy:qp=N"`` + ``row_weight``).
+    low_joint: F32 tensors the float codec stores also try the joint low plane (format version 2,
+    kept where smaller; ``wcodec.codecs.float``).
     Returns totals {"tensors", "aliases", "raw_bytes", "coded_bytes"}. Exceptions propagate
     after cancelling pending work (the caller aborts the sink).
     """
@@ -155,7 +161,7 @@ def encode_into(sink, items: Iterable[Item], mode: str = "lossless", workers: in
                 seen[key] = item.name
             m, opts = (plan or {}).get(item.name, (mode, None))
             nbytes = int(item.array.nbytes)
-            pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts), nbytes))
+            pending.append((item.name, ex.submit(_encode_one, item, m, codec, opts, low_joint), nbytes))
             in_flight += nbytes
             while len(pending) > workers and in_flight > WINDOW_BYTES:
                 flush_one()

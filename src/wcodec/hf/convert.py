@@ -75,7 +75,7 @@ def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
                    max_shard_size: int | None = None, progress: bool = False,
                    codec: str | None = None, qp: float | None = None,
                    target_snr_db: float | None = None, plan: dict | None = None,
-                   metadata: dict | None = None) -> list[Path]:
+                   metadata: dict | None = None, low_joint: bool = False) -> list[Path]:
     """Convert a Hugging Face model folder (sharded or not; a sentence-transformers folder too).
 
     src: folder with safetensors (or torch .bin) weights. dst: output folder; receives
@@ -83,9 +83,9 @@ def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
     (config, tokenizer, generation config, sub-folders such as ``1_Pooling``), and config.json
     gains ``quantization_config = {"quant_method": "wcodec", "format_version", "mode",
     "wcodec_version"}``. mode: "lossless", "int8" or "lossy" with qp= or target_snr_db= (as in
-    :func:`wcodec.save_file`). codec: ``"fixed"`` for the fixed-rate
-    layout of BF16 weights (see :func:`wcodec.save_file`). plan, metadata: as
-    :func:`wcodec.encode_safetensors_to_wcodec` (per-tensor settings; config.json then records
+    :func:`wcodec.save_file`). codec: ``"fixed"`` for the fixed-rate layout of BF16 weights;
+    low_joint: F32 low bytes as one plane where smaller (both as :func:`wcodec.save_file`). plan,
+    metadata: as :func:`wcodec.encode_safetensors_to_wcodec` (per-tensor settings; config.json then records
     mode ``"lossy:per-tensor"``). Returns the written paths.
     Raises FileNotFoundError (no weights), WcodecError subclasses (bad input), OSError.
     """
@@ -99,6 +99,6 @@ def convert_folder(src, dst, mode: str = "lossless", workers: int | None = None,
     _read_config(src)  # a malformed config.json fails here, before any weight is written
     paths = encode_safetensors_to_wcodec(src, dst, mode=mode, workers=workers,
                                          max_shard_size=max_shard_size, progress=progress,
-                                         codec=codec, plan=plan, metadata=metadata)
+                                         codec=codec, plan=plan, metadata=metadata, low_joint=low_joint)
     _record_codec(dst, mode if plan is None else "lossy:per-tensor")
     return paths

@@ -32,12 +32,14 @@ def _check_tensors(tensors) -> None:
                                 "aware this might make a much larger file than needed.")
 
 
-def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless") -> None:
-    """Compress ``{name: torch.Tensor}`` into ``filename`` (atomic). See wcodec.api.save_file.
+def save_file(tensors: dict, filename, metadata: dict | None = None, mode: str = "lossless",
+              low_joint: bool = False) -> None:
+    """Compress ``{name: torch.Tensor}`` into ``filename`` (atomic). See wcodec.api.save_file
+    (mode, low_joint).
     Raises InvalidInputError (a ValueError) as safetensors.torch for a non-dict, a non-tensor
     value or sparse tensors."""
     _check_tensors(tensors)
-    api.save_file(tensors, filename, metadata, mode)
+    api.save_file(tensors, filename, metadata, mode, low_joint=low_joint)
 
 
 def load_file(filename, device="cpu", backend: str = "mmap") -> dict:
@@ -47,11 +49,11 @@ def load_file(filename, device="cpu", backend: str = "mmap") -> dict:
     return api.load_file(filename, device=device, framework="pt", backend=backend)
 
 
-def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless") -> bytes:
+def save(tensors: dict, metadata: dict | None = None, mode: str = "lossless", low_joint: bool = False) -> bytes:
     """The .wcodec file of ``tensors`` as bytes (canonical: the same bytes whatever the dict
     order). Raises as :func:`save_file`."""
     _check_tensors(tensors)
-    return api.save(tensors, metadata, mode)
+    return api.save(tensors, metadata, mode, low_joint=low_joint)
 
 
 def load(data: bytes, device="cpu") -> dict:
