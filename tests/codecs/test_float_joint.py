@@ -88,3 +88,95 @@ def test_raw_chunks_roundtrip_and_hostile_records_name_the_tensor():
     bad = type(rec)(rec.codec, rec.dtype, rec.shape, rec.params, {**rec.sections, "low16.offsets": offsets})
     with pytest.raises(CorruptDataError, match="emb.w.*raw chunk 3 holds 2049 words"):
         decode_tensor(bad, "emb.w")
+
+
+# ---- the fused path: the joint plane OR-ed in chunk by chunk inside the merge (C extension) ----
+
+needs_ext = pytest.mark.skipif(native.ext() is None, reason="C extension wcodec._cext not built")
+
+
+def _unfused(monkeypatch):
+    """Decode joint records the way before the fused path: merge, then the plane in a second pass."""
+    monkeypatch.setattr(native, "fuses_joint", lambda head, joint: False)
+
+
+@needs_ext
+@pytest.mark.parametrize("rows", [40, 41, 72])  # whole chunks (odd, even count) and a short last chunk
+def test_fused_joint_matches_the_two_pass_decode_and_checksums(isa, monkeypatch, rows):
+    import zlib
+
+    a = _f32(seed=rows, rows=rows, cols=256, fp16_rows=24)
+    rec = _enc(a, tables=1)
+    assert "low_joint" in rec.params
+    assert native.fuses_joint(*_planes(rec))
+    want = a.view(np.uint32).tobytes()
+    before = native.threads()
+    try:
+        for t in (1, 2, 3):
+            native.set_threads(t)
+            out = np.full(a.size, 0xFFFFFFFF, dtype=np.uint32)  # a dirty destination
+            got, crc = decode_tensor(rec, "w", out=out.view(np.float32), checksum=True)
+            assert out.tobytes() == want and got.tobytes() == want, (isa, t)
+            assert crc == zlib.crc32(want), (isa, t)
+    finally:
+        native.set_threads(before)
+    with monkeypatch.context() as m:
+        _unfused(m)
+        got, crc = decode_tensor(rec, "w", checksum=True)
+    assert got.tobytes() == want and crc == zlib.crc32(want)
+
+
+def _planes(rec):
+    from wcodec.codecs import float as fc
+
+    parts = fc.parse(rec)
+    return parts.head, parts.joint
+
+
+@needs_ext
+def test_fused_joint_reports_a_corrupt_chunk(isa):
+    rec = _enc(_f32(), tables=1)
+    sidx = _planes(rec)[1].state_index()
+    coded = int(np.flatnonzero(sidx >= 0)[1])  # the second coded chunk
+    offsets = rec.sections["low16.offsets"]
+    words = rec.sections["low16.words"].copy()
+    words[offsets[coded]:offsets[coded + 1]] ^= 0x3C3C  # its words garbled: its final states differ
+    bad = type(rec)(rec.codec, rec.dtype, rec.shape, rec.params, {**rec.sections, "low16.words": words})
+    for checksum in (False, True):
+        with pytest.raises(CorruptDataError, match=f"low16 plane: chunk {coded}"):
+            decode_tensor(bad, "w", checksum=checksum)
+
+
+@needs_ext
+def test_joint_plane_in_other_chunks_takes_the_two_pass_decode():
+    """A joint plane whose chunks are not the head's (valid, though the encoder never writes one)."""
+    import zlib
+
+    from wcodec.rans import joint as rans_joint
+
+    a = _f32()
+    rec = _enc(a)
+    plane = rans_joint.encode((a.view(np.uint32).reshape(-1) & 0xFFFF).astype(np.uint16), 16)
+    sections = {k: v for k, v in rec.sections.items() if not k.startswith("low16.")}
+    sections.update(plane.sections("low16"))
+    other = type(rec)(rec.codec, rec.dtype, rec.shape, dict(rec.params, low_joint=plane.params()), sections)
+    assert not native.fuses_joint(*_planes(other))
+    got, crc = decode_tensor(other, "w", checksum=True)
+    assert got.tobytes() == a.tobytes()
+    assert crc == zlib.crc32(a.tobytes())
+
+
+@needs_ext
+def test_merge_refuses_a_joint_plane_with_low_planes():
+    rec = _enc(_f32())
+    head, joint = _planes(rec)
+    lookup, words = native.plane_inputs(head)
+    out, R, tail = np.empty(rec.numel, np.uint32), rec.params["tail_bits"], rec.sections["tail"]
+    with pytest.raises(ValueError, match="joint plane needs F32 without low planes"):
+        native.decode_merge_float(head.states, head.offsets, words, head.chunk_size, head.chunks_per_table, lookup,
+                                  head.prob_bits, np.zeros(256, np.uint64), tail, R, 8, 31,
+                                  (np.zeros(rec.numel, np.uint8),) * 2, out, joint=joint)
+    with pytest.raises(ValueError, match="C extension"):
+        native.decode_merge_float(head.states, head.offsets, words, head.chunk_size, head.chunks_per_table, lookup,
+                                  head.prob_bits, np.zeros(256, np.uint64), tail, R, 16, 31, (),
+                                  out, numba=True, joint=joint)

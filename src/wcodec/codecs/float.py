@@ -237,13 +237,13 @@ class FloatCodec(Codec):
 
     def decode_checked(self, record: EncodedTensor, out: np.ndarray | None = None, checksum: bool = True) -> tuple:
         """(decoded array, CRC-32 of its bytes from the C extension's decode pass or None: the
-        numba path, or a joint low plane OR-ed in after the pass)."""
+        numba path, or a joint low plane in other chunks than the head's, OR-ed in after the pass)."""
         parts = parse(record)
         W, E, M, L = parts.layout
         p, n, j, R = record.params, record.numel, parts.head_bits, parts.tail_bits
         alphabet, tail = parts.alphabet, parts.tail
         head = parts.head  # validated by parse
-        if parts.joint is not None:  # merged without low bits, then the plane OR-ed in
+        if parts.joint is not None:  # merged without low bits, the plane OR-ed in
             L = 0
         names = ("low1", "low0")[:L]
         low, coded = [], [None] * L  # per low plane: its raw bytes, or its coded plane
@@ -270,20 +270,25 @@ class FloatCodec(Codec):
                 raise ValueError(f"out must be a writable C-contiguous array of {n * W // 8} bytes")
             out = out.reshape(-1).view(UINT[W])
         lookup, words = rans.kernel_inputs(head)
-        # the joint low plane is OR-ed into out after the merge: no checksum of the merge then
-        checksum = checksum and parts.joint is None
+        # a joint low plane in the head's chunks is OR-ed in chunk by chunk inside the merge (one
+        # pass, checksummed); any other after the merge, and then no checksum of the merge
+        fused = parts.joint is not None and K.fuses_joint(head, parts.joint)  # (validated by parse)
+        checksum = checksum and (parts.joint is None or fused)
         status, low_status, *crc = K.decode_merge_float(head.states, head.offsets, words, head.chunk_size,
                                                         head.chunks_per_table, lookup, head.prob_bits,
                                                         placed_heads(alphabet, M - j), tail, R, 8 * parts.layout[3],
-                                                        W - 1, low, out, coded=coded, checksum=checksum)
-        if parts.joint is not None:
+                                                        W - 1, low, out, coded=coded, checksum=checksum,
+                                                        joint=parts.joint if fused else None)
+        rans.check_status(status, "head plane")
+        if fused:
+            rans.check_status(low_status, "low16 plane")
+        elif parts.joint is not None:
             from ..rans import joint as rans_joint
 
             rans_joint.decode(parts.joint, out=out, where="low16 plane")
         for k, lplane in enumerate(coded):
             if lplane is not None:
                 rans.check_status(low_status[k], f"{names[k]} plane")
-        rans.check_status(status, "head plane")
         return out.view(DTYPES[record.dtype]).reshape(record.shape), (crc[0] if crc else None)
 
 

@@ -701,6 +701,10 @@ fail:
 
 #define BAD_SYMBOL (1ull << 40)
 
+/* a joint low plane (format version 2), decoded chunk by chunk into the merged output */
+struct dec16_s;
+static void joint_chunk(const struct dec16_s *ctx, int64_t c);
+
 typedef struct {
     plane_t p;
     const uint64_t *placed;
@@ -731,6 +735,9 @@ typedef struct {
     int64_t low_at[2];          /* raw low plane q's bytes, or coded low plane q's words */
     uint32_t *piece_crc;        /* [4][n_pairs]: CRC-32 of each pair's words, tail, low1, low0 bytes, or NULL */
     int io_err;                 /* the first read error: an errno, or -1 when the file ended early */
+    /* F32 with a joint low plane of the head's chunks, or NULL: chunk c OR-ed into out right
+     * after chunk c's merge (still in cache), its status to the joint context's status[c] */
+    const struct dec16_s *joint;
 } merge_ctx;
 
 /* p + k, where p may be NULL (no low planes) */
@@ -1203,6 +1210,7 @@ static void merge_pair(merge_ctx *ctx, int64_t t, uint8_t *work) {
 #endif
                 seen = merge_range_scalar(&local, sym + a, lp[0], lp[1], a, b);
             if (seen & BAD_SYMBOL) st[j] = 4;
+            else if (ctx->joint) joint_chunk(ctx->joint, c0 + j);
             /* the decoded tensor's checksum from the bytes just written, still in cache (a
              * separate pass over the tensor re-read it from memory: issue 30) */
             if (ctx->crcs) ctx->crcs[c0 + j] = wc_crc32((const uint8_t *)local.out + a * ob, (b - a) * ob, 0);
@@ -1296,6 +1304,7 @@ static int merge_setup(merge_ctx *ctx, bufs_t *bs, PyObject *const *o, long long
     ctx->crcs = NULL;
     ctx->piece_crc = NULL;
     ctx->io_err = 0;
+    ctx->joint = NULL;
     ctx->low_coded[0] = o_lowc1 != Py_None;
     ctx->low_coded[1] = o_lowc0 != Py_None;
     ctx->low_planes = (o[6] != Py_None || ctx->low_coded[0]) ? 2 : 0;
@@ -1354,47 +1363,6 @@ static int merge_setup(merge_ctx *ctx, bufs_t *bs, PyObject *const *o, long long
 static uint32_t merge_out_crc(const merge_ctx *ctx) {
     int64_t cs = ctx->p.chunk_size, n = ctx->p.n, n_chunks = (n + cs - 1) / cs;
     return wc_crc32_join(ctx->crcs, n_chunks, cs * ctx->out_bytes, (n - (n_chunks - 1) * cs) * ctx->out_bytes);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
- *                    placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
- *                    threads[, lowc1, lowc0, low_status, checksum]) -> CRC-32 of out or None    */
-
-static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
-    PyObject *o[13];
-    long long n, cs, cpt;
-    int pb, threads, want_crc = 0;
-    merge_ctx ctx;
-    o[10] = o[11] = o[12] = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOOp", &o[0], &o[1], &o[2], &n, &cs, &cpt, &o[3], &pb, &o[4],
-                          &o[5], &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o[6], &o[7], &o[8], &o[9],
-                          &threads, &o[10], &o[11], &o[12], &want_crc))
-        return NULL;
-    bufs_t bs = {.k = 0};
-    if (merge_setup(&ctx, &bs, o, n, cs, cpt, pb) < 0) goto fail;
-    int64_t n_chunks = (ctx.p.n + cs - 1) / cs;
-    if (want_crc && n_chunks > 0) {
-        /* calloc: a chunk that fails leaves 0 (its status says so; the CRC is then unused) */
-        ctx.crcs = calloc((size_t)n_chunks, sizeof *ctx.crcs);
-        if (!ctx.crcs) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-    }
-    threads = pick_threads(threads, (n_chunks + 1) / 2);
-    uint32_t crc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    run_parallel(merge_task, &ctx, (n_chunks + 1) / 2, threads);
-    if (ctx.crcs) crc = merge_out_crc(&ctx);
-    Py_END_ALLOW_THREADS
-    free(ctx.crcs);
-    bufs_release(&bs);
-    if (want_crc) return PyLong_FromUnsignedLong(crc);
-    Py_RETURN_NONE;
-fail:
-    bufs_release(&bs);
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -3273,7 +3241,7 @@ fail:
     return NULL;
 }
 
-typedef struct {
+typedef struct dec16_s {
     tab16_t tab;
     const uint64_t *states;
     const uint32_t *offsets;
@@ -3285,8 +3253,8 @@ typedef struct {
     int32_t *status;
 } dec16_ctx;
 
-static void dec16_task(void *vctx, int64_t c) {
-    dec16_ctx *ctx = vctx;
+/* chunk c of a joint plane OR-ed into out; its status (0 ok, 1/2 word count, 3 bad state) */
+static int dec16_chunk(const dec16_ctx *ctx, int64_t c) {
     const tab16_t *tb = &ctx->tab;
     int64_t t = c / ctx->chunks_per_table, a = tb->eo[t], b = tb->eo[t + 1];
     uint64_t d = tb->def[t];
@@ -3299,25 +3267,18 @@ static void dec16_task(void *vctx, int64_t c) {
     uint16_t *o16 = (uint16_t *)ctx->out + start;
     uint32_t *o32 = (uint32_t *)ctx->out + start;
     if (ctx->sidx[c] < 0) { /* a raw chunk: its words are its symbols */
-        if (end - pos != m) {
-            ctx->status[c] = end - pos > m ? 2 : 1;
-            return;
-        }
+        if (end - pos != m) return end - pos > m ? 2 : 1;
         const uint16_t *src = ctx->words + pos;
         if (ctx->out_bytes == 2)
             for (int64_t i = 0; i < m; i++) o16[i] |= src[i];
         else
             for (int64_t i = 0; i < m; i++) o32[i] |= src[i];
-        ctx->status[c] = 0;
-        return;
+        return 0;
     }
     uint64_t X[LANES];
     for (int l = 0; l < LANES; l++) {
         X[l] = ctx->states[ctx->sidx[c] + l];
-        if (X[l] < STATE_LOWER16 || X[l] >> 63) {
-            ctx->status[c] = 3;
-            return;
-        }
+        if (X[l] < STATE_LOWER16 || X[l] >> 63) return 3;
     }
     /* k = r / d for the unlisted symbols: a shift where d is a power of two (every flat table:
      * d = 2**(prob_bits - 16)), else a double reciprocal corrected by one step (r, d < 2**28) */
@@ -3348,8 +3309,7 @@ static void dec16_task(void *vctx, int64_t c) {
         int st = pos > end ? 1 : pos < end ? 2 : 0;
         for (int l = 0; l < LANES && !st; l++)
             if (X[l] != STATE_LOWER16) st = 2;
-        ctx->status[c] = st;
-        return;
+        return st;
     }
     for (int64_t i = 0; i < m; i++) {
         int lane = (int)(i & (LANES - 1));
@@ -3388,8 +3348,12 @@ static void dec16_task(void *vctx, int64_t c) {
     int st = pos > end ? 1 : pos < end ? 2 : 0;
     for (int l = 0; l < LANES && !st; l++)
         if (X[l] != STATE_LOWER16) st = 2;
-    ctx->status[c] = st;
+    return st;
 }
+
+static void joint_chunk(const dec16_ctx *ctx, int64_t c) { ctx->status[c] = dec16_chunk(ctx, c); }
+
+static void dec16_task(void *vctx, int64_t c) { joint_chunk(vctx, c); }
 
 /* block_histograms16(symbols u16[n], block, counts int32[n_blocks * 65536], threads): the
  * joint encoder's symbol counts per block of `block` symbols (block <= 2**31 - 1) */
@@ -3499,70 +3463,82 @@ fail:
     return NULL;
 }
 
+/* a joint plane's buffers into ctx (held in bs), from o: states u64, offsets u32, words u16, default,
+ * exc_offsets u32, exc_symbols u16, exc_freqs, exc_cum, exc_rank u32, status i32, state_index i64
+ * (11 objects); their item counts to sz. 0, or -1 with an exception */
+static int joint_bufs(bufs_t *bs, PyObject *const *o, dec16_ctx *ctx, int64_t *sz) {
+    if (!(ctx->states = get_buf(bs, o[0], 0, 8, &sz[0], "states"))) return -1;
+    if (!(ctx->offsets = get_buf(bs, o[1], 0, 4, &sz[1], "offsets"))) return -1;
+    if (!(ctx->words = get_buf(bs, o[2], 0, 2, &ctx->words_len, "words"))) return -1;
+    if (!(ctx->tab.def = get_buf(bs, o[3], 0, 4, &sz[3], "default"))) return -1;
+    if (!(ctx->tab.eo = get_buf(bs, o[4], 0, 4, &sz[4], "exc_offsets"))) return -1;
+    if (!(ctx->tab.esym = get_buf(bs, o[5], 0, 2, &sz[5], "exc_symbols"))) return -1;
+    if (!(ctx->tab.efreq = get_buf(bs, o[6], 0, 4, &sz[6], "exc_freqs"))) return -1;
+    if (!(ctx->tab.ecum = get_buf(bs, o[7], 0, 4, &sz[7], "exc_cum"))) return -1;
+    if (!(ctx->tab.erank = get_buf(bs, o[8], 0, 4, &sz[8], "exc_rank"))) return -1;
+    if (!(ctx->status = get_buf(bs, o[9], 1, 4, &sz[9], "status"))) return -1;
+    if (!(ctx->sidx = get_buf(bs, o[10], 0, 8, &sz[10], "state_index"))) return -1;
+    return 0;
+}
+
+/* a joint plane's arguments (ctx: n, chunk_size, chunks_per_table, pb, out, out_bytes set; sz from
+ * joint_bufs) checked against each other, so that no chunk reads or writes out of bounds and no
+ * step divides by zero (the tables' contents are validated in Python). 0, or -1 with ValueError */
+static int joint_check(const dec16_ctx *ctx, const int64_t *sz, int64_t nout) {
+    const int64_t cs = ctx->chunk_size, n = ctx->n, n_chunks = cs > 0 ? (n + cs - 1) / cs : 0;
+    if (cs < LANES || cs % LANES || n < 0 || ctx->pb < 16 || ctx->pb > 28 || ctx->words_len < 2 ||
+        sz[1] != n_chunks + 1 || nout != n || sz[9] != n_chunks || sz[10] != n_chunks ||
+        (ctx->out_bytes != 2 && ctx->out_bytes != 4)) {
+        PyErr_SetString(PyExc_ValueError, "joint plane: inconsistent arguments");
+        return -1;
+    }
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (ctx->sidx[c] < -1 || (ctx->sidx[c] >= 0 && ctx->sidx[c] > sz[0] - LANES)) {
+            PyErr_SetString(PyExc_ValueError, "joint plane: state index out of range");
+            return -1;
+        }
+    if (check_tab16(&ctx->tab, sz[3], sz[4], sz[5], sz[6], sz[7], sz[8], n_chunks, ctx->chunks_per_table) < 0)
+        return -1;
+    for (int64_t c = 0; c < n_chunks; c++)
+        if (ctx->offsets[c] > ctx->offsets[c + 1] || (int64_t)ctx->offsets[c + 1] > ctx->words_len) {
+            PyErr_SetString(PyExc_ValueError, "rANS word offsets out of range");
+            return -1;
+        }
+    for (int64_t t = 0; t < sz[3]; t++) /* a zero default with unlisted slots would divide by zero */
+        if (ctx->tab.def[t] == 0 && (ctx->tab.eo[t + 1] - ctx->tab.eo[t]) < 65536) {
+            uint64_t sum = 0;
+            for (uint32_t k = ctx->tab.eo[t]; k < ctx->tab.eo[t + 1]; k++) sum += ctx->tab.efreq[k];
+            if (sum != (1ull << ctx->pb)) {
+                PyErr_SetString(PyExc_ValueError, "joint rANS table does not sum to 2**prob_bits");
+                return -1;
+            }
+        }
+    return 0;
+}
+
 /* decode_chunks16(states, offsets, words, n, chunk_size, chunks_per_table, default, exc_offsets,
  *                 exc_symbols, exc_freqs, exc_cum, exc_rank, prob_bits, out, status, state_index,
  *                 threads): symbol i OR-ed into out[i] ([n] uint16 or uint32); state_index int64
  * [n_chunks] each chunk's first state or -1 (raw); tables validated by the caller */
 static PyObject *py_decode_chunks16(PyObject *self, PyObject *args) {
-    PyObject *o_states, *o_offsets, *o_words, *o_def, *o_eo, *o_esym, *o_efreq, *o_ecum, *o_erank, *o_out,
-        *o_status, *o_sidx;
+    PyObject *o[11], *o_out;
     long long n, cs, cpt;
     int pb, threads;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOOiOOOi", &o_states, &o_offsets, &o_words, &n, &cs, &cpt, &o_def,
-                          &o_eo, &o_esym, &o_efreq, &o_ecum, &o_erank, &pb, &o_out, &o_status, &o_sidx, &threads))
+    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOOiOOOi", &o[0], &o[1], &o[2], &n, &cs, &cpt, &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8], &pb, &o_out, &o[9], &o[10], &threads))
         return NULL;
     bufs_t bs = {.k = 0};
     dec16_ctx ctx;
-    int64_t ns, no, nd, neo, nsy, nfr, ncu, nra, nout, nst, nsi;
-    if (!(ctx.states = get_buf(&bs, o_states, 0, 8, &ns, "states"))) goto fail;
-    if (!(ctx.offsets = get_buf(&bs, o_offsets, 0, 4, &no, "offsets"))) goto fail;
-    if (!(ctx.words = get_buf(&bs, o_words, 0, 2, &ctx.words_len, "words"))) goto fail;
-    if (!(ctx.tab.def = get_buf(&bs, o_def, 0, 4, &nd, "default"))) goto fail;
-    if (!(ctx.tab.eo = get_buf(&bs, o_eo, 0, 4, &neo, "exc_offsets"))) goto fail;
-    if (!(ctx.tab.esym = get_buf(&bs, o_esym, 0, 2, &nsy, "exc_symbols"))) goto fail;
-    if (!(ctx.tab.efreq = get_buf(&bs, o_efreq, 0, 4, &nfr, "exc_freqs"))) goto fail;
-    if (!(ctx.tab.ecum = get_buf(&bs, o_ecum, 0, 4, &ncu, "exc_cum"))) goto fail;
-    if (!(ctx.tab.erank = get_buf(&bs, o_erank, 0, 4, &nra, "exc_rank"))) goto fail;
+    int64_t sz[11], nout;
+    if (joint_bufs(&bs, o, &ctx, sz) < 0) goto fail;
     if (!(ctx.out = get_buf(&bs, o_out, 1, 0, &nout, "out"))) goto fail;
     ctx.out_bytes = (int)bs.b[bs.k - 1].itemsize;
-    if (!(ctx.status = get_buf(&bs, o_status, 1, 4, &nst, "status"))) goto fail;
-    if (!(ctx.sidx = get_buf(&bs, o_sidx, 0, 8, &nsi, "state_index"))) goto fail;
     ctx.n = n;
     ctx.chunk_size = cs;
     ctx.chunks_per_table = cpt;
     ctx.pb = pb;
-    int64_t n_chunks = cs > 0 ? (n + cs - 1) / cs : 0;
-    if (cs < LANES || cs % LANES || n < 0 || pb < 16 || pb > 28 || ctx.words_len < 2 || no != n_chunks + 1 ||
-        nout != n || nst != n_chunks || nsi != n_chunks || (ctx.out_bytes != 2 && ctx.out_bytes != 4)) {
-        PyErr_SetString(PyExc_ValueError, "decode_chunks16: inconsistent arguments");
-        goto fail;
-    }
-    for (int64_t c = 0; c < n_chunks; c++)
-        if (ctx.sidx[c] < -1 || (ctx.sidx[c] >= 0 && ctx.sidx[c] > ns - LANES)) {
-            PyErr_SetString(PyExc_ValueError, "decode_chunks16: state index out of range");
-            goto fail;
-        }
-    if (check_tab16(&ctx.tab, nd, neo, nsy, nfr, ncu, nra, n_chunks, cpt) < 0) goto fail;
-    for (int64_t c = 0; c < n_chunks; c++)
-        if (ctx.offsets[c] > ctx.offsets[c + 1] || (int64_t)ctx.offsets[c + 1] > ctx.words_len) {
-            PyErr_SetString(PyExc_ValueError, "rANS word offsets out of range");
-            goto fail;
-        }
-    for (int64_t t = 0; t < nd; t++) /* a zero default with unlisted slots would divide by zero */
-        if (ctx.tab.def[t] == 0 && (ctx.tab.eo[t + 1] - ctx.tab.eo[t]) < 65536) {
-            uint64_t sum = 0;
-            for (uint32_t k = ctx.tab.eo[t]; k < ctx.tab.eo[t + 1]; k++) sum += ctx.tab.efreq[k];
-            if (sum != (1ull << pb)) {
-                PyErr_SetString(PyExc_ValueError, "joint rANS table does not sum to 2**prob_bits");
-                goto fail;
-            }
-        }
-    threads = pick_threads(threads, n_chunks);
-    Py_BEGIN_ALLOW_THREADS
-    run_parallel(dec16_task, &ctx, n_chunks, threads);
-    Py_END_ALLOW_THREADS
-    bufs_release(&bs);
-    Py_RETURN_NONE;
+    if (joint_check(&ctx, sz, nout) < 0) goto fail;
+    return run_released(&bs, dec16_task, &ctx, sz[9], threads);
 fail:
     bufs_release(&bs);
     return NULL;
@@ -3671,6 +3647,74 @@ void wc_run_parallel(wc_task_fn fn, void *ctx, int64_t n, int threads) { run_par
 #include "fixedcheck.h"
 #include "fixedcodec.h"
 int wc_isa(void) { return g_isa; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* the fused float decode's entry point (after the joint plane's helpers it calls) */
+
+/* decode_merge_float(states, offsets, words, n, chunk_size, chunks_per_table, lookup, prob_bits,
+ *                    placed, tail, tail_bits, tail_shift, sign_shift, low1, low0, out, status,
+ *                    threads[, lowc1, lowc0, low_status, checksum, joint]) -> CRC-32 of out or None
+ * joint: F32 without low planes, tail_shift 16: the joint low plane of the head's chunks,
+ * (states, offsets, words, chunks_per_table, default, exc_offsets, exc_symbols, exc_freqs,
+ * exc_cum, exc_rank, prob_bits, status, state_index) as decode_chunks16 takes them, each chunk
+ * OR-ed in right after its merge (the checksum then covers it)                                */
+
+static PyObject *py_decode_merge_float(PyObject *self, PyObject *args) {
+    PyObject *o[13], *o_joint = Py_None;
+    long long n, cs, cpt;
+    int pb, threads, want_crc = 0;
+    merge_ctx ctx;
+    dec16_ctx jctx;
+    o[10] = o[11] = o[12] = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOLLLOiOOiiiOOOOi|OOOpO", &o[0], &o[1], &o[2], &n, &cs, &cpt, &o[3], &pb, &o[4],
+                          &o[5], &ctx.tail_bits, &ctx.tail_shift, &ctx.sign_shift, &o[6], &o[7], &o[8], &o[9],
+                          &threads, &o[10], &o[11], &o[12], &want_crc, &o_joint))
+        return NULL;
+    bufs_t bs = {.k = 0};
+    if (merge_setup(&ctx, &bs, o, n, cs, cpt, pb) < 0) goto fail;
+    int64_t n_chunks = (ctx.p.n + cs - 1) / cs;
+    if (o_joint != Py_None) {
+        PyObject *j[11];
+        long long jcpt;
+        int64_t sz[11];
+        if (!PyArg_ParseTuple(o_joint, "OOOLOOOOOOiOO", &j[0], &j[1], &j[2], &jcpt, &j[3], &j[4], &j[5], &j[6],
+                              &j[7], &j[8], &jctx.pb, &j[9], &j[10]))
+            goto fail;
+        if (ctx.low_planes || ctx.out_bytes != 4 || ctx.tail_shift != 16) {
+            PyErr_SetString(PyExc_ValueError, "decode_merge_float: a joint plane needs F32 without low planes");
+            goto fail;
+        }
+        if (joint_bufs(&bs, j, &jctx, sz) < 0) goto fail;
+        jctx.n = ctx.p.n;
+        jctx.chunk_size = cs;
+        jctx.chunks_per_table = jcpt;
+        jctx.out = ctx.out;
+        jctx.out_bytes = 4;
+        if (joint_check(&jctx, sz, ctx.p.n) < 0) goto fail;
+        ctx.joint = &jctx;
+    }
+    if (want_crc && n_chunks > 0) {
+        /* calloc: a chunk that fails leaves 0 (its status says so; the CRC is then unused) */
+        ctx.crcs = calloc((size_t)n_chunks, sizeof *ctx.crcs);
+        if (!ctx.crcs) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    threads = pick_threads(threads, (n_chunks + 1) / 2);
+    uint32_t crc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    run_parallel(merge_task, &ctx, (n_chunks + 1) / 2, threads);
+    if (ctx.crcs) crc = merge_out_crc(&ctx);
+    Py_END_ALLOW_THREADS
+    free(ctx.crcs);
+    bufs_release(&bs);
+    if (want_crc) return PyLong_FromUnsignedLong(crc);
+    Py_RETURN_NONE;
+fail:
+    bufs_release(&bs);
+    return NULL;
+}
 
 static PyMethodDef methods[] = {
     {"decode_chunks", py_decode_chunks, METH_VARARGS, "rANS decode of a plane's chunks (see module docstring)"},

@@ -324,9 +324,16 @@ def fuses_low_planes(head, coded) -> bool:
     return available() and all(pl is None or pl.chunk_size == head.chunk_size for pl in coded)
 
 
+def fuses_joint(head, joint) -> bool:
+    """True when ``decode_merge_float`` decodes this validated joint low plane (format version 2,
+    ``rans.joint.JointPlane``) chunk by chunk inside the merge: the C extension, the plane in
+    the head plane's chunks (what the float encoder writes)."""
+    return available() and joint.chunk_size == head.chunk_size and joint.n_symbols == head.n_symbols
+
+
 def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits,
                        placed, tail, tail_bits, tail_shift, sign_shift, low, out, numba: bool = False,
-                       coded=(), checksum: bool = False) -> tuple:
+                       coded=(), checksum: bool = False, joint=None) -> tuple:
     """Fused rANS decode of the head plane + float merge into ``out`` ([n] uint16/uint32, any
     writable contiguous buffer). Returns (the [n_chunks] int32 status of
     ``numba_float.decode_merge_float``, the [2, n_chunks] statuses of the coded low planes or
@@ -335,14 +342,18 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
     RansPlane instead (see ``fuses_low_planes``: decoded chunk by chunk, never whole).
     checksum: also return, third, the CRC-32 of ``out``'s bytes (an int; meaningful only when
     every status is 0): the C extension computes it chunk by chunk right after writing each
-    chunk (still in cache), else None."""
+    chunk (still in cache), else None.
+    joint: a validated ``rans.joint.JointPlane`` that :func:`fuses_joint` accepts (F32 ``out``,
+    no ``low``, ``tail_shift`` 16): each of its chunks OR-ed into ``out`` right after that
+    chunk's merge, so one pass writes the tensor and the checksum covers the low bits; its
+    [n_chunks] int32 status then comes back in place of the low planes' (0 where fine)."""
     e = None if numba else ext()
     n = out.size
     n_chunks = -(-n // chunk_size)
     coded = list(coded) + [None] * (len(low) - len(coded))
     if e is None:
-        if any(pl is not None for pl in coded):
-            raise ValueError("coded low planes need the C extension (see fuses_low_planes)")
+        if any(pl is not None for pl in coded) or joint is not None:
+            raise ValueError("coded low planes need the C extension (see fuses_low_planes, fuses_joint)")
         from . import numba_float
         low = np.stack(low) if len(low) else np.empty((0, n), dtype=np.uint8)
         status = numba_float.decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, lookup,
@@ -351,8 +362,15 @@ def decode_merge_float(states, offsets, words, chunk_size, chunks_per_table, loo
         return (status, None, None) if checksum else (status, None)
     job = float_job(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail,
                     tail_bits, tail_shift, sign_shift, low, out, coded)
-    crc = e.decode_merge_float(*job[:17], _threads_for(n), *job[17:], checksum)
-    return (job[16], job[19], crc) if checksum else (job[16], job[19])
+    if joint is None:
+        crc = e.decode_merge_float(*job[:17], _threads_for(n), *job[17:], checksum)
+        return (job[16], job[19], crc) if checksum else (job[16], job[19])
+    jstatus = np.zeros(joint.n_chunks, dtype=np.int32)  # 0 for a chunk whose merge failed first
+    words16 = joint.words if joint.words.size >= 2 else np.concatenate([joint.words, np.zeros(2, np.uint16)])
+    jargs = (joint.states, joint.offsets, words16, joint.chunks_per_table, *joint.tables(), joint.prob_bits,
+             jstatus, joint.state_index())
+    crc = e.decode_merge_float(*job[:17], _threads_for(n), *job[17:], checksum, jargs)
+    return (job[16], jstatus, crc) if checksum else (job[16], jstatus)
 
 
 def float_job(states, offsets, words, chunk_size, chunks_per_table, lookup, prob_bits, placed, tail, tail_bits,
