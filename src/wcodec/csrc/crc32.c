@@ -423,18 +423,61 @@ done:
 /* pieces a file span is read in: each is checksummed right after it lands, while in cache (L2) */
 #define READ_PIECE ((int64_t)1 << 18)
 
-/* pread_crc(fd, buf, offset, starts, sizes) -> list of ints, or None on a short read: fills the
- * writable buffer buf with the file's bytes [offset, offset + len(buf)) and returns the CRC-32 of
- * each section buf[starts[k]:starts[k] + sizes[k]] (any order, overlaps allowed), computed piece
- * by piece as the bytes arrive instead of in a second pass over memory (issue 30: the reader's
- * section checks). None: the file ended early (truncated while open). Raises OSError (errno),
- * ValueError (a section outside buf), TypeError. Called on the loader's threads, one per tensor:
- * it runs on the calling thread with the GIL released. */
-PyObject *wc_py_pread_crc(PyObject *self, PyObject *args) {
+/* the file's bytes of one READ_PIECE piece into place; 0, an errno, or -1 when the file ends first */
+static int read_piece(int fd, uint8_t *dst, int64_t want, int64_t at) {
+    int64_t have = 0;
+    while (have < want) {
+        ssize_t r = pread(fd, dst + have, (size_t)(want - have), (off_t)(at + have));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0 ? errno : -1;
+        have += r;
+    }
+    return 0;
+}
+
+/* a span read in pieces on several threads: each piece's part of each section checksummed from 0
+ * (part[piece * n + k]), then joined in order per section */
+typedef struct {
     int fd;
+    uint8_t *buf;
+    int64_t offset, len, n;
+    const int64_t *sec; /* [2n]: each section's [start, end) in buf */
+    uint32_t *part;
+    int err;            /* the first error (atomic): an errno, or -1 when the file ended */
+} pread_ctx;
+
+static void pread_task(void *vctx, int64_t i) {
+    pread_ctx *m = vctx;
+    int64_t got = i * READ_PIECE, want = m->len - got < READ_PIECE ? m->len - got : READ_PIECE;
+    if (__atomic_load_n(&m->err, __ATOMIC_RELAXED)) return;
+    int e = read_piece(m->fd, m->buf + got, want, m->offset + got);
+    if (e) {
+        int zero = 0;
+        __atomic_compare_exchange_n(&m->err, &zero, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t k = 0; k < m->n; k++) {
+        int64_t lo = m->sec[2 * k] > got ? m->sec[2 * k] : got;
+        int64_t hi = m->sec[2 * k + 1] < got + want ? m->sec[2 * k + 1] : got + want;
+        if (lo < hi) m->part[i * m->n + k] = wc_crc32(m->buf + lo, hi - lo, 0);
+    }
+}
+
+/* pread_crc(fd, buf, offset, starts, sizes[, threads]) -> list of ints, or None on a short read:
+ * fills the writable buffer buf with the file's bytes [offset, offset + len(buf)) and returns the
+ * CRC-32 of each section buf[starts[k]:starts[k] + sizes[k]] (any order, overlaps allowed),
+ * computed piece by piece as the bytes arrive instead of in a second pass over memory (issue 30:
+ * the reader's section checks). None: the file ended early (truncated while open). Raises
+ * OSError (errno), ValueError (a section outside buf), TypeError. Called on the loader's threads,
+ * one per tensor, with the GIL released; a span of PARALLEL_BYTES or more is read in pieces on
+ * up to `threads` threads (0: the default; the extension's budget: none while the others are
+ * busy): one large record beside small ones (a format-version-2 embedding) no longer reads on
+ * one thread while the other cores wait. */
+PyObject *wc_py_pread_crc(PyObject *self, PyObject *args) {
+    int fd, threads = 1;
     long long offset;
     PyObject *o_buf, *o_starts, *o_sizes, *fs = NULL, *fz = NULL, *res = NULL;
-    if (!PyArg_ParseTuple(args, "iOLOO", &fd, &o_buf, &offset, &o_starts, &o_sizes)) return NULL;
+    if (!PyArg_ParseTuple(args, "iOLOO|i", &fd, &o_buf, &offset, &o_starts, &o_sizes, &threads)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(o_buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
     int64_t *sec = NULL;
@@ -467,19 +510,30 @@ PyObject *wc_py_pread_crc(PyObject *self, PyObject *args) {
     uint8_t *buf = view.buf;
     int64_t len = view.len, got = 0;
     int err = 0;
+    if (len >= PARALLEL_BYTES && threads != 1) {
+        int64_t pieces = (len + READ_PIECE - 1) / READ_PIECE;
+        pread_ctx m = {fd, buf, offset, len, n, sec, calloc((size_t)(pieces * n + 1), sizeof(uint32_t)), 0};
+        if (!m.part) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        wc_run_parallel(pread_task, &m, pieces, threads);
+        for (Py_ssize_t k = 0; k < n && !m.err; k++) /* each section's parts, in file order */
+            for (int64_t i = sec[2 * k] / READ_PIECE; i * READ_PIECE < sec[2 * k + 1]; i++) {
+                int64_t lo = sec[2 * k] > i * READ_PIECE ? sec[2 * k] : i * READ_PIECE;
+                int64_t hi = sec[2 * k + 1] < (i + 1) * READ_PIECE ? sec[2 * k + 1] : (i + 1) * READ_PIECE;
+                crc[k] = wc_crc32_combine(crc[k], m.part[i * n + k], hi - lo);
+            }
+        Py_END_ALLOW_THREADS
+        err = m.err;
+        free(m.part);
+        got = len;
+    }
     Py_BEGIN_ALLOW_THREADS
     while (got < len) {
-        int64_t want = len - got < READ_PIECE ? len - got : READ_PIECE, have = 0;
-        while (have < want) {
-            ssize_t r = pread(fd, buf + got + have, (size_t)(want - have), (off_t)(offset + got + have));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                err = r < 0 ? errno : -1;
-                break;
-            }
-            have += r;
-        }
-        if (err) break;
+        int64_t want = len - got < READ_PIECE ? len - got : READ_PIECE;
+        if ((err = read_piece(fd, buf + got, want, offset + got))) break;
         for (Py_ssize_t k = 0; k < n; k++) { /* the part of each section inside this piece */
             int64_t lo = sec[2 * k] > got ? sec[2 * k] : got, hi = sec[2 * k + 1] < got + want ? sec[2 * k + 1] : got + want;
             if (lo < hi) crc[k] = wc_crc32(buf + lo, hi - lo, crc[k]);

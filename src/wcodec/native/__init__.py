@@ -140,9 +140,10 @@ def pread_crc(fd: int, buf: np.ndarray, offset: int, starts, sizes) -> list[int]
     """Fill ``buf`` (a writable C-contiguous uint8 array) with the file's bytes from ``offset``
     with pread and return the CRC-32 of each section ``buf[starts[k]:starts[k] + sizes[k]]``,
     computed 256 KiB piece by piece as the bytes arrive (in cache) rather than in a second pass
-    over memory; None when the file ended early. C extension only (see :func:`has_pread_crc`).
+    over memory, a span of 4 MiB or more in pieces on the extension's threads (those the budget
+    has free); None when the file ended early. C extension only (see :func:`has_pread_crc`).
     Raises OSError, ValueError for a section outside ``buf``."""
-    return ext().pread_crc(fd, buf, offset, starts, sizes)
+    return ext().pread_crc(fd, buf, offset, starts, sizes, _threads_for(getattr(buf, "nbytes", 0)))
 
 
 def has_pread_crc() -> bool:
